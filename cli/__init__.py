@@ -1,0 +1,1 @@
+"""The ``trt`` command line."""

@@ -1,0 +1,27 @@
+"""``trt``: serve models over Triton's protocol, and more as the project grows."""
+
+from __future__ import annotations
+
+import typer
+
+from cli.serve import serve_command
+
+app = typer.Typer(
+    name="trt",
+    help="A Triton-compatible inference server: serve, load-test and tune model repositories.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.command("serve", help="Serve a Triton model repository (HTTP 8000, gRPC 8001, metrics 8002).")(
+    serve_command
+)
+
+
+@app.callback()
+def main() -> None:
+    """trt: serve, measure and tune Triton model repositories."""
+
+
+if __name__ == "__main__":
+    app()

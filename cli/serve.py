@@ -1,0 +1,148 @@
+"""``trt serve``: tritonserver's flags, names and forms, so existing launch scripts keep working."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+from pathlib import Path
+
+import orjson
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from cli.flags import parse_backend_config, parse_bool
+from server.core.options import CoreOptions, ModelControlMode
+from server.core.server import InferenceServer
+from server.runtime import Endpoint, ServeOptions, serve
+
+_LOG_FORMAT = "%(levelname).1s%(asctime)s.%(msecs)03d %(process)d %(name)s] %(message)s"
+
+
+def serve_command(
+    model_repository: list[str] = typer.Option(
+        None, "--model-repository", "--model-store", help="Model repository folder; repeat for several."
+    ),
+    http_port: int = typer.Option(8000, "--http-port"),
+    grpc_port: int = typer.Option(8001, "--grpc-port"),
+    metrics_port: int = typer.Option(8002, "--metrics-port"),
+    http_address: str = typer.Option("0.0.0.0", "--http-address"),
+    grpc_address: str = typer.Option("0.0.0.0", "--grpc-address"),
+    metrics_address: str = typer.Option("", "--metrics-address", help="Defaults to --http-address."),
+    allow_http: str = typer.Option("true", "--allow-http", metavar="BOOL"),
+    allow_grpc: str = typer.Option("true", "--allow-grpc", metavar="BOOL"),
+    allow_metrics: str = typer.Option("true", "--allow-metrics", metavar="BOOL"),
+    allow_gpu_metrics: str = typer.Option("true", "--allow-gpu-metrics", metavar="BOOL"),
+    model_control_mode: ModelControlMode = typer.Option(ModelControlMode.NONE, "--model-control-mode"),
+    load_model: list[str] = typer.Option(
+        None, "--load-model", help="Explicit mode: model to load; '*' = all."
+    ),
+    repository_poll_secs: float = typer.Option(15.0, "--repository-poll-secs"),
+    strict_readiness: str = typer.Option("true", "--strict-readiness", metavar="BOOL"),
+    exit_on_error: str = typer.Option("true", "--exit-on-error", metavar="BOOL"),
+    disable_auto_complete_config: bool = typer.Option(False, "--disable-auto-complete-config"),
+    strict_model_config: str = typer.Option(
+        "", "--strict-model-config", metavar="BOOL", help="Deprecated: true = --disable-auto-complete-config."
+    ),
+    backend_config: list[str] = typer.Option(None, "--backend-config", metavar="[BACKEND,]KEY=VALUE"),
+    model_load_thread_count: int = typer.Option(4, "--model-load-thread-count"),
+    exit_timeout_secs: float = typer.Option(30.0, "--exit-timeout-secs"),
+    http_max_input_size: int = typer.Option(64 * 1024 * 1024, "--http-max-input-size"),
+    server_id: str = typer.Option("triton", "--id", help="Server name in server metadata."),
+    log_verbose: int = typer.Option(0, "--log-verbose"),
+    log_info: str = typer.Option("true", "--log-info", metavar="BOOL"),
+    json_output: bool = typer.Option(False, "--json", help="Print the start-up summary as one JSON line."),
+) -> None:
+    """Serve a Triton model repository over HTTP (8000), gRPC (8001) and metrics (8002)."""
+    _configure_logging(log_verbose, parse_bool(log_info, "--log-info"))
+    backend_settings = parse_backend_config(backend_config or [])
+    auto_complete = not disable_auto_complete_config
+    if strict_model_config:
+        auto_complete = auto_complete and not parse_bool(strict_model_config, "--strict-model-config")
+    default_batch = backend_settings.get("", {}).get("default-max-batch-size", "4")
+    core = CoreOptions(
+        model_repositories=tuple(Path(p) for p in (model_repository or ["model_repository"])),
+        model_control_mode=model_control_mode,
+        load_models=tuple(load_model or ()),
+        repository_poll_secs=repository_poll_secs,
+        strict_readiness=parse_bool(strict_readiness, "--strict-readiness"),
+        exit_on_error=parse_bool(exit_on_error, "--exit-on-error"),
+        auto_complete_config=auto_complete,
+        default_max_batch_size=int(default_batch),
+        model_load_thread_count=model_load_thread_count,
+        server_id=server_id,
+        backend_config=backend_settings,
+    )
+    options = ServeOptions(
+        core=core,
+        http=Endpoint(parse_bool(allow_http, "--allow-http"), http_address, http_port),
+        grpc=Endpoint(parse_bool(allow_grpc, "--allow-grpc"), grpc_address, grpc_port),
+        metrics=Endpoint(
+            parse_bool(allow_metrics, "--allow-metrics"), metrics_address or http_address, metrics_port
+        ),
+        gpu_metrics=parse_bool(allow_gpu_metrics, "--allow-gpu-metrics"),
+        exit_timeout_secs=exit_timeout_secs,
+        http_max_input_size=http_max_input_size,
+    )
+
+    def on_ready(server: InferenceServer, failures: dict[str, str]) -> None:
+        _print_summary(server, options, json_output)
+
+    code = _run(serve(options, on_ready))
+    raise typer.Exit(code)
+
+
+def _run(coroutine: object) -> int:
+    try:
+        import uvloop
+
+        return int(uvloop.run(coroutine))  # type: ignore[arg-type]
+    except ImportError:
+        return int(asyncio.run(coroutine))  # type: ignore[arg-type]
+
+
+def _configure_logging(verbose: int, info: bool) -> None:
+    level = logging.DEBUG if verbose > 0 else logging.INFO if info else logging.WARNING
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(_LOG_FORMAT, datefmt="%m%d %H:%M:%S"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.WARNING)
+    logging.getLogger("trt").setLevel(level)
+
+
+def _print_summary(server: InferenceServer, options: ServeOptions, as_json: bool) -> None:
+    rows = server.repository_index()
+    endpoints = {
+        name: f"{endpoint.address}:{endpoint.port}"
+        for name, endpoint in (("http", options.http), ("grpc", options.grpc), ("metrics", options.metrics))
+        if endpoint.enabled
+    }
+    if as_json:
+        summary = {
+            "endpoints": endpoints,
+            "models": [
+                {"name": r.name, "version": r.version, "state": r.state or "UNLOADED", "reason": r.reason}
+                for r in rows
+            ],
+        }
+        sys.stdout.write(orjson.dumps(summary).decode() + "\n")
+        sys.stdout.flush()
+        return
+    console = Console(stderr=True)
+    table = Table(title="Models", title_justify="left")
+    table.add_column("Model", style="bold")
+    table.add_column("Version")
+    table.add_column("Status")
+    for row in rows:
+        if row.state == "READY":
+            status = "[green]READY[/green]"
+        elif row.state:
+            status = f"[red]{row.state}[/red]: {row.reason}"
+        else:
+            status = "[dim]not loaded[/dim]"
+        table.add_row(row.name, row.version or "-", status)
+    console.print(table)
+    for name, where in endpoints.items():
+        console.print(f"[bold]{name:8}[/bold] {where}")

@@ -1,0 +1,1 @@
+"""Backends: ONNX Runtime here; PyTorch, TensorRT and Python plug into the same interface."""

@@ -1,0 +1,70 @@
+"""The interface every backend implements, and the data a backend is given.
+
+A backend turns a model's files into running instances. It knows nothing about transports,
+scheduling or statistics: the core hands an instance a dict of named numpy arrays and takes a dict
+back. Adding a backend means adding a module here and one line in ``server.backends.registry``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar, Protocol
+
+import numpy as np
+
+from protos import model_config_pb2
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceSpec:
+    """Where and how one instance of a model runs."""
+
+    name: str  # Triton's "<group name>_<index>", shown in logs and to Python models
+    kind: str  # "KIND_CPU" or "KIND_GPU"
+    device_id: int  # GPU ordinal for KIND_GPU, 0 otherwise
+    cpu_threads: int  # intra-op threads this instance may use without oversubscribing the cores
+
+
+@dataclass(frozen=True, slots=True)
+class ModelFiles:
+    """The on-disk location of one version of one model."""
+
+    model_name: str
+    version: int
+    model_dir: Path  # <repo>/<model>
+    version_dir: Path  # <repo>/<model>/<version>
+
+    def artifact(self, config: model_config_pb2.ModelConfig, default_filename: str) -> Path:
+        return self.version_dir / (config.default_model_filename or default_filename)
+
+
+class ModelInstance(Protocol):
+    """One loaded copy of a model. ``execute`` may block; the core runs it in a worker thread."""
+
+    def execute(
+        self, inputs: Mapping[str, np.ndarray], output_names: Sequence[str]
+    ) -> dict[str, np.ndarray]: ...
+
+    def close(self) -> None: ...
+
+
+class Backend(Protocol):
+    name: ClassVar[str]  # Triton's backend name, e.g. "onnxruntime"
+    platform: ClassVar[str]  # Triton's platform name for this backend, "" if it has none
+    default_filename: ClassVar[str]
+
+    def auto_complete(
+        self, config: model_config_pb2.ModelConfig, files: ModelFiles, default_max_batch_size: int
+    ) -> None:
+        """Fill what the config leaves out (inputs, outputs, max_batch_size) from the model itself."""
+        ...
+
+    def validate(self, config: model_config_pb2.ModelConfig, files: ModelFiles) -> None:
+        """Raise ModelConfigError where the config disagrees with the model files."""
+        ...
+
+    def create_instance(
+        self, config: model_config_pb2.ModelConfig, files: ModelFiles, spec: InstanceSpec
+    ) -> ModelInstance: ...

@@ -1,0 +1,100 @@
+"""Which backend serves a model, chosen from its config's ``backend``/``platform`` or its files.
+
+Backends are imported only when a model needs them, so a missing optional dependency (torch,
+tensorrt) affects only the models that use it, with a message naming the extra to install.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from protos import model_config_pb2
+from server.backends.base import Backend
+from server.core.errors import BackendUnavailable, ModelConfigError
+
+
+@dataclass(frozen=True, slots=True)
+class BackendEntry:
+    name: str
+    platform: str
+    default_filename: str
+    module: str  # "package.module:ClassName", imported on first use
+    extra: str  # the pip extra that provides its dependencies
+
+
+_ENTRIES: tuple[BackendEntry, ...] = (
+    BackendEntry(
+        "onnxruntime", "onnxruntime_onnx", "model.onnx", "server.backends.onnxruntime:OnnxRuntimeBackend", ""
+    ),
+    BackendEntry(
+        "pytorch", "pytorch_libtorch", "model.pt", "server.backends.pytorch:PyTorchBackend", "torch"
+    ),
+    BackendEntry(
+        "tensorrt", "tensorrt_plan", "model.plan", "server.backends.tensorrt:TensorRTBackend", "tensorrt"
+    ),
+    BackendEntry("python", "", "model.py", "server.backends.python:PythonBackend", ""),
+)
+_BY_NAME = {entry.name: entry for entry in _ENTRIES}
+_BY_PLATFORM = {entry.platform: entry for entry in _ENTRIES if entry.platform}
+ENSEMBLE_PLATFORM = "ensemble"
+_instances: dict[str, Backend] = {}
+
+
+def resolve_entry(config: model_config_pb2.ModelConfig, version_dirs: list[Path]) -> BackendEntry:
+    """The backend for a config; fills ``backend`` and ``platform`` the way Triton reports them."""
+    entry: BackendEntry | None
+    if config.backend:
+        entry = _BY_NAME.get(config.backend)
+        if entry is None:
+            raise ModelConfigError(
+                f"unknown backend '{config.backend}'; supported backends: {', '.join(sorted(_BY_NAME))}"
+            )
+        if config.platform and config.platform != entry.platform:
+            raise ModelConfigError(
+                f"backend '{config.backend}' does not match platform '{config.platform}'"
+                f" (expected platform '{entry.platform}' or none)"
+            )
+    elif config.platform:
+        entry = _BY_PLATFORM.get(config.platform)
+        if entry is None:
+            known = ", ".join(sorted([*_BY_PLATFORM, ENSEMBLE_PLATFORM]))
+            raise ModelConfigError(f"unknown platform '{config.platform}'; supported platforms: {known}")
+    else:
+        entry = _detect_from_files(config, version_dirs)
+    config.backend = entry.name
+    if entry.platform:
+        config.platform = entry.platform
+    return entry
+
+
+def _detect_from_files(config: model_config_pb2.ModelConfig, version_dirs: list[Path]) -> BackendEntry:
+    for version_dir in version_dirs:
+        for entry in _ENTRIES:
+            filename = config.default_model_filename or entry.default_filename
+            if (version_dir / filename).exists() and (
+                not config.default_model_filename or filename.endswith(Path(entry.default_filename).suffix)
+            ):
+                return entry
+    raise ModelConfigError(
+        "config names neither 'platform' nor 'backend', and no model file identifies one "
+        "(expected model.onnx, model.pt, model.plan or model.py in a version folder)"
+    )
+
+
+def get_backend(entry: BackendEntry) -> Backend:
+    backend = _instances.get(entry.name)
+    if backend is not None:
+        return backend
+    module_name, class_name = entry.module.split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        hint = f"; install it with: pip install 'trt[{entry.extra}]'" if entry.extra else ""
+        raise BackendUnavailable(
+            f"backend '{entry.name}' is not available: {exc.name} is not installed{hint}"
+        ) from None
+    backend = getattr(module, class_name)()
+    _instances[entry.name] = backend
+    return backend

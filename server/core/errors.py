@@ -1,0 +1,96 @@
+"""Errors of the serving core, each carrying the status that both transports answer with.
+
+The tree, with the Triton error code each one stands for::
+
+    ServerError                    INTERNAL       HTTP 500  gRPC INTERNAL
+    ├── InvalidArgument            INVALID_ARG    HTTP 400  gRPC INVALID_ARGUMENT
+    │   ├── InvalidInput           a tensor in a request is wrong (name, shape, dtype, size)
+    │   └── ModelNotFound          Triton answers unknown models with INVALID_ARG, not NOT_FOUND
+    ├── NotFound                   NOT_FOUND      HTTP 404  gRPC NOT_FOUND
+    ├── Unavailable                UNAVAILABLE    HTTP 503  gRPC UNAVAILABLE
+    │   └── ModelNotReady
+    ├── Unsupported                UNSUPPORTED    HTTP 501  gRPC UNIMPLEMENTED
+    ├── AlreadyExists              ALREADY_EXISTS HTTP 400  gRPC ALREADY_EXISTS
+    ├── ModelLoadError             a model could not be loaded (message says why)
+    └── ModelConfigError           a config.pbtxt is malformed or inconsistent
+
+Transports map these once (``server.http.errors`` / ``server.grpc.service``); nothing else in the
+core decides a status code.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class ServerError(Exception):
+    """Base of every error the core reports to a client."""
+
+    http_status: ClassVar[int] = 500
+    grpc_code_name: ClassVar[str] = "INTERNAL"
+    triton_code: ClassVar[str] = "INTERNAL"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class InvalidArgument(ServerError):
+    http_status = 400
+    grpc_code_name = "INVALID_ARGUMENT"
+    triton_code = "INVALID_ARG"
+
+
+class InvalidInput(InvalidArgument):
+    """A tensor or parameter in an inference request does not fit the model."""
+
+
+class ModelNotFound(InvalidArgument):
+    """The request names a model (or version) the server does not know.
+
+    Triton reports this as INVALID_ARG (HTTP 400) with "Request for unknown model"; clients and
+    Triton's own examples match on that text, so we keep both.
+    """
+
+
+class NotFound(ServerError):
+    http_status = 404
+    grpc_code_name = "NOT_FOUND"
+    triton_code = "NOT_FOUND"
+
+
+class Unavailable(ServerError):
+    http_status = 503
+    grpc_code_name = "UNAVAILABLE"
+    triton_code = "UNAVAILABLE"
+
+
+class ModelNotReady(Unavailable):
+    """The model exists but is not in the READY state (loading, unloading, failed)."""
+
+
+class Unsupported(ServerError):
+    http_status = 501
+    grpc_code_name = "UNIMPLEMENTED"
+    triton_code = "UNSUPPORTED"
+
+
+class AlreadyExists(ServerError):
+    http_status = 400
+    grpc_code_name = "ALREADY_EXISTS"
+    triton_code = "ALREADY_EXISTS"
+
+
+class ModelLoadError(ServerError):
+    """A model failed to load; the message is what the repository index shows as its reason."""
+
+
+class ModelConfigError(ModelLoadError):
+    """A model's configuration is malformed or disagrees with the model files."""
+
+
+class BackendUnavailable(ModelLoadError):
+    """The backend a model needs is not installed (names the extra to install)."""

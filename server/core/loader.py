@@ -1,0 +1,208 @@
+"""Turning a model folder into a complete config and running instances (blocking; run in a thread).
+
+The steps mirror Triton's: read ``config.pbtxt`` (or an override), pick versions by the version
+policy, choose the backend, auto-complete what the config leaves out, fill default instance groups,
+check the result against the model files, then create the instances of each version. One version
+failing does not stop the others.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from protos import model_config_pb2
+from server.backends.base import InstanceSpec, ModelFiles, ModelInstance
+from server.backends.registry import ENSEMBLE_PLATFORM, get_backend, resolve_entry
+from server.core import devices
+from server.core.datatypes import WIRE_DATATYPES, config_to_wire
+from server.core.errors import ModelConfigError, ModelLoadError, ServerError
+from server.core.model_config import read_config_file
+from server.core.options import CoreOptions
+from server.core.repository import version_folders
+
+logger = logging.getLogger("trt.loader")
+
+Config = model_config_pb2.ModelConfig
+KIND_CPU = model_config_pb2.ModelInstanceGroup.KIND_CPU
+KIND_GPU = model_config_pb2.ModelInstanceGroup.KIND_GPU
+KIND_AUTO = model_config_pb2.ModelInstanceGroup.KIND_AUTO
+
+
+@dataclass
+class LoadedVersion:
+    files: ModelFiles
+    instances: list[ModelInstance]
+
+
+@dataclass
+class LoadResult:
+    config: model_config_pb2.ModelConfig
+    labels: dict[str, tuple[str, ...]]
+    versions: dict[int, LoadedVersion] = field(default_factory=dict)
+    failed: dict[int, str] = field(default_factory=dict)
+
+
+def read_model_config(name: str, model_dir: Path, override: Config | None = None) -> Config:
+    if override is not None:
+        config = Config()
+        config.CopyFrom(override)
+    elif (model_dir / "config.pbtxt").is_file():
+        config = read_config_file(model_dir / "config.pbtxt")
+    else:
+        config = Config()
+    if config.name and config.name != name:
+        raise ModelConfigError(
+            f"config.pbtxt names the model '{config.name}' but its folder is '{name}'; "
+            "they must match (or leave 'name' out)"
+        )
+    config.name = name
+    return config
+
+
+def select_versions(config: Config, available: dict[int, Path]) -> list[int]:
+    policy = config.version_policy
+    choice = policy.WhichOneof("policy_choice")
+    if choice == "all":
+        return sorted(available)
+    if choice == "specific":
+        wanted = sorted(int(v) for v in policy.specific.versions)
+        missing = [v for v in wanted if v not in available]
+        if missing:
+            raise ModelConfigError(
+                f"version_policy asks for version(s) {missing} but the model folder has {sorted(available)}"
+            )
+        return wanted
+    count = policy.latest.num_versions if choice == "latest" else 1
+    return sorted(available)[-max(count, 1) :]
+
+
+def complete_config(
+    name: str, model_dir: Path, options: CoreOptions, override: Config | None = None
+) -> tuple[Config, list[int], dict[int, Path]]:
+    """The effective config (as ``/config`` shows it) and the versions to load."""
+    config = read_model_config(name, model_dir, override)
+    available = version_folders(model_dir)
+    if config.platform == ENSEMBLE_PLATFORM:
+        raise ModelConfigError("ensemble models are not supported by this server yet")
+    if not available:
+        raise ModelLoadError(f"model '{name}' has no version folder; put the model file in '{model_dir}/1/'")
+    versions = select_versions(config, available)
+    entry = resolve_entry(config, [available[v] for v in versions])
+    backend = get_backend(entry)
+    latest = versions[-1]
+    files = ModelFiles(name, latest, model_dir, available[latest])
+    if options.auto_complete_config:
+        backend.auto_complete(config, files, options.default_max_batch_size)
+    fill_instance_groups(config, entry.name)
+    check_config(config)
+    return config, versions, available
+
+
+def fill_instance_groups(config: Config, backend_name: str) -> None:
+    """Triton's defaults: one group per config entry, named ``<model>_<i>``; KIND_AUTO resolved."""
+    if not config.instance_group:
+        group = config.instance_group.add()
+        group.kind = KIND_AUTO
+    has_gpu = devices.gpu_count() > 0 and backend_name in ("onnxruntime", "pytorch", "tensorrt")
+    for index, group in enumerate(config.instance_group):
+        if not group.name:
+            group.name = f"{config.name}_{index}"
+        if group.kind == KIND_AUTO:
+            group.kind = KIND_GPU if (has_gpu or group.gpus) else KIND_CPU
+        if group.kind == KIND_GPU and not group.gpus:
+            group.gpus.extend(range(max(devices.gpu_count(), 1)))
+        if group.count < 1:
+            group.count = 1
+
+
+def check_config(config: Config) -> None:
+    if config.max_batch_size < 0:
+        raise ModelConfigError(f"max_batch_size must be 0 or more, got {config.max_batch_size}")
+    if not config.input:
+        raise ModelConfigError("the model has no inputs in its config and none could be auto-completed")
+    if not config.output:
+        raise ModelConfigError("the model has no outputs in its config and none could be auto-completed")
+    for kind, tensors in (("input", config.input), ("output", config.output)):
+        names: set[str] = set()
+        for tensor in tensors:
+            if not tensor.name:
+                raise ModelConfigError(f"an {kind} in the config has no name")
+            if tensor.name in names:
+                raise ModelConfigError(f"{kind} '{tensor.name}' is listed twice in the config")
+            names.add(tensor.name)
+            wire = config_to_wire(model_config_pb2.DataType.Name(tensor.data_type))
+            if wire not in WIRE_DATATYPES:
+                raise ModelConfigError(f"{kind} '{tensor.name}' has no valid data_type (e.g. TYPE_FP32)")
+            if not tensor.dims and not tensor.HasField("reshape"):
+                raise ModelConfigError(
+                    f"{kind} '{tensor.name}' has no dims; give at least one dimension "
+                    "(use reshape: {{ shape: [ ] }} for a scalar per batch item)"
+                )
+            if any(d < -1 or d == 0 for d in tensor.dims):
+                raise ModelConfigError(f"{kind} '{tensor.name}' has invalid dims {list(tensor.dims)}")
+
+
+def read_labels(config: Config, model_dir: Path) -> dict[str, tuple[str, ...]]:
+    labels: dict[str, tuple[str, ...]] = {}
+    for output in config.output:
+        if output.label_filename:
+            path = model_dir / output.label_filename
+            try:
+                labels[output.name] = tuple(path.read_text(encoding="utf-8").splitlines())
+            except OSError as exc:
+                raise ModelConfigError(f"output '{output.name}': cannot read labels {path}: {exc}") from None
+    return labels
+
+
+def instance_specs(config: Config) -> list[InstanceSpec]:
+    groups = [(g, g.gpus if g.kind == KIND_GPU else [0]) for g in config.instance_group]
+    total = sum(g.count * len(device_ids) for g, device_ids in groups)
+    # Share the cores between instances so that N instances do not run N x cores threads.
+    threads = max(1, devices.cpu_count() // max(total, 1))
+    specs: list[InstanceSpec] = []
+    for group, device_ids in groups:
+        kind = model_config_pb2.ModelInstanceGroup.Kind.Name(group.kind)
+        for device_id in device_ids:
+            for index in range(group.count):
+                specs.append(InstanceSpec(f"{group.name}_{index}", kind, int(device_id), threads))
+    return specs
+
+
+def load_model(
+    name: str, model_dir: Path, options: CoreOptions, override: Config | None = None
+) -> LoadResult:
+    """Load every selected version; raise only when nothing about the model can be loaded."""
+    config, versions, available = complete_config(name, model_dir, options, override)
+    entry = resolve_entry(config, [available[v] for v in versions])
+    backend = get_backend(entry)
+    result = LoadResult(config, read_labels(config, model_dir))
+    specs = instance_specs(config)
+    for version in versions:
+        files = ModelFiles(name, version, model_dir, available[version])
+        instances: list[ModelInstance] = []
+        try:
+            backend.validate(config, files)
+            for spec in specs:
+                instances.append(backend.create_instance(config, files, spec))
+        except ServerError as exc:
+            _close_all(instances)
+            result.failed[version] = exc.message
+            logger.error("failed to load '%s' version %d: %s", name, version, exc.message)
+            continue
+        except Exception as exc:
+            _close_all(instances)
+            result.failed[version] = f"{type(exc).__name__}: {exc}"
+            logger.exception("failed to load '%s' version %d", name, version)
+            continue
+        result.versions[version] = LoadedVersion(files, instances)
+    return result
+
+
+def _close_all(instances: list[ModelInstance]) -> None:
+    for instance in instances:
+        try:
+            instance.close()
+        except Exception:
+            logger.exception("closing a half-loaded instance failed")

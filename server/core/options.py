@@ -1,0 +1,28 @@
+"""Options of the serving core, resolved once from the command line (tritonserver's names)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+
+
+class ModelControlMode(StrEnum):
+    NONE = "none"  # load everything at start, ignore changes, refuse load/unload requests
+    POLL = "poll"  # load everything at start, then follow changes on disk
+    EXPLICIT = "explicit"  # load only what --load-model names or a client asks for
+
+
+@dataclass(frozen=True, slots=True)
+class CoreOptions:
+    model_repositories: tuple[Path, ...] = (Path("model_repository"),)
+    model_control_mode: ModelControlMode = ModelControlMode.NONE
+    load_models: tuple[str, ...] = ()  # explicit mode; "*" means all
+    repository_poll_secs: float = 15.0
+    strict_readiness: bool = True
+    exit_on_error: bool = True
+    auto_complete_config: bool = True
+    default_max_batch_size: int = 4
+    model_load_thread_count: int = 4
+    server_id: str = "triton"
+    backend_config: dict[str, dict[str, str]] = field(default_factory=dict)

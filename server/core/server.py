@@ -1,0 +1,159 @@
+"""The core's one entry point for transports: ``InferenceServer``.
+
+Every operation a client can ask for over HTTP or gRPC is a method here, taking and returning the
+protocol-neutral types of ``server.core.types`` (or the ``ModelConfig`` proto, which is the config's
+own schema). Tests and the analyzer can drive it without sockets.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from protos import model_config_pb2
+from server import __version__
+from server.core.errors import InvalidArgument, ModelLoadError, ModelNotFound, Unsupported
+from server.core.lifecycle import ModelManager
+from server.core.log_settings import LogSettings
+from server.core.model import ModelVersion
+from server.core.model_config import config_from_json
+from server.core.options import CoreOptions, ModelControlMode
+from server.core.statistics import ModelStatistics
+from server.core.types import (
+    InferenceRequest,
+    InferenceResponse,
+    ModelMetadata,
+    RepositoryIndexEntry,
+    ServerMetadata,
+    TensorMetadata,
+)
+
+logger = logging.getLogger("trt.server")
+
+# Protocol extensions this server implements, in Triton's order.
+EXTENSIONS = (
+    "classification",
+    "model_repository",
+    "model_repository(unload_dependents)",
+    "model_configuration",
+    "binary_tensor_data",
+    "parameters",
+    "statistics",
+    "logging",
+)
+
+
+class StartupError(Exception):
+    """Start-up failed and --exit-on-error says to stop."""
+
+
+class InferenceServer:
+    def __init__(self, options: CoreOptions) -> None:
+        self.options = options
+        self.models = ModelManager(options)
+        # Shared by both transports, so a change over HTTP shows over gRPC and the other way round.
+        self.log_settings = LogSettings()
+        self._live = False
+        self._shutting_down = False
+
+    async def start(self) -> dict[str, str]:
+        """Load the start-up models; with --exit-on-error, any failure stops the server."""
+        failures = await self.models.start()
+        if failures and self.options.exit_on_error:
+            raise StartupError(
+                "failed to load all models: "
+                + "; ".join(f"{name}: {reason}" for name, reason in sorted(failures.items()))
+            )
+        self._live = True
+        return failures
+
+    async def stop(self) -> None:
+        self._shutting_down = True
+        await self.models.stop()
+
+    # -- health and metadata ------------------------------------------------------------------
+
+    def is_live(self) -> bool:
+        return self._live and not self._shutting_down
+
+    def is_ready(self) -> bool:
+        if not self.is_live():
+            return False
+        return self.models.all_ready() if self.options.strict_readiness else True
+
+    def metadata(self) -> ServerMetadata:
+        return ServerMetadata(self.options.server_id, __version__, EXTENSIONS)
+
+    def model_ready(self, name: str, version: str = "") -> bool:
+        return self.models.is_ready(name, version)
+
+    def model_metadata(self, name: str, version: str = "") -> ModelMetadata:
+        model = self.models.get(name, version)
+        entry = self.models.entry(name)
+        versions = tuple(str(v) for v in sorted(entry.versions)) if entry else (model.version_str,)
+        signature = model.signature
+        return ModelMetadata(
+            name=name,
+            versions=versions,
+            platform=model.config.platform or model.config.backend,
+            inputs=tuple(TensorMetadata(s.name, s.datatype, s.shape) for s in signature.inputs.values()),
+            outputs=tuple(TensorMetadata(s.name, s.datatype, s.shape) for s in signature.outputs.values()),
+        )
+
+    def model_config(self, name: str, version: str = "") -> model_config_pb2.ModelConfig:
+        return self.models.get(name, version).config
+
+    # -- inference ----------------------------------------------------------------------------
+
+    def model(self, name: str, version: str = "") -> ModelVersion:
+        return self.models.get(name, version)
+
+    async def infer(self, request: InferenceRequest) -> InferenceResponse:
+        for key in request.parameters:
+            if key.startswith("triton_"):
+                raise InvalidArgument(
+                    "parameter keys starting with 'triton_' are reserved for Triton usage and should "
+                    "not be specified."
+                )
+        model = self.models.get(request.model_name, request.model_version)
+        return await model.infer(request)
+
+    # -- repository ---------------------------------------------------------------------------
+
+    def repository_index(self, ready_only: bool = False) -> list[RepositoryIndexEntry]:
+        return self.models.index(ready_only)
+
+    async def load_model(
+        self, name: str, config_json: str | None = None, files: dict[str, bytes] | None = None
+    ) -> None:
+        self.models.require_explicit_mode()
+        if files:
+            raise Unsupported(
+                f"failed to load '{name}': loading model files through the API is not supported yet"
+            )
+        override = None
+        if config_json is not None:
+            try:
+                override = config_from_json(config_json)
+            except ModelLoadError as exc:
+                raise ModelLoadError(f"failed to load '{name}': {exc.message}") from None
+        await self.models.load(name, override)
+
+    async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
+        self.models.require_explicit_mode()
+        await self.models.unload(name)
+
+    # -- statistics ---------------------------------------------------------------------------
+
+    def statistics(self, name: str = "", version: str = "") -> list[ModelStatistics]:
+        if not name:
+            return [model.stats for model in self.models.loaded_models()]
+        entry = self.models.entry(name)
+        if entry is None or not entry.versions:
+            raise ModelNotFound(f"requested model '{name}' is not available")
+        if version:
+            return [self.models.get(name, version).stats]
+        return [entry.versions[v].stats for v in sorted(entry.versions)]
+
+    @property
+    def explicit_mode(self) -> bool:
+        return self.options.model_control_mode == ModelControlMode.EXPLICIT

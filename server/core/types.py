@@ -1,0 +1,97 @@
+"""Protocol-neutral data that flows between transports and the core.
+
+Tensors are numpy arrays; BYTES tensors are object arrays of ``bytes``. Transports build
+``InferenceRequest`` from the wire and turn ``InferenceResponse`` back into it; the core never sees
+JSON, protobuf or sockets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+# Request parameters a client may set but that are not forwarded to the model as custom parameters.
+RESERVED_PARAMETERS = frozenset(
+    {"sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "headers", "binary_data_output"}
+)
+
+
+@dataclass(slots=True)
+class InputTensor:
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
+    data: np.ndarray
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class RequestedOutput:
+    name: str
+    # Classification extension: return the top ``class_count`` entries as BYTES "value:index[:label]".
+    class_count: int = 0
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class InferenceRequest:
+    model_name: str
+    model_version: str = ""
+    id: str = ""
+    inputs: list[InputTensor] = field(default_factory=list)
+    # None means "every output of the model".
+    outputs: list[RequestedOutput] | None = None
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class OutputTensor:
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
+    data: np.ndarray
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class InferenceResponse:
+    model_name: str
+    model_version: str
+    id: str = ""
+    outputs: list[OutputTensor] = field(default_factory=list)
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class TensorMetadata:
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelMetadata:
+    name: str
+    versions: tuple[str, ...]
+    platform: str
+    inputs: tuple[TensorMetadata, ...]
+    outputs: tuple[TensorMetadata, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ServerMetadata:
+    name: str
+    version: str
+    extensions: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RepositoryIndexEntry:
+    """One row of the repository index; version/state/reason are empty for never-loaded models."""
+
+    name: str
+    version: str = ""
+    state: str = ""
+    reason: str = ""

@@ -1,0 +1,354 @@
+"""Triton's ``inference.GRPCInferenceService`` and ``grpc.health.v1.Health`` on ``grpc.aio``.
+
+Every RPC translates its message to a call on ``InferenceServer`` and the result back; the core
+decides everything else. Errors are answered with the status their ``ServerError`` names (see
+``server.grpc.errors``). ``ModelStreamInfer`` answers errors in-band and keeps the stream open.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc
+
+from protos import grpc_service_pb2 as pb
+from protos import grpc_service_pb2_grpc, health_pb2, health_pb2_grpc
+from server.core.errors import InvalidArgument, Unsupported
+from server.core.server import InferenceServer
+from server.core.statistics import Duration, ModelStatistics
+from server.grpc import codec
+from server.grpc.errors import GrpcBindError, status_of
+
+logger = logging.getLogger("trt.grpc")
+
+# Triton's MAX_GRPC_MESSAGE_SIZE (INT32_MAX).
+MAX_MESSAGE_LENGTH = 2**31 - 1
+
+_TRACE_OFF = {
+    "trace_level": ["OFF"],
+    "trace_rate": ["1000"],
+    "trace_count": ["-1"],
+    "log_frequency": ["0"],
+    "trace_file": [""],
+    "trace_mode": ["triton"],
+}
+_SHARED_MEMORY_UNSUPPORTED = "{} shared memory is not supported by this server yet"
+
+_Handler = Callable[[Any, Any, Any], Awaitable[Any]]
+
+
+def _unary(method: _Handler) -> _Handler:
+    """Answer a failed unary RPC with the status its error maps to; never let it escape."""
+
+    name = method.__name__
+
+    @functools.wraps(method)
+    async def handler(self: Any, request: Any, context: Any) -> Any:
+        try:
+            return await method(self, request, context)
+        except Exception as exc:
+            code, message = status_of(exc, name)
+            await context.abort(code, message)
+
+    return handler
+
+
+class GrpcInferenceService(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):
+    """The KServe v2 / Triton gRPC API over one ``InferenceServer``."""
+
+    def __init__(self, core: InferenceServer) -> None:
+        self.core = core
+        self.log_settings = core.log_settings
+        # Strong references to running stream requests (the event loop keeps only weak ones).
+        self._stream_tasks: set[asyncio.Task[None]] = set()
+
+    # -- health and metadata ------------------------------------------------------------------
+
+    @_unary
+    async def ServerLive(self, request: Any, context: Any) -> Any:
+        return pb.ServerLiveResponse(live=self.core.is_live())
+
+    @_unary
+    async def ServerReady(self, request: Any, context: Any) -> Any:
+        return pb.ServerReadyResponse(ready=self.core.is_ready())
+
+    @_unary
+    async def ModelReady(self, request: Any, context: Any) -> Any:
+        # An unknown model is simply not ready: status OK, ready=false.
+        return pb.ModelReadyResponse(ready=self.core.model_ready(request.name, request.version))
+
+    @_unary
+    async def ServerMetadata(self, request: Any, context: Any) -> Any:
+        meta = self.core.metadata()
+        return pb.ServerMetadataResponse(name=meta.name, version=meta.version, extensions=meta.extensions)
+
+    @_unary
+    async def ModelMetadata(self, request: Any, context: Any) -> Any:
+        meta = self.core.model_metadata(request.name, request.version)
+        tensor = pb.ModelMetadataResponse.TensorMetadata
+        return pb.ModelMetadataResponse(
+            name=meta.name,
+            versions=meta.versions,
+            platform=meta.platform,
+            inputs=[tensor(name=t.name, datatype=t.datatype, shape=t.shape) for t in meta.inputs],
+            outputs=[tensor(name=t.name, datatype=t.datatype, shape=t.shape) for t in meta.outputs],
+        )
+
+    @_unary
+    async def ModelConfig(self, request: Any, context: Any) -> Any:
+        return pb.ModelConfigResponse(config=self.core.model_config(request.name, request.version))
+
+    @_unary
+    async def ModelStatistics(self, request: Any, context: Any) -> Any:
+        stats = self.core.statistics(request.name, request.version)
+        return pb.ModelStatisticsResponse(model_stats=[_statistics(s) for s in stats])
+
+    # -- inference ----------------------------------------------------------------------------
+
+    async def ModelInfer(self, request: Any, context: Any) -> Any:
+        # The hot path: the error mapping is inlined rather than wrapped.
+        try:
+            response = await self.core.infer(codec.decode_infer_request(request))
+            return codec.encode_infer_response(response)
+        except Exception as exc:
+            code, message = status_of(exc, "ModelInfer")
+            await context.abort(code, message)
+
+    async def ModelStreamInfer(
+        self, request_iterator: AsyncIterator[Any], context: Any
+    ) -> AsyncIterator[Any]:
+        """Answer each request as it completes; requests run concurrently, errors stay in-band."""
+        responses: asyncio.Queue[Any] = asyncio.Queue()
+        reader = asyncio.create_task(self._read_stream(request_iterator, responses))
+        try:
+            while True:
+                response = await responses.get()
+                if response is None:
+                    break
+                yield response
+        finally:
+            reader.cancel()
+
+    async def _read_stream(self, requests: AsyncIterator[Any], responses: asyncio.Queue[Any]) -> None:
+        mine: set[asyncio.Task[None]] = set()
+        try:
+            async for request in requests:
+                task = asyncio.create_task(self._stream_one(request, responses))
+                mine.add(task)
+                task.add_done_callback(mine.discard)
+                self._stream_tasks.add(task)
+                task.add_done_callback(self._stream_tasks.discard)
+            # The client closed its side: send what is still running, then end the stream.
+            # asyncio.wait, unlike gather, leaves the requests running if this reader is cancelled.
+            if mine:
+                await asyncio.wait(set(mine))
+        except Exception:
+            # Reading failed (the client went away); requests already started finish on their own.
+            logger.debug("stream closed while reading requests", exc_info=True)
+        finally:
+            responses.put_nowait(None)
+
+    async def _stream_one(self, request: Any, responses: asyncio.Queue[Any]) -> None:
+        reply = pb.ModelStreamInferResponse()
+        try:
+            inference = codec.decode_infer_request(request)
+            if inference.parameters:
+                # Only decoupled models send an empty final response; every response here is final.
+                inference.parameters.pop("triton_enable_empty_final_response", None)
+            response = await self.core.infer(inference)
+            codec.encode_infer_response(response, reply.infer_response)
+        except Exception as exc:
+            _, message = status_of(exc, "ModelStreamInfer")
+            reply = pb.ModelStreamInferResponse(error_message=message)
+            reply.infer_response.model_name = request.model_name
+            reply.infer_response.model_version = request.model_version
+            reply.infer_response.id = request.id
+        reply.infer_response.parameters["triton_final_response"].bool_param = True
+        responses.put_nowait(reply)
+
+    # -- model repository ---------------------------------------------------------------------
+
+    @_unary
+    async def RepositoryIndex(self, request: Any, context: Any) -> Any:
+        row = pb.RepositoryIndexResponse.ModelIndex
+        return pb.RepositoryIndexResponse(
+            models=[
+                row(name=r.name, version=r.version, state=r.state, reason=r.reason)
+                for r in self.core.repository_index(request.ready)
+            ]
+        )
+
+    @_unary
+    async def RepositoryModelLoad(self, request: Any, context: Any) -> Any:
+        _refuse_repository_name(request.repository_name)
+        config: str | None = None
+        files: dict[str, bytes] = {}
+        for key, value in codec.parameters_to_dict(request.parameters, "load").items():
+            if key == "config":
+                if not isinstance(value, str):
+                    raise InvalidArgument("load parameter 'config' must be a string_param holding JSON")
+                config = value
+            elif key.startswith("file:"):
+                if not isinstance(value, bytes):
+                    raise InvalidArgument(f"load parameter '{key}' must be a bytes_param")
+                files[key] = value
+        await self.core.load_model(request.model_name, config, files or None)
+        return pb.RepositoryModelLoadResponse()
+
+    @_unary
+    async def RepositoryModelUnload(self, request: Any, context: Any) -> Any:
+        _refuse_repository_name(request.repository_name)
+        parameters = codec.parameters_to_dict(request.parameters, "unload")
+        unload_dependents = parameters.get("unload_dependents", False)
+        if not isinstance(unload_dependents, bool):
+            raise InvalidArgument("unload parameter 'unload_dependents' must be a bool_param")
+        await self.core.unload_model(request.model_name, unload_dependents)
+        return pb.RepositoryModelUnloadResponse()
+
+    # -- shared memory (not supported yet) ----------------------------------------------------
+
+    @_unary
+    async def SystemSharedMemoryStatus(self, request: Any, context: Any) -> Any:
+        return pb.SystemSharedMemoryStatusResponse()
+
+    @_unary
+    async def SystemSharedMemoryRegister(self, request: Any, context: Any) -> Any:
+        raise Unsupported(_SHARED_MEMORY_UNSUPPORTED.format("system"))
+
+    @_unary
+    async def SystemSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
+        return pb.SystemSharedMemoryUnregisterResponse()  # nothing can be registered yet
+
+    @_unary
+    async def CudaSharedMemoryStatus(self, request: Any, context: Any) -> Any:
+        return pb.CudaSharedMemoryStatusResponse()
+
+    @_unary
+    async def CudaSharedMemoryRegister(self, request: Any, context: Any) -> Any:
+        raise Unsupported(_SHARED_MEMORY_UNSUPPORTED.format("CUDA"))
+
+    @_unary
+    async def CudaSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
+        return pb.CudaSharedMemoryUnregisterResponse()  # nothing can be registered yet
+
+    # -- trace and logging --------------------------------------------------------------------
+
+    @_unary
+    async def TraceSetting(self, request: Any, context: Any) -> Any:
+        # A key with no values clears a per-model override, which is already the case here.
+        if any(value.value for value in request.settings.values()):
+            raise Unsupported("tracing is not supported by this server yet")
+        setting = pb.TraceSettingResponse.SettingValue
+        return pb.TraceSettingResponse(settings={k: setting(value=v) for k, v in _TRACE_OFF.items()})
+
+    @_unary
+    async def LogSettings(self, request: Any, context: Any) -> Any:
+        if request.settings:
+            changes: dict[str, Any] = {}
+            for key, value in request.settings.items():
+                choice = value.WhichOneof("parameter_choice")
+                if choice is None:
+                    raise InvalidArgument(f"log setting '{key}' has no value set")
+                changes[key] = getattr(value, choice)
+            current = self.log_settings.update(changes)
+        else:
+            current = self.log_settings.current()
+        response = pb.LogSettingsResponse()
+        for key, value in current.items():
+            setting = response.settings[key]
+            if isinstance(value, bool):
+                setting.bool_param = value
+            elif isinstance(value, int):
+                setting.uint32_param = value
+            else:
+                setting.string_param = str(value)
+        return response
+
+
+class HealthService(health_pb2_grpc.HealthServicer):
+    """``grpc.health.v1.Health``: SERVING while the server is ready, as Triton answers."""
+
+    def __init__(self, core: InferenceServer) -> None:
+        self.core = core
+
+    async def Check(self, request: Any, context: Any) -> Any:
+        status = health_pb2.HealthCheckResponse
+        return status(status=status.SERVING if self.core.is_ready() else status.NOT_SERVING)
+
+
+def _refuse_repository_name(repository_name: str) -> None:
+    if repository_name:
+        raise Unsupported("'repository_name' specification is not supported")
+
+
+def _duration(value: Duration) -> Any:
+    return pb.StatisticDuration(count=value.count, ns=value.ns)
+
+
+def _statistics(stats: ModelStatistics) -> Any:
+    return pb.ModelStatistics(
+        name=stats.name,
+        version=stats.version,
+        last_inference=stats.last_inference_ms,
+        inference_count=stats.inference_count,
+        execution_count=stats.execution_count,
+        inference_stats=pb.InferStatistics(
+            success=_duration(stats.success),
+            fail=_duration(stats.fail),
+            queue=_duration(stats.queue),
+            compute_input=_duration(stats.compute_input),
+            compute_infer=_duration(stats.compute_infer),
+            compute_output=_duration(stats.compute_output),
+            cache_hit=_duration(stats.cache_hit),
+            cache_miss=_duration(stats.cache_miss),
+        ),
+        batch_stats=[
+            pb.InferBatchStatistics(
+                batch_size=size,
+                compute_input=_duration(batch.compute_input),
+                compute_infer=_duration(batch.compute_infer),
+                compute_output=_duration(batch.compute_output),
+            )
+            for size, batch in sorted(stats.batch_stats.items())
+        ],
+    )
+
+
+def _target(address: str, port: int) -> str:
+    if ":" in address and not address.startswith("["):
+        return f"[{address}]:{port}"  # IPv6 literal
+    return f"{address}:{port}"
+
+
+async def start_grpc_server(core: InferenceServer, address: str, port: int) -> grpc.aio.Server:
+    """Build, bind and start the gRPC endpoint; the caller stops it with ``await server.stop(grace)``.
+
+    Raises ``GrpcBindError`` (an ``OSError``) when the address cannot be bound.
+    """
+    server = grpc.aio.server(
+        options=[
+            ("grpc.max_send_message_length", MAX_MESSAGE_LENGTH),
+            ("grpc.max_receive_message_length", MAX_MESSAGE_LENGTH),
+            # Without this a second server on the same port binds too and steals connections.
+            ("grpc.so_reuseport", 0),
+        ]
+    )
+    grpc_service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(GrpcInferenceService(core), server)
+    health_pb2_grpc.add_HealthServicer_to_server(HealthService(core), server)
+    target = _target(address, port)
+    try:
+        bound = server.add_insecure_port(target)
+    except RuntimeError:  # recent grpcio raises instead of returning 0
+        bound = 0
+    if bound == 0:
+        await server.stop(None)
+        raise GrpcBindError(
+            f"cannot start the GRPCInferenceService endpoint on {target}: the port is in use or the "
+            "address is not available (choose another with --grpc-port / --grpc-address)"
+        )
+    await server.start()
+    return server

@@ -1,0 +1,283 @@
+"""The HTTP/REST front of the server: one handler behind ``server.http.protocol``.
+
+Routes and status codes follow Triton's HTTP server: health answers 200/400 with an empty body,
+errors are ``{"error": "..."}`` with the status each ``ServerError`` carries, unknown routes are
+404 and known routes with the wrong method are 405. A JSON body is read whatever its
+``Content-Type`` (tritonclient sends none).
+"""
+
+from __future__ import annotations
+
+import gzip
+import logging
+import re
+import zlib
+from typing import Any
+
+import orjson
+
+from server.core.errors import InvalidArgument, ServerError
+from server.core.model_config import config_to_json
+from server.core.server import InferenceServer
+from server.http import codec
+from server.http.protocol import HttpRequest, HttpResponse
+from server.http.statistics import statistics_json
+
+logger = logging.getLogger("trt.http")
+
+_MODEL_ROUTE = re.compile(r"/v2/models/([^/]+)(?:/versions/([0-9]+))?(?:/(infer|ready|config|stats))?")
+_REPOSITORY_ROUTE = re.compile(r"/v2/repository(?:/([^/]+))?/(index|models/([^/]+)/(load|unload))")
+_SHM_ROUTE = re.compile(r"/v2/(system|cuda)sharedmemory(?:/region/([^/]+))?/(status|register|unregister)")
+
+_JSON_HEADERS = [(b"content-type", b"application/json")]
+
+
+class HttpError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class HttpApp:
+    """The request handler; one instance per server."""
+
+    def __init__(self, core: InferenceServer, max_input_size: int = 64 * 1024 * 1024) -> None:
+        self.core = core
+        self.max_input_size = max_input_size
+
+    async def __call__(self, request: HttpRequest) -> HttpResponse:
+        path = request.path
+        try:
+            if path.endswith("/infer") and path.startswith("/v2/models/"):
+                return await self._infer(request)
+            return await self._route(request)
+        except ServerError as exc:
+            return _error(exc.http_status, exc.message)
+        except HttpError as exc:
+            return _error(exc.status, exc.message)
+        except Exception as exc:  # a bug of ours must not take the server down
+            logger.exception("unhandled error on %s %s", request.method, path)
+            return _error(500, f"internal error: {exc}")
+
+    # -- inference (the hot path) --------------------------------------------------------------
+
+    async def _infer(self, http_request: HttpRequest) -> HttpResponse:
+        match = _MODEL_ROUTE.fullmatch(http_request.path)
+        if match is None:
+            raise HttpError(404, "Not Found")
+        if http_request.method != "POST":
+            raise HttpError(405, "Method Not Allowed")
+        headers = http_request.headers
+        body = self._body(http_request)
+        header_length = headers.get("inference-header-content-length")
+        length = None
+        if header_length is not None:
+            try:
+                length = int(header_length)
+            except ValueError:
+                raise InvalidArgument(
+                    f"Unable to parse Inference-Header-Content-Length, got: {header_length}"
+                ) from None
+        request, binary_choice, default_binary = codec.decode_request(
+            match.group(1), match.group(2) or "", body, length
+        )
+        response = await self.core.infer(request)
+        payload, json_length = codec.encode_response(response, binary_choice, default_binary)
+        if json_length is None:
+            out_headers = [(b"content-type", b"application/json")]
+        else:
+            out_headers = [
+                (b"content-type", b"application/octet-stream"),
+                (b"inference-header-content-length", str(json_length).encode()),
+            ]
+        accept = headers.get("accept-encoding")
+        if accept:
+            payload, out_headers = _compress(payload, out_headers, accept)
+        return HttpResponse(200, payload, out_headers)
+
+    def _body(self, request: HttpRequest) -> bytes:
+        encoding = request.headers.get("content-encoding")
+        if encoding is None:
+            return request.body
+        encoding = encoding.strip().lower()
+        if encoding in ("", "identity"):
+            return request.body
+        return self._decompress(request.body, encoding)
+
+    def _decompress(self, body: bytes, encoding: str) -> bytes:
+        if encoding == "gzip":
+            decompressor = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        elif encoding == "deflate":
+            decompressor = zlib.decompressobj()
+        else:
+            raise HttpError(415, f"unsupported Content-Encoding '{encoding}' (use gzip, deflate or identity)")
+        try:
+            data = decompressor.decompress(body, self.max_input_size + 1)
+        except zlib.error as exc:
+            raise InvalidArgument(f"cannot decompress the {encoding} body: {exc}") from None
+        if len(data) > self.max_input_size or decompressor.unconsumed_tail:
+            raise InvalidArgument(
+                f"decompressed body exceeds the {self.max_input_size}-byte limit (--http-max-input-size)"
+            )
+        return data
+
+    # -- everything else -----------------------------------------------------------------------
+
+    async def _route(self, request: HttpRequest) -> HttpResponse:
+        core = self.core
+        method, path = request.method, request.path
+        if path in ("/v2/health/live", "/v2/health/ready"):
+            _allow(method, "GET")
+            ok = core.is_live() if path.endswith("live") else core.is_ready()
+            return HttpResponse(200 if ok else 400)
+        if path in ("/v2", "/v2/"):
+            _allow(method, "GET")
+            meta = core.metadata()
+            return _json({"name": meta.name, "version": meta.version, "extensions": list(meta.extensions)})
+        if path == "/v2/models/stats":
+            _allow(method, "GET")
+            return _json(statistics_json(core.statistics()))
+        if path == "/v2/logging":
+            if method == "GET":
+                return _json(self.core.log_settings.current())
+            _allow(method, "POST")
+            return _json(self.core.log_settings.update(_parse_json_object(self._body(request))))
+        if path == "/v2/trace/setting" or (
+            path.startswith("/v2/models/") and path.endswith("/trace/setting")
+        ):
+            if method == "POST" and _parse_json_object(self._body(request)):
+                raise HttpError(501, "tracing is not supported by this server yet")
+            return _json(_TRACE_OFF)
+        match = _MODEL_ROUTE.fullmatch(path)
+        if match is not None:
+            return await self._model_route(method, match)
+        match = _REPOSITORY_ROUTE.fullmatch(path)
+        if match is not None:
+            return await self._repository_route(request, match)
+        match = _SHM_ROUTE.fullmatch(path)
+        if match is not None:
+            if match.group(3) == "status":
+                _allow(method, "GET")
+                return _json([])
+            _allow(method, "POST")
+            if match.group(3) == "unregister":
+                return HttpResponse(
+                    200, b"", _JSON_HEADERS
+                )  # nothing can be registered, so nothing to unregister
+            raise HttpError(501, f"{match.group(1)} shared memory is not supported by this server yet")
+        raise HttpError(404, "Not Found")
+
+    async def _model_route(self, method: str, match: re.Match[str]) -> HttpResponse:
+        name, version, action = match.group(1), match.group(2) or "", match.group(3)
+        _allow(method, "GET")
+        if action == "ready":
+            if self.core.model_ready(name, version):
+                return HttpResponse(200)
+            return _error(400, "Model version not ready")
+        if action == "config":
+            return HttpResponse(200, config_to_json(self.core.model_config(name, version)), _JSON_HEADERS)
+        if action == "stats":
+            return _json(statistics_json(self.core.statistics(name, version)))
+        meta = self.core.model_metadata(name, version)
+        return _json(
+            {
+                "name": meta.name,
+                "versions": list(meta.versions),
+                "platform": meta.platform,
+                "inputs": [
+                    {"name": t.name, "datatype": t.datatype, "shape": list(t.shape)} for t in meta.inputs
+                ],
+                "outputs": [
+                    {"name": t.name, "datatype": t.datatype, "shape": list(t.shape)} for t in meta.outputs
+                ],
+            }
+        )
+
+    async def _repository_route(self, request: HttpRequest, match: re.Match[str]) -> HttpResponse:
+        _allow(request.method, "POST")
+        repository, action, model_name, model_action = match.groups()
+        body = _parse_json_object(self._body(request))
+        if action == "index":
+            ready = body.get("ready", False)
+            if not isinstance(ready, bool):
+                raise InvalidArgument("Invalid value for 'ready': expected a boolean")
+            rows = []
+            for row in self.core.repository_index(ready):
+                item: dict[str, str] = {"name": row.name}
+                if row.version:
+                    item["version"] = row.version
+                if row.state:
+                    item["state"] = row.state
+                if row.reason:
+                    item["reason"] = row.reason
+                rows.append(item)
+            return _json(rows)
+        if repository:
+            raise HttpError(501, "'repository_name' specification is not supported")
+        parameters = body.get("parameters", {})
+        if not isinstance(parameters, dict):
+            raise InvalidArgument("'parameters' must be a JSON object")
+        if model_action == "load":
+            config: str | None = None
+            files: dict[str, bytes] = {}
+            for key, value in parameters.items():
+                if not isinstance(value, str):
+                    raise InvalidArgument(f"parameter '{key}' must be a string")
+                if key == "config":
+                    config = value
+                elif key.startswith("file:"):
+                    files[key] = value.encode()
+            await self.core.load_model(model_name, config, files or None)
+        else:
+            unload_dependents = parameters.get("unload_dependents", False)
+            await self.core.unload_model(model_name, bool(unload_dependents))
+        return HttpResponse(200, b"", _JSON_HEADERS)
+
+
+_TRACE_OFF = {
+    "trace_level": ["OFF"],
+    "trace_rate": "1000",
+    "trace_count": "-1",
+    "log_frequency": "0",
+    "trace_file": "",
+    "trace_mode": "triton",
+}
+
+
+def _allow(method: str, allowed: str) -> None:
+    if method != allowed:
+        raise HttpError(405, "Method Not Allowed")
+
+
+def _parse_json_object(body: bytes) -> dict[str, Any]:
+    if not body.strip():
+        return {}
+    try:
+        value = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidArgument(f"failed to parse the request JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise InvalidArgument("the request body must be a JSON object")
+    return value
+
+
+def _json(value: Any) -> HttpResponse:
+    return HttpResponse(200, orjson.dumps(value), _JSON_HEADERS)
+
+
+def _error(status: int, message: str) -> HttpResponse:
+    return HttpResponse(status, orjson.dumps({"error": message}), _JSON_HEADERS)
+
+
+def _compress(
+    payload: bytes, headers: list[tuple[bytes, bytes]], accept_encoding: str
+) -> tuple[bytes, list[tuple[bytes, bytes]]]:
+    if not accept_encoding:
+        return payload, headers
+    accepted = {part.split(";")[0].strip().lower() for part in accept_encoding.split(",")}
+    if "gzip" in accepted:
+        return gzip.compress(payload, compresslevel=1), [*headers, (b"content-encoding", b"gzip")]
+    if "deflate" in accepted:
+        return zlib.compress(payload, 1), [*headers, (b"content-encoding", b"deflate")]
+    return payload, headers

@@ -1,0 +1,31 @@
+"""Shared fixtures: a model repository with good and broken models, and one running server."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support import ServerProcess, write_autocomplete, write_broken, write_identity, write_simple
+
+
+@pytest.fixture(scope="session")
+def model_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A repository with the add/sub model, every-dtype identity, an auto-completed model and broken ones."""
+    repo = tmp_path_factory.mktemp("repo")
+    write_simple(repo)
+    write_identity(repo)
+    write_autocomplete(repo)
+    write_broken(repo)
+    return repo
+
+
+@pytest.fixture(scope="session")
+def server(model_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """One server for the read-mostly protocol tests (broken models present, so --exit-on-error=false)."""
+    proc = ServerProcess([model_repo], ["--exit-on-error=false", "--strict-readiness=false"])
+    proc.start(tmp_path_factory.mktemp("logs"))
+    yield proc
+    assert proc.alive(), f"the server died during the tests:\n{proc.log()}"
+    proc.stop()

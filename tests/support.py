@@ -1,0 +1,217 @@
+"""Test support: ONNX models built on the fly, and ``trt serve`` running as a real process."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Every dtype the identity model carries, as (wire name, ONNX type, config type).
+DTYPES = [
+    ("BOOL", TensorProto.BOOL, "TYPE_BOOL"),
+    ("UINT8", TensorProto.UINT8, "TYPE_UINT8"),
+    ("UINT16", TensorProto.UINT16, "TYPE_UINT16"),
+    ("UINT32", TensorProto.UINT32, "TYPE_UINT32"),
+    ("UINT64", TensorProto.UINT64, "TYPE_UINT64"),
+    ("INT8", TensorProto.INT8, "TYPE_INT8"),
+    ("INT16", TensorProto.INT16, "TYPE_INT16"),
+    ("INT32", TensorProto.INT32, "TYPE_INT32"),
+    ("INT64", TensorProto.INT64, "TYPE_INT64"),
+    ("FP16", TensorProto.FLOAT16, "TYPE_FP16"),
+    ("FP32", TensorProto.FLOAT, "TYPE_FP32"),
+    ("FP64", TensorProto.DOUBLE, "TYPE_FP64"),
+    ("BYTES", TensorProto.STRING, "TYPE_STRING"),
+]
+
+
+def _save(model: object, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, str(path))
+
+
+def add_sub_model(elem_type: int = TensorProto.INT32, width: int = 16) -> object:
+    """OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1, batch dimension dynamic."""
+    shape = ["batch", width]
+    graph = helper.make_graph(
+        [
+            helper.make_node("Add", ["INPUT0", "INPUT1"], ["OUTPUT0"]),
+            helper.make_node("Sub", ["INPUT0", "INPUT1"], ["OUTPUT1"]),
+        ],
+        "add_sub",
+        [helper.make_tensor_value_info(n, elem_type, shape) for n in ("INPUT0", "INPUT1")],
+        [helper.make_tensor_value_info(n, elem_type, shape) for n in ("OUTPUT0", "OUTPUT1")],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def identity_model() -> object:
+    """One Identity per dtype: IN_<DT> -> OUT_<DT>, shape [batch, n]."""
+    nodes = [helper.make_node("Identity", [f"IN_{n}"], [f"OUT_{n}"]) for n, _, _ in DTYPES]
+    graph = helper.make_graph(
+        nodes,
+        "identity_all",
+        [helper.make_tensor_value_info(f"IN_{n}", t, ["batch", "n"]) for n, t, _ in DTYPES],
+        [helper.make_tensor_value_info(f"OUT_{n}", t, ["batch", "n"]) for n, t, _ in DTYPES],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+SIMPLE_CONFIG = """
+name: "simple"
+platform: "onnxruntime_onnx"
+max_batch_size: 8
+input [
+  { name: "INPUT0" data_type: TYPE_INT32 dims: [ 16 ] },
+  { name: "INPUT1" data_type: TYPE_INT32 dims: [ 16 ] }
+]
+output [
+  { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] label_filename: "labels.txt" },
+  { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 16 ] }
+]
+instance_group [ { kind: KIND_CPU count: 1 } ]
+"""
+
+
+def write_simple(
+    repo: Path, name: str = "simple", config: str | None = SIMPLE_CONFIG, versions: tuple[int, ...] = (1,)
+) -> Path:
+    model_dir = repo / name
+    for version in versions:
+        _save(add_sub_model(), model_dir / str(version) / "model.onnx")
+    if config is not None:
+        (model_dir / "config.pbtxt").write_text(config.replace('name: "simple"', f'name: "{name}"'))
+    (model_dir / "labels.txt").write_text("\n".join(f"label{i}" for i in range(16)) + "\n")
+    return model_dir
+
+
+def write_identity(repo: Path) -> Path:
+    model_dir = repo / "identity_all"
+    _save(identity_model(), model_dir / "1" / "model.onnx")
+    tensors = lambda prefix: ",\n".join(  # noqa: E731
+        f'  {{ name: "{prefix}_{n}" data_type: {c} dims: [ -1 ] }}' for n, _, c in DTYPES
+    )
+    (model_dir / "config.pbtxt").write_text(
+        f'name: "identity_all"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 8\n'
+        f"input [\n{tensors('IN')}\n]\noutput [\n{tensors('OUT')}\n]\n"
+    )
+    return model_dir
+
+
+def write_autocomplete(repo: Path) -> Path:
+    """An add/sub FP32 model with no config.pbtxt at all: everything comes from auto-complete."""
+    model_dir = repo / "autocomplete_fp32"
+    _save(add_sub_model(TensorProto.FLOAT, 4), model_dir / "1" / "model.onnx")
+    return model_dir
+
+
+def write_broken(repo: Path) -> None:
+    """Models that must fail to load, each in its own way, without stopping the others."""
+    bad_config = repo / "broken_config"
+    _save(add_sub_model(), bad_config / "1" / "model.onnx")
+    (bad_config / "config.pbtxt").write_text(
+        'name: "broken_config"\nplatform: "onnxruntime_onnx"\nmax_batch_size: oops\n'
+    )
+    no_file = repo / "missing_file"
+    (no_file / "1").mkdir(parents=True)
+    (no_file / "config.pbtxt").write_text('platform: "onnxruntime_onnx"\n')
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class ServerProcess:
+    """``trt serve`` in a subprocess on free loopback ports."""
+
+    repositories: list[Path]
+    extra_args: list[str] = field(default_factory=list)
+    http_port: int = field(default_factory=free_port)
+    grpc_port: int = field(default_factory=free_port)
+    metrics_port: int = field(default_factory=free_port)
+    process: subprocess.Popen[bytes] | None = None
+    log_path: Path | None = None
+
+    @property
+    def http_url(self) -> str:
+        return f"127.0.0.1:{self.http_port}"
+
+    @property
+    def grpc_url(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+    def command(self) -> list[str]:
+        args = [sys.executable, "-m", "cli.main", "serve"]
+        args += [f"--model-repository={repo}" for repo in self.repositories]
+        args += [
+            "--http-address=127.0.0.1",
+            f"--http-port={self.http_port}",
+            "--grpc-address=127.0.0.1",
+            f"--grpc-port={self.grpc_port}",
+            f"--metrics-port={self.metrics_port}",
+            "--exit-timeout-secs=5",
+        ]
+        return args + self.extra_args
+
+    def start(self, log_dir: Path, wait: bool = True) -> ServerProcess:
+        self.log_path = log_dir / f"server-{self.http_port}.log"
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        self.process = subprocess.Popen(
+            self.command(), cwd=ROOT, stdout=self.log_path.open("wb"), stderr=subprocess.STDOUT, env=env
+        )
+        if wait:
+            self.wait_live()
+        return self
+
+    def wait_live(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.process is not None
+            if self.process.poll() is not None:
+                raise RuntimeError(f"trt serve exited with {self.process.returncode}:\n{self.log()}")
+            try:
+                with urllib.request.urlopen(f"http://{self.http_url}/v2/health/live", timeout=1) as reply:
+                    if reply.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError(f"trt serve did not become live in {timeout}s:\n{self.log()}")
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path and self.log_path.exists() else ""
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def stop(self, timeout: float = 20) -> int:
+        if self.process is None:
+            return 0
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return self.process.returncode
+
+
+def int_inputs(batch: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    first = np.arange(16 * batch, dtype=np.int32).reshape(batch, 16)
+    second = np.ones((batch, 16), dtype=np.int32)
+    return first, second

@@ -1,0 +1,153 @@
+"""The HTTP/1.1 layer under the API: what curl, proxies and load balancers rely on."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import socket
+import subprocess
+
+import pytest
+
+from tests.support import ServerProcess
+
+INFER_BODY = json.dumps(
+    {
+        "inputs": [
+            {"name": "INPUT0", "shape": [1, 16], "datatype": "INT32", "data": list(range(16))},
+            {"name": "INPUT1", "shape": [1, 16], "datatype": "INT32", "data": [1] * 16},
+        ]
+    }
+).encode()
+
+
+def _connect(server: ServerProcess) -> socket.socket:
+    return socket.create_connection(("127.0.0.1", server.http_port), timeout=10)
+
+
+def _read_response(sock: socket.socket, buffer: bytearray) -> tuple[int, dict[str, str], bytes]:
+    while b"\r\n\r\n" not in buffer:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ConnectionError("closed before a full response")
+        buffer += chunk
+    head, _, rest = bytes(buffer).partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split()[1])
+    headers = {k.strip().lower(): v.strip() for k, v in (line.split(":", 1) for line in lines[1:])}
+    length = int(headers.get("content-length", "0"))
+    while len(rest) < length:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ConnectionError("closed mid-body")
+        rest += chunk
+    buffer[:] = rest[length:]
+    return status, headers, rest[:length]
+
+
+def _post(path: str, body: bytes, extra: str = "") -> bytes:
+    return f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n{extra}\r\n".encode() + body
+
+
+def test_pipelined_requests_are_answered_in_order_on_one_connection(server: ServerProcess) -> None:
+    with _connect(server) as sock:
+        sock.sendall(
+            b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n"
+            + _post("/v2/models/simple/infer", INFER_BODY)
+            + b"GET /v2/models/simple HTTP/1.1\r\nHost: x\r\n\r\n"
+            + _post("/v2/models/nope/infer", INFER_BODY)
+        )
+        buffer = bytearray()
+        statuses = [_read_response(sock, buffer) for _ in range(4)]
+    assert [s for s, _, _ in statuses] == [200, 200, 200, 400]
+    assert json.loads(statuses[1][2])["outputs"][0]["data"][:3] == [1, 2, 3]
+    assert json.loads(statuses[2][2])["name"] == "simple"
+    assert "unknown model" in json.loads(statuses[3][2])["error"]
+
+
+def test_connection_close_and_http_1_0_close_after_the_answer(server: ServerProcess) -> None:
+    for request in (
+        b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        b"GET /v2/health/live HTTP/1.0\r\n\r\n",
+    ):
+        with _connect(server) as sock:
+            sock.sendall(request)
+            status, headers, _ = _read_response(sock, bytearray())
+            assert status == 200
+            assert headers.get("connection") == "close"
+            assert sock.recv(10) == b""
+
+
+def test_chunked_request_body(server: ServerProcess) -> None:
+    half = len(INFER_BODY) // 2
+    chunks = [INFER_BODY[:half], INFER_BODY[half:]]
+    body = b"".join(b"%x\r\n%s\r\n" % (len(c), c) for c in chunks) + b"0\r\n\r\n"
+    with _connect(server) as sock:
+        sock.sendall(
+            b"POST /v2/models/simple/infer HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" + body
+        )
+        status, _, payload = _read_response(sock, bytearray())
+    assert status == 200
+    assert json.loads(payload)["outputs"][1]["data"][0] == -1
+
+
+def test_curl_with_expect_100_continue_and_a_large_body(server: ServerProcess, tmp_path: object) -> None:
+    body = json.dumps(
+        {
+            "inputs": [
+                {"name": "INPUT0", "shape": [8, 16], "datatype": "INT32", "data": [300] * 128},
+                {"name": "INPUT1", "shape": [8, 16], "datatype": "INT32", "data": [100] * 128},
+            ]
+        }
+    )
+    assert len(body) > 1024  # curl asks "Expect: 100-continue" above this size
+    result = subprocess.run(
+        ["curl", "-s", "-H", "Expect: 100-continue", "--data-binary", body,
+         f"http://{server.http_url}/v2/models/simple/infer"],
+        capture_output=True, text=True, timeout=20,
+    )  # fmt: skip
+    assert json.loads(result.stdout)["outputs"][0]["data"][0] == 400
+
+
+def test_malformed_http_gets_400_and_the_server_carries_on(server: ServerProcess) -> None:
+    with _connect(server) as sock:
+        sock.sendall(b"THIS IS NOT HTTP\r\n\r\n")
+        status, _, _ = _read_response(sock, bytearray())
+    assert status == 400
+    with _connect(server) as sock:
+        sock.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert _read_response(sock, bytearray())[0] == 200
+
+
+def test_oversized_and_bad_gzip_bodies_are_refused(tmp_path: object, model_repo: object) -> None:
+    proc = ServerProcess([model_repo], ["--exit-on-error=false", "--http-max-input-size=2048"])  # type: ignore[list-item]
+    proc.start(tmp_path)  # type: ignore[arg-type]
+    try:
+        with _connect(proc) as sock:
+            sock.sendall(_post("/v2/models/simple/infer", b"x" * 5000))
+            status, _, payload = _read_response(sock, bytearray())
+            assert status == 413 and "2048-byte limit" in json.loads(payload)["error"]
+            bomb = gzip.compress(b"[" * 100_000)
+            sock.sendall(_post("/v2/models/simple/infer", bomb, "Content-Encoding: gzip\r\n"))
+            status, _, payload = _read_response(sock, bytearray())
+            assert status == 400 and "decompressed body exceeds" in json.loads(payload)["error"]
+            sock.sendall(_post("/v2/models/simple/infer", INFER_BODY, "Content-Encoding: br\r\n"))
+            assert _read_response(sock, bytearray())[0] == 415
+    finally:
+        proc.stop()
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "status"),
+    [
+        ("GET", "/v2/models/simple/infer", 405),
+        ("DELETE", "/v2/health/live", 405),
+        ("GET", "/v1/nothing", 404),
+    ],
+)
+def test_unknown_routes_and_wrong_methods(server: ServerProcess, method: str, path: str, status: int) -> None:
+    with _connect(server) as sock:
+        sock.sendall(f"{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n".encode())
+        got, _, payload = _read_response(sock, bytearray())
+    assert got == status
+    assert "error" in json.loads(payload)

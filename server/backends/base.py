@@ -8,13 +8,23 @@ back. Adding a backend means adding a module here and one line in ``server.backe
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import numpy as np
 
 from protos import model_config_pb2
+
+if TYPE_CHECKING:
+    from server.core.errors import ServerError
+    from server.core.types import InferenceRequest, InferenceResponse
+
+
+class ServerServices(Protocol):
+    """What the server offers to backends that call back into it (BLS from Python models)."""
+
+    async def infer(self, request: InferenceRequest) -> InferenceResponse: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +35,7 @@ class InstanceSpec:
     kind: str  # "KIND_CPU" or "KIND_GPU"
     device_id: int  # GPU ordinal for KIND_GPU, 0 otherwise
     cpu_threads: int  # intra-op threads this instance may use without oversubscribing the cores
+    services: ServerServices | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +61,37 @@ class ModelInstance(Protocol):
     def close(self) -> None: ...
 
 
+@dataclass(slots=True)
+class BackendRequest:
+    """One request as a request-level backend (Python models) sees it: whole, with its metadata."""
+
+    id: str
+    inputs: dict[str, np.ndarray]
+    requested_outputs: tuple[str, ...]
+    parameters: dict[str, Any]
+    correlation_id: int | str = 0
+    flags: int = 0
+
+
+@dataclass(slots=True)
+class BackendResponse:
+    outputs: dict[str, np.ndarray]
+    parameters: dict[str, Any] = field(default_factory=dict)
+    error: ServerError | None = None
+
+
+class RequestLevelInstance(Protocol):
+    """An instance that takes whole requests (a list of them per execution) and answers each one,
+    possibly with an error for some and outputs for others. ``execute_requests`` runs on the event
+    loop and must not block it."""
+
+    async def execute_requests(self, requests: list[BackendRequest]) -> list[BackendResponse]: ...
+
+    async def aclose(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
 class Backend(Protocol):
     name: ClassVar[str]  # Triton's backend name, e.g. "onnxruntime"
     platform: ClassVar[str]  # Triton's platform name for this backend, "" if it has none
@@ -67,4 +109,4 @@ class Backend(Protocol):
 
     def create_instance(
         self, config: model_config_pb2.ModelConfig, files: ModelFiles, spec: InstanceSpec
-    ) -> ModelInstance: ...
+    ) -> ModelInstance | RequestLevelInstance: ...

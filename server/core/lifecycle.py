@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from protos import model_config_pb2
+from server.backends.base import ServerServices
 from server.core.errors import (
     InvalidArgument,
     ModelLoadError,
@@ -62,6 +63,8 @@ class ModelManager:
         self._load_slots = asyncio.Semaphore(max(1, options.model_load_thread_count))
         self._poller: asyncio.Task[None] | None = None
         self._retiring: set[asyncio.Task[None]] = set()  # the loop keeps only weak references
+        # Set by InferenceServer: what backends call back into (BLS from Python models).
+        self.services: ServerServices | None = None
 
     # -- lookups (hot path) -------------------------------------------------------------------
 
@@ -175,7 +178,9 @@ class ModelManager:
             entry.fingerprint = fingerprint(model_dir)
             try:
                 async with self._load_slots:
-                    result = await asyncio.to_thread(load_model, name, model_dir, self.options, override)
+                    result = await asyncio.to_thread(
+                        load_model, name, model_dir, self.options, override, self.services
+                    )
             except ServerError as exc:
                 self._record_failure(entry, was_serving, exc.message)
                 raise ModelLoadError(f"failed to load '{name}': {exc.message}") from None

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from protos import model_config_pb2
-from server.backends.base import InstanceSpec, ModelFiles, ModelInstance
+from server.backends.base import InstanceSpec, ModelFiles, ModelInstance, RequestLevelInstance, ServerServices
 from server.backends.registry import ENSEMBLE_PLATFORM, get_backend, resolve_entry
 from server.core import devices
 from server.core.datatypes import WIRE_DATATYPES, config_to_wire
@@ -33,7 +33,7 @@ KIND_AUTO = model_config_pb2.ModelInstanceGroup.KIND_AUTO
 @dataclass
 class LoadedVersion:
     files: ModelFiles
-    instances: list[ModelInstance]
+    instances: list[ModelInstance | RequestLevelInstance]
 
 
 @dataclass
@@ -156,7 +156,7 @@ def read_labels(config: Config, model_dir: Path) -> dict[str, tuple[str, ...]]:
     return labels
 
 
-def instance_specs(config: Config) -> list[InstanceSpec]:
+def instance_specs(config: Config, services: ServerServices | None = None) -> list[InstanceSpec]:
     groups = [(g, g.gpus if g.kind == KIND_GPU else [0]) for g in config.instance_group]
     total = sum(g.count * len(device_ids) for g, device_ids in groups)
     # Share the cores between instances so that N instances do not run N x cores threads.
@@ -166,22 +166,26 @@ def instance_specs(config: Config) -> list[InstanceSpec]:
         kind = model_config_pb2.ModelInstanceGroup.Kind.Name(group.kind)
         for device_id in device_ids:
             for index in range(group.count):
-                specs.append(InstanceSpec(f"{group.name}_{index}", kind, int(device_id), threads))
+                specs.append(InstanceSpec(f"{group.name}_{index}", kind, int(device_id), threads, services))
     return specs
 
 
 def load_model(
-    name: str, model_dir: Path, options: CoreOptions, override: Config | None = None
+    name: str,
+    model_dir: Path,
+    options: CoreOptions,
+    override: Config | None = None,
+    services: ServerServices | None = None,
 ) -> LoadResult:
     """Load every selected version; raise only when nothing about the model can be loaded."""
     config, versions, available = complete_config(name, model_dir, options, override)
     entry = resolve_entry(config, [available[v] for v in versions])
     backend = get_backend(entry)
     result = LoadResult(config, read_labels(config, model_dir))
-    specs = instance_specs(config)
+    specs = instance_specs(config, services)
     for version in versions:
         files = ModelFiles(name, version, model_dir, available[version])
-        instances: list[ModelInstance] = []
+        instances: list[ModelInstance | RequestLevelInstance] = []
         try:
             backend.validate(config, files)
             for spec in specs:
@@ -200,7 +204,7 @@ def load_model(
     return result
 
 
-def _close_all(instances: list[ModelInstance]) -> None:
+def _close_all(instances: list[ModelInstance | RequestLevelInstance]) -> None:
     for instance in instances:
         try:
             instance.close()

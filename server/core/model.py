@@ -5,22 +5,38 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from protos import model_config_pb2
-from server.backends.base import ModelFiles, ModelInstance
+from server.backends.base import (
+    BackendRequest,
+    BackendResponse,
+    ModelFiles,
+    ModelInstance,
+    RequestLevelInstance,
+)
 from server.core.classification import classify
 from server.core.datatypes import numpy_to_wire, wire_to_numpy
 from server.core.errors import InvalidInput, ModelNotReady, ServerError
 from server.core.statistics import ModelStatistics
 from server.core.tensors import ModelSignature, TensorSpec
-from server.core.types import InferenceRequest, InferenceResponse, OutputTensor
+from server.core.types import RESERVED_PARAMETERS, InferenceRequest, InferenceResponse, OutputTensor
 
 logger = logging.getLogger("trt.model")
+
+
+@dataclass(slots=True)
+class _Waiting:
+    request: BackendRequest
+    batch_size: int
+    future: asyncio.Future[tuple[BackendResponse, ExecutionTimes]]
+    queued_ns: int
 
 
 @dataclass(slots=True)
@@ -56,12 +72,23 @@ class DirectScheduler:
     so a model that becomes slow (bigger inputs) moves back to the threads.
     """
 
-    def __init__(self, name: str, instances: Sequence[ModelInstance], stats: ModelStatistics) -> None:
+    def __init__(
+        self,
+        name: str,
+        instances: Sequence[ModelInstance | RequestLevelInstance],
+        stats: ModelStatistics,
+        max_batch_size: int = 0,
+        gather_requests: bool = False,
+    ) -> None:
         self._executor = ThreadPoolExecutor(max_workers=len(instances), thread_name_prefix=f"trt-{name}")
-        self._idle: asyncio.Queue[ModelInstance] = asyncio.Queue()
+        self._idle: asyncio.Queue[Any] = asyncio.Queue()
         for instance in instances:
             self._idle.put_nowait(instance)
         self._stats = stats
+        self._waiting: deque[_Waiting] = deque()
+        self._running: set[asyncio.Task[None]] = set()
+        self._gather = gather_requests
+        self._max_batch = max(max_batch_size, 1)
         self._executions = 0
         self._average_ns = float(INLINE_BUDGET_NS * 10)
 
@@ -96,6 +123,53 @@ class DirectScheduler:
         times = ExecutionTimes(started - queued, 0, time.perf_counter_ns() - started, 0)
         return outputs, times
 
+    async def submit_request(
+        self, request: BackendRequest, batch_size: int
+    ) -> tuple[BackendResponse, ExecutionTimes]:
+        """For request-level instances (Python models): queue a whole request, get its response and
+        its queue time. Requests waiting when an instance frees up go to it together, up to
+        ``max_batch_size`` (the list a Python model's ``execute`` receives), when the model batches."""
+        future: asyncio.Future[tuple[BackendResponse, ExecutionTimes]] = (
+            asyncio.get_running_loop().create_future()
+        )
+        self._waiting.append(_Waiting(request, max(batch_size, 1), future, time.perf_counter_ns()))
+        self._stats.pending += 1
+        self._dispatch()
+        return await future
+
+    def _dispatch(self) -> None:
+        while self._waiting and not self._idle.empty():
+            instance = self._idle.get_nowait()
+            batch = [self._waiting.popleft()]
+            total = batch[0].batch_size
+            while self._gather and self._waiting and total + self._waiting[0].batch_size <= self._max_batch:
+                item = self._waiting.popleft()
+                batch.append(item)
+                total += item.batch_size
+            self._stats.pending -= len(batch)
+            task = asyncio.ensure_future(self._run_batch(instance, batch, total))
+            self._running.add(task)
+            task.add_done_callback(self._running.discard)
+
+    async def _run_batch(self, instance: Any, batch: list[_Waiting], total: int) -> None:
+        started = time.perf_counter_ns()
+        try:
+            responses = await instance.execute_requests([item.request for item in batch])
+        except BaseException as exc:
+            for item in batch:
+                if not item.future.done():
+                    item.future.set_exception(exc if isinstance(exc, Exception) else ServerError("cancelled"))
+            raise
+        finally:
+            # The instance is busy until its execution ends, whoever stopped waiting for it.
+            self._idle.put_nowait(instance)
+            self._dispatch()
+        elapsed = time.perf_counter_ns() - started
+        self._stats.record_execution(total, 0, elapsed, 0)
+        for item, response in zip(batch, responses, strict=True):
+            if not item.future.done():
+                item.future.set_result((response, ExecutionTimes(started - item.queued_ns, 0, elapsed, 0)))
+
     def shutdown(self) -> None:
         self._executor.shutdown(wait=True)
 
@@ -107,7 +181,7 @@ class ModelVersion:
         self,
         config: model_config_pb2.ModelConfig,
         files: ModelFiles,
-        instances: Sequence[ModelInstance],
+        instances: Sequence[ModelInstance | RequestLevelInstance],
         labels: dict[str, tuple[str, ...]],
     ) -> None:
         self.name = files.model_name
@@ -118,7 +192,14 @@ class ModelVersion:
         self.signature = ModelSignature.build(self.name, config, labels)
         self.stats = ModelStatistics(self.name, self.version_str)
         self._instances = list(instances)
-        self._scheduler = DirectScheduler(f"{self.name}-{self.version}", self._instances, self.stats)
+        self._request_level = bool(instances) and hasattr(instances[0], "execute_requests")
+        self._scheduler = DirectScheduler(
+            f"{self.name}-{self.version}",
+            self._instances,
+            self.stats,
+            config.max_batch_size,
+            gather_requests=config.HasField("dynamic_batching") and config.max_batch_size > 0,
+        )
         self._in_flight = 0
         self._drained: asyncio.Event | None = None
         self._closing = False
@@ -155,15 +236,29 @@ class ModelVersion:
         output_names = signature.check_outputs(request.outputs)
         feeds = {t.name: self._to_model_shape(t.data, signature.inputs[t.name]) for t in request.inputs}
         input_done = time.perf_counter_ns()
-        results, times = await self._scheduler.execute(feeds, output_names, batch_size)
+        parameters: dict[str, Any] = {}
+        if self._request_level:
+            answer, times = await self._scheduler.submit_request(
+                _backend_request(request, feeds, output_names), batch_size
+            )
+            if answer.error is not None:
+                raise answer.error
+            results = answer.outputs
+            parameters = answer.parameters
+            missing = [name for name in output_names if name not in results]
+            if missing:
+                raise ServerError(f"model '{self.name}' did not produce output(s) {', '.join(missing)}")
+        else:
+            results, times = await self._scheduler.execute(feeds, output_names, batch_size)
         output_started = time.perf_counter_ns()
         outputs = self._build_outputs(request, results, output_names)
         done = time.perf_counter_ns()
         input_ns = input_done - received
         output_ns = done - output_started
-        self.stats.record_execution(max(batch_size, 1), input_ns, times.infer_ns, output_ns)
+        if not self._request_level:  # request-level executions are counted by the scheduler
+            self.stats.record_execution(max(batch_size, 1), input_ns, times.infer_ns, output_ns)
         self.stats.record_success(done - received, times.queue_ns, input_ns, times.infer_ns, output_ns)
-        return InferenceResponse(self.name, self.version_str, request.id, outputs)
+        return InferenceResponse(self.name, self.version_str, request.id, outputs, parameters)
 
     def _to_model_shape(self, data: np.ndarray, spec: TensorSpec) -> np.ndarray:
         if spec.reshape is None:
@@ -200,6 +295,24 @@ class ModelVersion:
         await asyncio.to_thread(self._scheduler.shutdown)
         for instance in self._instances:
             try:
-                instance.close()
+                if hasattr(instance, "aclose"):
+                    await instance.aclose()
+                else:
+                    instance.close()
             except Exception:
                 logger.exception("closing an instance of '%s' failed", self.name)
+
+
+def _backend_request(
+    request: InferenceRequest, feeds: dict[str, np.ndarray], output_names: Sequence[str]
+) -> BackendRequest:
+    parameters = request.parameters
+    flags = 0
+    if parameters.get("sequence_start"):
+        flags |= 1
+    if parameters.get("sequence_end"):
+        flags |= 2
+    custom = {k: v for k, v in parameters.items() if k not in RESERVED_PARAMETERS}
+    return BackendRequest(
+        request.id, feeds, tuple(output_names), custom, parameters.get("sequence_id", 0) or 0, flags
+    )

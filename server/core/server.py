@@ -50,6 +50,7 @@ class InferenceServer:
     def __init__(self, options: CoreOptions) -> None:
         self.options = options
         self.models = ModelManager(options)
+        self.models.services = self
         # Shared by both transports, so a change over HTTP shows over gRPC and the other way round.
         self.log_settings = LogSettings()
         self._live = False

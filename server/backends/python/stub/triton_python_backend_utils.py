@@ -1,0 +1,443 @@
+"""``import triton_python_backend_utils as pb_utils``: the API a Triton ``model.py`` is written against.
+
+Same names and behaviour as Triton's Python backend, so a user's model runs unchanged. The process
+that hosts the model (``trt_python_stub``) installs a runtime here that carries BLS calls, response
+senders and log lines back to the server.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+# -- constants ------------------------------------------------------------------------------------
+
+TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1
+TRITONSERVER_REQUEST_FLAG_SEQUENCE_END = 2
+TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
+TRITONSERVER_REQUEST_RELEASE_ALL = 1
+TRITONSERVER_REQUEST_RELEASE_RESCHEDULE = 2
+TRITONSERVER_MEMORY_CPU = 0
+TRITONSERVER_MEMORY_GPU = 2
+
+TRITON_STRING_TO_NUMPY = {
+    "TYPE_BOOL": bool, "TYPE_UINT8": np.uint8, "TYPE_UINT16": np.uint16, "TYPE_UINT32": np.uint32,
+    "TYPE_UINT64": np.uint64, "TYPE_INT8": np.int8, "TYPE_INT16": np.int16, "TYPE_INT32": np.int32,
+    "TYPE_INT64": np.int64, "TYPE_FP16": np.float16, "TYPE_FP32": np.float32, "TYPE_FP64": np.float64,
+    "TYPE_STRING": np.object_,
+}  # fmt: skip
+_TRITON_TYPE_CODES = {
+    1: "TYPE_BOOL", 2: "TYPE_UINT8", 3: "TYPE_UINT16", 4: "TYPE_UINT32", 5: "TYPE_UINT64", 6: "TYPE_INT8",
+    7: "TYPE_INT16", 8: "TYPE_INT32", 9: "TYPE_INT64", 10: "TYPE_FP16", 11: "TYPE_FP32", 12: "TYPE_FP64",
+    13: "TYPE_STRING",
+}  # fmt: skip
+
+_runtime: Any = None  # installed by the model process
+
+
+def _install_runtime(runtime: Any) -> None:
+    global _runtime
+    _runtime = runtime
+
+
+# -- errors ---------------------------------------------------------------------------------------
+
+
+class TritonError(Exception):
+    UNKNOWN = 0
+    INTERNAL = 1
+    NOT_FOUND = 2
+    INVALID_ARG = 3
+    UNAVAILABLE = 4
+    UNSUPPORTED = 5
+    ALREADY_EXISTS = 6
+    CANCELLED = 7
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self._message = message
+        self._code = code
+
+    def message(self) -> str:
+        return self._message
+
+    def code(self) -> int:
+        return self._code
+
+
+class TritonModelException(Exception):
+    pass
+
+
+# -- tensors --------------------------------------------------------------------------------------
+
+
+class Tensor:
+    def __init__(self, name: str, data: Any) -> None:
+        if not isinstance(data, np.ndarray):
+            raise TritonModelException(
+                f"Tensor '{name}': data must be a numpy array, got {type(data).__name__}"
+            )
+        if data.dtype.kind in ("U", "S"):
+            data = data.astype(np.object_)
+        self._name = name
+        self._data = data
+
+    def name(self) -> str:
+        return self._name
+
+    def as_numpy(self) -> np.ndarray:
+        return self._data
+
+    def shape(self) -> list[int]:
+        return list(self._data.shape)
+
+    def triton_dtype(self) -> int:
+        return numpy_to_triton_type(self._data.dtype)
+
+    def is_cpu(self) -> bool:
+        return True
+
+    def to_dlpack(self) -> Any:
+        return _torch().utils.dlpack.to_dlpack(_torch().from_numpy(self._writable()))
+
+    def __dlpack__(self, stream: Any = None) -> Any:
+        return self._writable().__dlpack__()
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (1, 0)  # kDLCPU
+
+    @staticmethod
+    def from_dlpack(name: str, capsule: Any) -> Tensor:
+        torch = _torch()
+        tensor = torch.utils.dlpack.from_dlpack(capsule)
+        return Tensor(name, tensor.cpu().numpy())
+
+    def _writable(self) -> np.ndarray:
+        return self._data if self._data.flags.writeable else self._data.copy()
+
+    def __repr__(self) -> str:
+        return f"Tensor(name={self._name!r}, shape={self.shape()}, dtype={self._data.dtype})"
+
+
+def _torch() -> Any:
+    try:
+        import torch
+    except ImportError:
+        raise TritonModelException("DLPack conversion needs torch in the model's environment") from None
+    return torch
+
+
+# -- requests and responses -----------------------------------------------------------------------
+
+
+class PreferredMemory:
+    def __init__(
+        self, preferred_memory_type: int = TRITONSERVER_MEMORY_CPU, preferred_device_id: int = 0
+    ) -> None:
+        self.preferred_memory_type = preferred_memory_type
+        self.preferred_device_id = preferred_device_id
+
+
+class InferenceResponse:
+    def __init__(
+        self,
+        output_tensors: list[Tensor] | None = None,
+        error: TritonError | str | None = None,
+        parameters: dict[str, Any] | str | None = None,
+    ) -> None:
+        self._output_tensors = list(output_tensors or [])
+        if isinstance(error, str):
+            error = TritonError(error)
+        self._error = error
+        self._parameters: dict[str, Any] = (
+            json.loads(parameters) if isinstance(parameters, str) else dict(parameters or {})
+        )
+
+    def output_tensors(self) -> list[Tensor]:
+        return self._output_tensors
+
+    def has_error(self) -> bool:
+        return self._error is not None
+
+    def error(self) -> TritonError | None:
+        return self._error
+
+    def parameters(self) -> str:
+        return json.dumps(self._parameters)
+
+
+class InferenceResponseSender:
+    """Sends responses for one request; ``flags=TRITONSERVER_RESPONSE_COMPLETE_FINAL`` closes it."""
+
+    def __init__(self, execution: Any, index: int) -> None:
+        self._execution = execution
+        self._index = index
+        self._closed = False
+
+    def send(self, response: InferenceResponse | None = None, flags: int = 0) -> None:
+        if self._closed:
+            raise TritonModelException("the response sender is already closed (a final flag was sent)")
+        final = bool(flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        if response is None and not final:
+            raise TritonModelException("send() needs a response unless it carries the final flag")
+        self._closed = final
+        _runtime.send_response(self._execution, self._index, response, final)
+
+    def is_cancelled(self) -> bool:
+        return False
+
+
+class ResponseIterator:
+    def __init__(self, responses: list[InferenceResponse]) -> None:
+        self._responses = iter(responses)
+
+    def __iter__(self) -> Iterator[InferenceResponse]:
+        return self
+
+    def __next__(self) -> InferenceResponse:
+        return next(self._responses)
+
+    def cancel(self) -> None:
+        pass
+
+
+class InferenceRequest:
+    def __init__(
+        self,
+        model_name: str = "",
+        requested_output_names: list[str] | None = None,
+        inputs: list[Tensor] | None = None,
+        request_id: str = "",
+        correlation_id: int | str = 0,
+        model_version: int = -1,
+        flags: int = 0,
+        timeout: int = 0,
+        preferred_memory: PreferredMemory | None = None,
+        trace: Any = None,
+        parameters: dict[str, Any] | str | None = None,
+    ) -> None:
+        self.model_name = model_name
+        self._requested_output_names = list(requested_output_names or [])
+        self._inputs = list(inputs or [])
+        self._request_id = request_id
+        self._correlation_id = correlation_id
+        self._model_version = model_version
+        self._flags = flags
+        self._timeout = timeout
+        self._parameters: dict[str, Any] = (
+            json.loads(parameters) if isinstance(parameters, str) else dict(parameters or {})
+        )
+        self._sender: InferenceResponseSender | None = None
+
+    def inputs(self) -> list[Tensor]:
+        return self._inputs
+
+    def request_id(self) -> str:
+        return self._request_id
+
+    def correlation_id(self) -> int | str:
+        return self._correlation_id
+
+    def flags(self) -> int:
+        return self._flags
+
+    def set_flags(self, flags: int) -> None:
+        self._flags = flags
+
+    def timeout(self) -> int:
+        return self._timeout
+
+    def parameters(self) -> str:
+        return json.dumps(self._parameters)
+
+    def requested_output_names(self) -> list[str]:
+        return self._requested_output_names
+
+    def get_response_sender(self) -> InferenceResponseSender:
+        if self._sender is None:
+            raise TritonModelException("this request has no response sender (it was not sent to execute)")
+        return self._sender
+
+    def is_cancelled(self) -> bool:
+        return False
+
+    def set_release_flags(self, flags: int) -> None:
+        if flags & TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
+            raise TritonModelException("request rescheduling is not supported by this server")
+
+    def exec(self, decoupled: bool = False) -> Any:
+        """Business logic scripting: run this request on another model of the server, synchronously."""
+        responses = _runtime.bls(self, decoupled)
+        return ResponseIterator(responses) if decoupled else responses[0]
+
+    async def async_exec(self, decoupled: bool = False) -> Any:
+        import asyncio
+
+        responses = await asyncio.get_running_loop().run_in_executor(None, _runtime.bls, self, decoupled)
+        return ResponseIterator(responses) if decoupled else responses[0]
+
+
+# -- helpers --------------------------------------------------------------------------------------
+
+
+def get_input_tensor_by_name(request: InferenceRequest, name: str) -> Tensor | None:
+    for tensor in request.inputs():
+        if tensor.name() == name:
+            return tensor
+    return None
+
+
+def get_output_tensor_by_name(response: InferenceResponse, name: str) -> Tensor | None:
+    for tensor in response.output_tensors():
+        if tensor.name() == name:
+            return tensor
+    return None
+
+
+def get_input_config_by_name(model_config: dict[str, Any], name: str) -> dict[str, Any] | None:
+    for config in model_config.get("input", []):
+        if config.get("name") == name:
+            return config
+    return None
+
+
+def get_output_config_by_name(model_config: dict[str, Any], name: str) -> dict[str, Any] | None:
+    for config in model_config.get("output", []):
+        if config.get("name") == name:
+            return config
+    return None
+
+
+def using_decoupled_model_transaction_policy(model_config: dict[str, Any]) -> bool:
+    return bool(model_config.get("model_transaction_policy", {}).get("decoupled", False))
+
+
+def triton_string_to_numpy(triton_type_string: str) -> Any:
+    return TRITON_STRING_TO_NUMPY[triton_type_string]
+
+
+def triton_to_numpy_type(data_type: int) -> Any:
+    return TRITON_STRING_TO_NUMPY[_TRITON_TYPE_CODES[data_type]]
+
+
+def numpy_to_triton_type(data_type: Any) -> int:
+    dtype = np.dtype(data_type)
+    if dtype.kind in ("O", "S", "U"):
+        return 13
+    for code, name in _TRITON_TYPE_CODES.items():
+        if name != "TYPE_STRING" and np.dtype(TRITON_STRING_TO_NUMPY[name]) == dtype:
+            return code
+    raise TritonModelException(f"no Triton type for numpy dtype {dtype}")
+
+
+def numpy_to_triton_string(data_type: Any) -> str:
+    return _TRITON_TYPE_CODES[numpy_to_triton_type(data_type)]
+
+
+def serialize_byte_tensor(input_tensor: np.ndarray) -> np.ndarray:
+    """Length-prefixed bytes of a BYTES tensor, as a uint8 array (Triton's layout)."""
+    if input_tensor.size == 0:
+        return np.empty([0], dtype=np.uint8)
+    parts = []
+    for item in input_tensor.reshape(-1):
+        data = item.encode("utf-8") if isinstance(item, str) else bytes(item)
+        parts.append(struct.pack("<I", len(data)) + data)
+    return np.frombuffer(b"".join(parts), dtype=np.uint8)
+
+
+def deserialize_bytes_tensor(encoded_tensor: bytes) -> np.ndarray:
+    items = []
+    offset = 0
+    view = memoryview(encoded_tensor)
+    while offset < len(view):
+        (length,) = struct.unpack_from("<I", view, offset)
+        offset += 4
+        items.append(bytes(view[offset : offset + length]))
+        offset += length
+    return np.array(items, dtype=np.object_)
+
+
+class Logger:
+    """Log lines go to the server's log, tagged with the model."""
+
+    @staticmethod
+    def log(message: str, level: int = 0) -> None:
+        _runtime.log(
+            ("INFO", "WARNING", "ERROR", "VERBOSE")[level] if 0 <= level < 4 else "INFO", str(message)
+        )
+
+    @staticmethod
+    def log_info(message: str) -> None:
+        _runtime.log("INFO", str(message))
+
+    @staticmethod
+    def log_warn(message: str) -> None:
+        _runtime.log("WARNING", str(message))
+
+    @staticmethod
+    def log_error(message: str) -> None:
+        _runtime.log("ERROR", str(message))
+
+    @staticmethod
+    def log_verbose(message: str) -> None:
+        _runtime.log("VERBOSE", str(message))
+
+    INFO, WARNING, ERROR, VERBOSE = 0, 1, 2, 3
+
+
+# -- auto-complete --------------------------------------------------------------------------------
+
+
+class ModelConfig:
+    """What ``TritonPythonModel.auto_complete_config`` receives and returns."""
+
+    def __init__(self, model_config: dict[str, Any]) -> None:
+        self._config = model_config
+
+    def as_dict(self) -> dict[str, Any]:
+        return self._config
+
+    def set_max_batch_size(self, max_batch_size: int) -> None:
+        current = int(self._config.get("max_batch_size", 0) or 0)
+        if current > max_batch_size:
+            raise ValueError(
+                f"configuration specified max_batch_size {current} is larger than "
+                f"the requested {max_batch_size}"
+            )
+        self._config["max_batch_size"] = max_batch_size
+
+    def set_dynamic_batching(self) -> None:
+        if "sequence_batching" in self._config:
+            raise ValueError("configuration specifies sequence_batching; cannot set dynamic batching")
+        self._config.setdefault("dynamic_batching", {})
+
+    def add_input(self, input: dict[str, Any]) -> None:
+        self._add("input", input)
+
+    def add_output(self, output: dict[str, Any]) -> None:
+        self._add("output", output)
+
+    def set_model_transaction_policy(self, transaction_policy: dict[str, Any]) -> None:
+        self._config["model_transaction_policy"] = dict(transaction_policy)
+
+    def _add(self, kind: str, tensor: dict[str, Any]) -> None:
+        for key in ("name", "data_type", "dims"):
+            if key not in tensor:
+                raise ValueError(f"{kind} {tensor} is missing '{key}'")
+        existing = self._config.setdefault(kind, [])
+        for item in existing:
+            if item.get("name") == tensor["name"]:
+                for key in ("data_type", "dims"):
+                    ours, theirs = item.get(key), tensor[key]
+                    if ours and (list(ours) if key == "dims" else ours) != (
+                        list(theirs) if key == "dims" else theirs
+                    ):
+                        raise ValueError(f"{kind} '{tensor['name']}': {key} {theirs} conflicts with {ours}")
+                item.update({k: v for k, v in tensor.items() if not item.get(k)})
+                return
+        existing.append(dict(tensor))

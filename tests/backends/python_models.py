@@ -1,0 +1,197 @@
+"""model.py sources used by the Python backend tests, written the way Triton users write them."""
+
+from __future__ import annotations
+
+ADD_SUB = """
+import json
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.model_config = model_config = json.loads(args["model_config"])
+        output0_config = pb_utils.get_output_config_by_name(model_config, "OUTPUT0")
+        output1_config = pb_utils.get_output_config_by_name(model_config, "OUTPUT1")
+        self.output0_dtype = pb_utils.triton_string_to_numpy(output0_config["data_type"])
+        self.output1_dtype = pb_utils.triton_string_to_numpy(output1_config["data_type"])
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            in_0 = pb_utils.get_input_tensor_by_name(request, "INPUT0")
+            in_1 = pb_utils.get_input_tensor_by_name(request, "INPUT1")
+            out_0, out_1 = (in_0.as_numpy() + in_1.as_numpy(), in_0.as_numpy() - in_1.as_numpy())
+            out_tensor_0 = pb_utils.Tensor("OUTPUT0", out_0.astype(self.output0_dtype))
+            out_tensor_1 = pb_utils.Tensor("OUTPUT1", out_1.astype(self.output1_dtype))
+            responses.append(pb_utils.InferenceResponse(output_tensors=[out_tensor_0, out_tensor_1]))
+        return responses
+
+    def finalize(self):
+        print("Cleaning up...")
+"""
+
+ADD_SUB_CONFIG = """
+name: "add_sub"
+backend: "python"
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "INPUT1" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 4 ] } ]
+instance_group [ { kind: KIND_CPU } ]
+"""
+
+STRINGS = """
+import json
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.name = args["model_name"]
+        pb_utils.Logger.log_info(f"{self.name} ready on {args['model_instance_kind']}")
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            text = pb_utils.get_input_tensor_by_name(request, "TEXT").as_numpy()
+            upper = np.array([item.upper() for item in text.reshape(-1)], dtype=np.object_).reshape(text.shape)
+            context = {
+                "parameters": json.loads(request.parameters()),
+                "correlation_id": request.correlation_id(),
+                "request_id": request.request_id(),
+                "requested": request.requested_output_names(),
+            }
+            info = np.array([json.dumps(context).encode()], dtype=np.object_)
+            responses.append(
+                pb_utils.InferenceResponse([pb_utils.Tensor("UPPER", upper), pb_utils.Tensor("INFO", info)])
+            )
+        return responses
+"""
+
+STRINGS_CONFIG = """
+backend: "python"
+input [ { name: "TEXT" data_type: TYPE_STRING dims: [ -1 ] } ]
+output [ { name: "UPPER" data_type: TYPE_STRING dims: [ -1 ] }, { name: "INFO" data_type: TYPE_STRING dims: [ 1 ] } ]
+"""
+
+# Sleeps so that concurrent requests queue up and reach execute() together; fails the requests
+# whose VALUE is negative and answers the others; reports how many requests shared the execution.
+BATCH_ERRORS = """
+import os
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        time.sleep(0.3)
+        responses = []
+        for request in requests:
+            value = pb_utils.get_input_tensor_by_name(request, "VALUE").as_numpy()
+            if (value < 0).any():
+                error = pb_utils.TritonError(f"negative value {int(value.min())}", pb_utils.TritonError.INVALID_ARG)
+                responses.append(pb_utils.InferenceResponse(error=error))
+                continue
+            shared = np.full(value.shape, len(requests), dtype=np.int32)
+            pid = np.full(value.shape, os.getpid(), dtype=np.int64)
+            responses.append(
+                pb_utils.InferenceResponse(
+                    [pb_utils.Tensor("DOUBLE", value * 2), pb_utils.Tensor("SHARED", shared), pb_utils.Tensor("PID", pid)]
+                )
+            )
+        return responses
+"""
+
+BATCH_ERRORS_CONFIG = """
+backend: "python"
+max_batch_size: 8
+dynamic_batching { }
+input [ { name: "VALUE" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [
+  { name: "DOUBLE" data_type: TYPE_INT32 dims: [ 1 ] },
+  { name: "SHARED" data_type: TYPE_INT32 dims: [ 1 ] },
+  { name: "PID" data_type: TYPE_INT64 dims: [ 1 ] }
+]
+"""
+
+# Calls the ONNX model `simple` through the server (BLS), synchronously or with asyncio.
+BLS = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    async def execute(self, requests):
+        responses = []
+        for request in requests:
+            a = pb_utils.get_input_tensor_by_name(request, "A").as_numpy()
+            b = pb_utils.get_input_tensor_by_name(request, "B").as_numpy()
+            target = pb_utils.get_input_tensor_by_name(request, "TARGET").as_numpy().reshape(-1)[0].decode()
+            call = pb_utils.InferenceRequest(
+                model_name=target,
+                requested_output_names=["OUTPUT0"],
+                inputs=[pb_utils.Tensor("INPUT0", a), pb_utils.Tensor("INPUT1", b)],
+            )
+            sync_response = call.exec()
+            async_response = await call.async_exec()
+            if sync_response.has_error():
+                responses.append(pb_utils.InferenceResponse(error=sync_response.error()))
+                continue
+            total = pb_utils.get_output_tensor_by_name(sync_response, "OUTPUT0").as_numpy()
+            again = pb_utils.get_output_tensor_by_name(async_response, "OUTPUT0").as_numpy()
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("SUM", total + again)]))
+        return responses
+"""
+
+BLS_CONFIG = """
+backend: "python"
+max_batch_size: 8
+input [
+  { name: "A" data_type: TYPE_INT32 dims: [ 16 ] },
+  { name: "B" data_type: TYPE_INT32 dims: [ 16 ] },
+  { name: "TARGET" data_type: TYPE_STRING dims: [ 1 ] }
+]
+output [ { name: "SUM" data_type: TYPE_INT32 dims: [ 16 ] } ]
+"""
+
+# No inputs or outputs in its config: auto_complete_config supplies them.
+AUTO_COMPLETE = """
+import sys
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    @staticmethod
+    def auto_complete_config(auto_complete_model_config):
+        auto_complete_model_config.add_input({"name": "X", "data_type": "TYPE_FP32", "dims": [2]})
+        auto_complete_model_config.add_output({"name": "WHO", "data_type": "TYPE_STRING", "dims": [1]})
+        auto_complete_model_config.set_max_batch_size(4)
+        auto_complete_model_config.set_dynamic_batching()
+        return auto_complete_model_config
+
+    def execute(self, requests):
+        import numpy as np
+
+        responses = []
+        for request in requests:
+            batch = pb_utils.get_input_tensor_by_name(request, "X").as_numpy().shape[0]
+            who = np.array([[sys.executable.encode()]] * batch, dtype=np.object_)
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("WHO", who)]))
+        return responses
+"""
+
+AUTO_COMPLETE_CONFIG = 'backend: "python"\n'
+
+RAISES_IN_INITIALIZE = """
+class TritonPythonModel:
+    def initialize(self, args):
+        raise RuntimeError("cannot find my weights")
+
+    def execute(self, requests):
+        return []
+"""

@@ -1,0 +1,189 @@
+"""Python models written for Triton (`model.py`, `TritonPythonModel`) run unchanged in `trt serve`."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from tests.backends import python_models as models
+from tests.support import ServerProcess, int_inputs, write_simple
+
+
+def _write(repo: Path, name: str, source: str, config: str) -> None:
+    (repo / name / "1").mkdir(parents=True)
+    (repo / name / "1" / "model.py").write_text(source)
+    (repo / name / "config.pbtxt").write_text(config)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    repo = tmp_path_factory.mktemp("python_repo")
+    _write(repo, "add_sub", models.ADD_SUB, models.ADD_SUB_CONFIG)
+    _write(repo, "strings", models.STRINGS, models.STRINGS_CONFIG)
+    _write(repo, "batch_errors", models.BATCH_ERRORS, models.BATCH_ERRORS_CONFIG)
+    _write(repo, "bls", models.BLS, models.BLS_CONFIG)
+    _write(repo, "auto_complete", models.AUTO_COMPLETE, models.AUTO_COMPLETE_CONFIG)
+    _write(
+        repo,
+        "broken_init",
+        models.RAISES_IN_INITIALIZE,
+        models.AUTO_COMPLETE_CONFIG + models.ADD_SUB_CONFIG.split("\n", 3)[3],
+    )
+    write_simple(repo)
+    proc = ServerProcess([repo], ["--exit-on-error=false"]).start(tmp_path_factory.mktemp("logs"))
+    yield proc
+    assert proc.alive(), proc.log()
+    proc.stop()
+    assert "Cleaning up..." in proc.log()  # finalize() ran at shutdown
+
+
+def test_triton_add_sub_runs_unchanged_over_http_and_grpc(server: ServerProcess) -> None:
+    a = np.random.default_rng(0).random(4, dtype=np.float32)
+    b = np.random.default_rng(1).random(4, dtype=np.float32)
+    http = httpclient.InferenceServerClient(server.http_url)
+    inputs = [httpclient.InferInput("INPUT0", [4], "FP32"), httpclient.InferInput("INPUT1", [4], "FP32")]
+    inputs[0].set_data_from_numpy(a)
+    inputs[1].set_data_from_numpy(b)
+    result = http.infer("add_sub", inputs, request_id="1")
+    np.testing.assert_allclose(result.as_numpy("OUTPUT0"), a + b)
+    np.testing.assert_allclose(result.as_numpy("OUTPUT1"), a - b)
+
+    grpc = grpcclient.InferenceServerClient(server.grpc_url)
+    grpc_inputs = [grpcclient.InferInput("INPUT0", [4], "FP32"), grpcclient.InferInput("INPUT1", [4], "FP32")]
+    grpc_inputs[0].set_data_from_numpy(a)
+    grpc_inputs[1].set_data_from_numpy(b)
+    result = grpc.infer("add_sub", grpc_inputs)
+    np.testing.assert_allclose(result.as_numpy("OUTPUT1"), a - b)
+    assert http.get_model_metadata("add_sub")["platform"] == "python"
+
+
+def test_bytes_in_and_out_with_parameters_and_correlation_id(server: ServerProcess) -> None:
+    client = httpclient.InferenceServerClient(server.http_url)
+    text = np.array([b"hello", b"w\x00rld", "caf\u00e9".encode()], dtype=np.object_)
+    tensor = httpclient.InferInput("TEXT", [3], "BYTES")
+    tensor.set_data_from_numpy(text)
+    result = client.infer(
+        "strings", [tensor], request_id="r-9", sequence_id=42, parameters={"color": "blue", "n": 3}
+    )
+    assert list(result.as_numpy("UPPER")) == [b"HELLO", b"W\x00RLD", "CAF\u00e9".encode()]
+    info = json.loads(result.as_numpy("INFO")[0])
+    assert info["parameters"] == {"color": "blue", "n": 3}
+    assert info["correlation_id"] == 42
+    assert info["request_id"] == "r-9"
+    assert "strings ready on CPU" in server.log()  # pb_utils.Logger reaches the server log
+
+
+def _batch_request(url: str, value: int) -> dict[str, int] | str:
+    client = httpclient.InferenceServerClient(url)  # one per thread: the client is gevent-based
+    tensor = httpclient.InferInput("VALUE", [1, 1], "INT32")
+    tensor.set_data_from_numpy(np.array([[value]], dtype=np.int32))
+    try:
+        result = client.infer("batch_errors", [tensor])
+    except InferenceServerException as exc:
+        return str(exc)
+    return {name: int(result.as_numpy(name)[0][0]) for name in ("DOUBLE", "SHARED", "PID")}
+
+
+def test_an_error_for_one_request_of_a_batch_leaves_the_others_answered(server: ServerProcess) -> None:
+    client = httpclient.InferenceServerClient(server.http_url)
+    before = client.get_inference_statistics("batch_errors")["model_stats"][0]
+    with ThreadPoolExecutor(4) as pool:
+        first = pool.submit(_batch_request, server.http_url, 1)
+        time.sleep(0.1)  # the first request is executing: the next three queue up together
+        rest = [pool.submit(_batch_request, server.http_url, v) for v in (2, -3, 4)]
+        results = [first.result(), *(f.result() for f in rest)]
+    assert results[0]["DOUBLE"] == 2  # type: ignore[index]
+    assert isinstance(results[2], str) and "negative value -3" in results[2]
+    assert "[400]" in results[2]  # TritonError.INVALID_ARG maps to 400
+    answered = [results[1], results[3]]
+    assert [r["DOUBLE"] for r in answered] == [4, 8]  # type: ignore[index]
+    assert all(r["SHARED"] == 3 for r in answered)  # type: ignore[index]
+    after = client.get_inference_statistics("batch_errors")["model_stats"][0]
+    assert after["execution_count"] - before["execution_count"] == 2
+    assert after["inference_stats"]["success"]["count"] - before["inference_stats"]["success"]["count"] == 3
+
+
+def test_killing_the_model_process_fails_in_flight_requests_and_the_next_succeeds(
+    server: ServerProcess,
+) -> None:
+    client = httpclient.InferenceServerClient(server.http_url)
+    pid = _batch_request(server.http_url, 1)["PID"]  # type: ignore[index]
+    outcome: list[object] = []
+    worker = threading.Thread(target=lambda: outcome.append(_batch_request(server.http_url, 5)))
+    worker.start()
+    time.sleep(0.1)  # in flight: the model sleeps 0.3 s
+    os.kill(pid, signal.SIGKILL)
+    worker.join(10)
+    assert isinstance(outcome[0], str) and "exited" in outcome[0]
+    answer = _batch_request(server.http_url, 6)
+    assert answer["DOUBLE"] == 12  # type: ignore[index]
+    assert answer["PID"] != pid  # type: ignore[index]
+    assert client.is_server_live()
+
+
+def test_bls_calls_an_onnx_model_through_the_server(server: ServerProcess) -> None:
+    client = httpclient.InferenceServerClient(server.http_url)
+    first, second = int_inputs()
+    inputs = [
+        httpclient.InferInput("A", [1, 16], "INT32"),
+        httpclient.InferInput("B", [1, 16], "INT32"),
+        httpclient.InferInput("TARGET", [1, 1], "BYTES"),
+    ]
+    inputs[0].set_data_from_numpy(first)
+    inputs[1].set_data_from_numpy(second)
+    inputs[2].set_data_from_numpy(np.array([[b"simple"]], dtype=np.object_))
+    before = client.get_inference_statistics("simple")["model_stats"][0]["inference_count"]
+    result = client.infer("bls", inputs)
+    np.testing.assert_array_equal(result.as_numpy("SUM"), 2 * (first + second))  # exec() + async_exec()
+    after = client.get_inference_statistics("simple")["model_stats"][0]["inference_count"]
+    assert after - before == 2  # both calls went through the server's scheduler
+
+    inputs[2].set_data_from_numpy(np.array([[b"no_such_model"]], dtype=np.object_))
+    with pytest.raises(InferenceServerException, match="unknown model"):
+        client.infer("bls", inputs)
+
+
+def test_auto_complete_config_and_a_failing_initialize(server: ServerProcess) -> None:
+    client = httpclient.InferenceServerClient(server.http_url)
+    config = client.get_model_config("auto_complete")
+    assert config["max_batch_size"] == 4
+    assert config["input"][0]["name"] == "X" and config["input"][0]["dims"] == [2]
+    assert "dynamic_batching" in config
+    index = {row["name"]: row for row in client.get_model_repository_index()}
+    assert index["broken_init"]["state"] == "UNAVAILABLE"
+    assert "cannot find my weights" in index["broken_init"]["reason"]
+
+
+def test_execution_env_path_runs_the_model_in_its_own_interpreter(tmp_path: Path) -> None:
+    env = tmp_path / "env"
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(env)], check=True
+    )
+    repo = tmp_path / "repo"
+    env_path = '{ string_value: "$$TRITON_MODEL_DIRECTORY/../../env" }'
+    config = models.AUTO_COMPLETE_CONFIG + f'parameters {{ key: "EXECUTION_ENV_PATH" value: {env_path} }}\n'
+
+    _write(repo, "in_env", models.AUTO_COMPLETE, config)
+    proc = ServerProcess([repo]).start(tmp_path)
+    try:
+        client = httpclient.InferenceServerClient(proc.http_url)
+        tensor = httpclient.InferInput("X", [1, 2], "FP32")
+        tensor.set_data_from_numpy(np.zeros((1, 2), dtype=np.float32))
+        who = client.infer("in_env", [tensor]).as_numpy("WHO")[0][0].decode()
+        assert Path(who).parent == env / "bin"
+    finally:
+        proc.stop()

@@ -56,6 +56,8 @@ class TritonPythonModel:
         responses = []
         for request in requests:
             text = pb_utils.get_input_tensor_by_name(request, "TEXT").as_numpy()
+            if b"raise" in list(text.reshape(-1)):
+                raise pb_utils.TritonModelException("asked to raise")
             upper = np.array([item.upper() for item in text.reshape(-1)], dtype=np.object_).reshape(text.shape)
             context = {
                 "parameters": json.loads(request.parameters()),

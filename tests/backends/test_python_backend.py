@@ -87,6 +87,17 @@ def test_bytes_in_and_out_with_parameters_and_correlation_id(server: ServerProce
     assert "strings ready on CPU" in server.log()  # pb_utils.Logger reaches the server log
 
 
+def test_an_exception_in_execute_fails_the_request_and_the_model_keeps_serving(server: ServerProcess) -> None:
+    client = httpclient.InferenceServerClient(server.http_url)
+    tensor = httpclient.InferInput("TEXT", [1], "BYTES")
+    tensor.set_data_from_numpy(np.array([b"raise"], dtype=np.object_))
+    with pytest.raises(InferenceServerException, match="asked to raise") as info:
+        client.infer("strings", [tensor])
+    assert info.value.status() == "500"
+    tensor.set_data_from_numpy(np.array([b"fine"], dtype=np.object_))
+    assert list(client.infer("strings", [tensor]).as_numpy("UPPER")) == [b"FINE"]
+
+
 def _batch_request(url: str, value: int) -> dict[str, int] | str:
     client = httpclient.InferenceServerClient(url)  # one per thread: the client is gevent-based
     tensor = httpclient.InferInput("VALUE", [1, 1], "INT32")
@@ -185,5 +196,66 @@ def test_execution_env_path_runs_the_model_in_its_own_interpreter(tmp_path: Path
         tensor.set_data_from_numpy(np.zeros((1, 2), dtype=np.float32))
         who = client.infer("in_env", [tensor]).as_numpy("WHO")[0][0].decode()
         assert Path(who).parent == env / "bin"
+    finally:
+        proc.stop()
+
+
+def test_the_example_preprocessing_model_feeds_the_example_cnn(tmp_path: Path) -> None:
+    repository = Path(__file__).resolve().parents[2] / "model_repository"
+    proc = ServerProcess(
+        [repository],
+        ["--model-control-mode=explicit", "--load-model=preprocess_image", "--load-model=cnn_onnx"],
+    ).start(tmp_path)
+    try:
+        client = httpclient.InferenceServerClient(proc.http_url)
+        image = np.random.default_rng(0).integers(0, 256, (64, 64, 3), dtype=np.uint8)
+        tensor = httpclient.InferInput("IMAGE", [1, 1], "BYTES")
+        tensor.set_data_from_numpy(np.array([[image.tobytes()]], dtype=np.object_))
+        pixels = client.infer("preprocess_image", [tensor]).as_numpy("PIXELS")
+        assert pixels.shape == (1, 3, 64, 64)
+        expected = (
+            image.transpose(2, 0, 1) / 255.0 - np.array([0.485, 0.456, 0.406])[:, None, None]
+        ) / np.array([0.229, 0.224, 0.225])[:, None, None]
+        np.testing.assert_allclose(pixels[0], expected, rtol=1e-5, atol=1e-5)
+        logits_input = httpclient.InferInput("input", [1, 3, 64, 64], "FP32")
+        logits_input.set_data_from_numpy(pixels)
+        assert client.infer("cnn_onnx", [logits_input]).as_numpy("logits").shape == (1, 10)
+
+        tensor.set_data_from_numpy(np.array([[b"too short"]], dtype=np.object_))
+        with pytest.raises(InferenceServerException, match="12288 bytes"):
+            client.infer("preprocess_image", [tensor])
+    finally:
+        proc.stop()
+
+
+DLPACK = """
+import torch
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            source = pb_utils.get_input_tensor_by_name(request, "X")
+            doubled = torch.utils.dlpack.from_dlpack(source.to_dlpack()) * 2
+            output = pb_utils.Tensor.from_dlpack("Y", torch.utils.dlpack.to_dlpack(doubled))
+            responses.append(pb_utils.InferenceResponse([output]))
+        return responses
+"""
+
+
+def test_tensors_cross_to_torch_through_dlpack(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    repo = tmp_path / "repo"
+    config = 'backend: "python"\ninput [ { name: "X" data_type: TYPE_FP32 dims: [ 3 ] } ]\n'
+    config += 'output [ { name: "Y" data_type: TYPE_FP32 dims: [ 3 ] } ]\n'
+    _write(repo, "dlpack", DLPACK, config)
+    proc = ServerProcess([repo]).start(tmp_path)
+    try:
+        client = httpclient.InferenceServerClient(proc.http_url)
+        tensor = httpclient.InferInput("X", [3], "FP32")
+        tensor.set_data_from_numpy(np.array([1.0, 2.0, 3.5], dtype=np.float32))
+        np.testing.assert_array_equal(client.infer("dlpack", [tensor]).as_numpy("Y"), [2.0, 4.0, 7.0])
     finally:
         proc.stop()

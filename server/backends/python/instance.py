@@ -127,10 +127,11 @@ class PythonModelInstance:
         arenas = ((self._input_memory.name, ARENA_BYTES), (self._output_memory.name, ARENA_BYTES))
         try:
             parent.sendall(_ipc.encode_frame(("init", self.args, str(self.model_py), *arenas)))
-            reply = _ipc.recv_frame(parent)
+            frames = _ipc.BlockingFrameSource(parent)
+            reply = frames.next()
             while reply[0] == "log":  # initialize() may log before it finishes
                 self._dispatch(reply)
-                reply = _ipc.recv_frame(parent)
+                reply = frames.next()
         except (OSError, EOFError) as exc:
             self._process.kill()
             parent.close()
@@ -295,7 +296,13 @@ class PythonModelInstance:
 
     async def _send(self, message: Any) -> None:
         assert self._loop is not None
-        await self._loop.sock_sendall(self._sock, _ipc.encode_frame(message))
+        frame = _ipc.encode_frame(message)
+        try:
+            sent = self._sock.send(frame)  # nearly always all of it: the socket buffer is large
+        except BlockingIOError:
+            sent = 0
+        if sent < len(frame):
+            await self._loop.sock_sendall(self._sock, frame[sent:])
 
     # -- the RequestLevelInstance interface -----------------------------------------------------
 

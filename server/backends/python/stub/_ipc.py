@@ -51,6 +51,10 @@ class FrameReader:
         self._buffer = bytearray()
 
     def feed(self, data: bytes) -> list[Any]:
+        if not self._buffer and len(data) >= 4:  # the common case: exactly one whole frame
+            (length,) = _LENGTH.unpack_from(data)
+            if len(data) == 4 + length:
+                return [pickle.loads(memoryview(data)[4:])]
         self._buffer += data
         messages = []
         while len(self._buffer) >= 4:
@@ -62,21 +66,22 @@ class FrameReader:
         return messages
 
 
-def recv_frame(sock: Any) -> Any:
-    """Blocking read of one frame (the model process side)."""
-    header = _recv_exactly(sock, 4)
-    (length,) = _LENGTH.unpack(header)
-    return pickle.loads(_recv_exactly(sock, length))
+class BlockingFrameSource:
+    """Blocking reads of whole frames (the model process side), one ``recv`` per frame when it can:
+    a system call costs more here than decoding the frame."""
 
+    def __init__(self, sock: Any) -> None:
+        self._sock = sock
+        self._reader = FrameReader()
+        self._ready: list[Any] = []
 
-def _recv_exactly(sock: Any, count: int) -> bytes:
-    chunks = bytearray()
-    while len(chunks) < count:
-        chunk = sock.recv(min(count - len(chunks), 1 << 20))
-        if not chunk:
-            raise EOFError("the other side closed the connection")
-        chunks += chunk
-    return bytes(chunks)
+    def next(self) -> Any:
+        while not self._ready:
+            data = self._sock.recv(1 << 20)
+            if not data:
+                raise EOFError("the other side closed the connection")
+            self._ready = self._reader.feed(data)
+        return self._ready.pop(0)
 
 
 class Arena:

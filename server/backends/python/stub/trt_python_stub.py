@@ -14,13 +14,11 @@ import asyncio
 import importlib.util
 import inspect
 import json
-import queue
 import signal
 import socket
 import sys
 import threading
 import traceback
-from concurrent.futures import Future
 from typing import Any
 
 import _ipc
@@ -28,15 +26,22 @@ import triton_python_backend_utils as pb_utils
 
 
 class Runtime:
-    """The model process' side of the connection; pb_utils calls into it."""
+    """The model process' side of the connection; pb_utils calls into it.
+
+    No reader thread: the main thread reads the socket while idle, and a BLS call reads the
+    answers it waits for itself (a handoff between threads per request costs more than the model).
+    Answers that arrive for another caller (threads, or an async model's concurrent calls) are
+    parked for it under ``_read_lock``.
+    """
 
     def __init__(self, sock: socket.socket) -> None:
         self._sock = sock
+        self._frames = _ipc.BlockingFrameSource(sock)
         self._send_lock = threading.Lock()
-        self.inbox: queue.Queue[Any] = queue.Queue()
-        self._bls_waiting: dict[int, Future[Any]] = {}
-        self._bls_lock = threading.Lock()
+        self._read_lock = threading.Lock()
+        self._answers: dict[int, Any] = {}
         self._next_call = 0
+        self._call_lock = threading.Lock()
         self.input_arena: _ipc.Arena | None = None
         self.output_arena: _ipc.Arena | None = None
 
@@ -45,27 +50,28 @@ class Runtime:
         with self._send_lock:
             self._sock.sendall(frame)
 
-    def read_forever(self) -> None:
+    def next_command(self) -> Any:
+        """Block until the server sends something other than a BLS answer."""
         try:
-            while True:
-                message = _ipc.recv_frame(self._sock)
-                if message[0] == "bls_result":
-                    with self._bls_lock:
-                        future = self._bls_waiting.pop(message[1])
-                    future.set_result(message[2])
-                else:
-                    self.inbox.put(message)
+            return self._frames.next()
         except (EOFError, OSError):
-            self.inbox.put(("finalize",))
+            return ("finalize",)
+
+    def _wait_answer(self, call: int) -> Any:
+        with self._read_lock:
+            while call not in self._answers:
+                message = self._frames.next()
+                if message[0] != "bls_result":
+                    raise RuntimeError(f"unexpected message {message[0]!r} while waiting for a BLS answer")
+                self._answers[message[1]] = message[2]
+            return self._answers.pop(call)
 
     # -- called by pb_utils ----------------------------------------------------------------------
 
     def bls(self, request: pb_utils.InferenceRequest, decoupled: bool) -> list[pb_utils.InferenceResponse]:
-        future: Future[Any] = Future()
-        with self._bls_lock:
+        with self._call_lock:
             call = self._next_call
             self._next_call += 1
-            self._bls_waiting[call] = future
         self.send(
             (
                 "bls",
@@ -84,7 +90,7 @@ class Runtime:
                 },
             )
         )
-        result = future.result()
+        result = self._wait_answer(call)
         responses = []
         for item in result:
             if item["error"] is not None:
@@ -112,7 +118,7 @@ def _describe(response: pb_utils.InferenceResponse, arena: _ipc.Arena | None) ->
     return {
         "error": None,
         "outputs": _ipc.pack_tensors(tensors, arena),
-        "parameters": json.loads(response.parameters()),
+        "parameters": response._parameters,
     }
 
 
@@ -202,11 +208,10 @@ def serve(fd: int) -> None:
     sock = socket.socket(fileno=fd)
     runtime = Runtime(sock)
     pb_utils._install_runtime(runtime)
-    threading.Thread(target=runtime.read_forever, name="trt-stub-reader", daemon=True).start()
     loop = asyncio.new_event_loop()
     model: Any = None
     while True:
-        message = runtime.inbox.get()
+        message = runtime.next_command()
         kind = message[0]
         if kind == "init":
             _, args, model_path, input_arena, output_arena = message

@@ -23,6 +23,7 @@ from server.core.types import (
     InferenceResponse,
     ModelMetadata,
     RepositoryIndexEntry,
+    TRITON_CONTROL_PARAMETERS,
     ServerMetadata,
     TensorMetadata,
 )
@@ -110,7 +111,7 @@ class InferenceServer:
 
     async def infer(self, request: InferenceRequest) -> InferenceResponse:
         for key in request.parameters:
-            if key.startswith("triton_"):
+            if key.startswith("triton_") and key not in TRITON_CONTROL_PARAMETERS:
                 raise InvalidArgument(
                     "parameter keys starting with 'triton_' are reserved for Triton usage and should "
                     "not be specified."

@@ -14,8 +14,14 @@ import numpy as np
 
 # Request parameters a client may set but that are not forwarded to the model as custom parameters.
 RESERVED_PARAMETERS = frozenset(
-    {"sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "headers", "binary_data_output"}
-)
+    {
+        "sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "headers", "binary_data_output",
+        "triton_enable_empty_final_response",
+    }
+)  # fmt: skip
+# Parameters in Triton's reserved "triton_" namespace that its own clients send (perf_analyzer sets the
+# first on every gRPC request). Any other "triton_" key from a client is refused, as Triton does.
+TRITON_CONTROL_PARAMETERS = frozenset({"triton_enable_empty_final_response"})
 
 
 @dataclass(slots=True)

@@ -200,3 +200,23 @@ def test_logging_settings_read_and_update(client: httpclient.InferenceServerClie
     updated = client.update_log_settings({"log_verbose_level": 1})
     assert updated["log_verbose_level"] == 1
     client.update_log_settings({"log_verbose_level": 0})
+
+
+def test_perf_analyzers_grpc_control_parameter_is_accepted(server: ServerProcess) -> None:
+    """perf_analyzer sets triton_enable_empty_final_response on every gRPC request; Triton takes it."""
+    import grpc
+
+    from protos import grpc_service_pb2, grpc_service_pb2_grpc
+
+    first, second = int_inputs()
+    request = grpc_service_pb2.ModelInferRequest(model_name="simple")
+    request.parameters["triton_enable_empty_final_response"].bool_param = True
+    for name, data in (("INPUT0", first), ("INPUT1", second)):
+        request.inputs.add(name=name, datatype="INT32", shape=[1, 16])
+        request.raw_input_contents.append(data.tobytes())
+    with grpc.insecure_channel(server.grpc_url) as channel:
+        reply = grpc_service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request)
+    np.testing.assert_array_equal(np.frombuffer(reply.raw_output_contents[0], np.int32), (first + second)[0])
+    request.parameters["triton_other"].bool_param = True
+    with grpc.insecure_channel(server.grpc_url) as channel, pytest.raises(grpc.RpcError, match="reserved"):
+        grpc_service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request)

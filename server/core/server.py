@@ -19,11 +19,11 @@ from server.core.model_config import config_from_json
 from server.core.options import CoreOptions, ModelControlMode
 from server.core.statistics import ModelStatistics
 from server.core.types import (
+    TRITON_CONTROL_PARAMETERS,
     InferenceRequest,
     InferenceResponse,
     ModelMetadata,
     RepositoryIndexEntry,
-    TRITON_CONTROL_PARAMETERS,
     ServerMetadata,
     TensorMetadata,
 )

@@ -15,8 +15,8 @@ import numpy as np
 # Request parameters a client may set but that are not forwarded to the model as custom parameters.
 RESERVED_PARAMETERS = frozenset(
     {
-        "sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "headers", "binary_data_output",
-        "triton_enable_empty_final_response",
+        "sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "headers",
+        "binary_data_output", "triton_enable_empty_final_response",
     }
 )  # fmt: skip
 # Parameters in Triton's reserved "triton_" namespace that its own clients send (perf_analyzer sets the

@@ -27,9 +27,8 @@ class TritonPythonModel:
             sizes = [len(image) for image in images]
             if any(size != expected for size in sizes):
                 message = f"each IMAGE must be {self.height}x{self.width} RGB, {expected} bytes; got {sizes}"
-                responses.append(
-                    pb_utils.InferenceResponse(error=pb_utils.TritonError(message, pb_utils.TritonError.INVALID_ARG))
-                )
+                error = pb_utils.TritonError(message, pb_utils.TritonError.INVALID_ARG)
+                responses.append(pb_utils.InferenceResponse(error=error))
                 continue
             pixels = np.stack([np.frombuffer(image, dtype=np.uint8) for image in images])
             pixels = pixels.reshape(-1, self.height, self.width, 3).transpose(0, 3, 1, 2)

@@ -13,11 +13,9 @@ Needs the peers (../shared/PEERS.md):  WITH_PY_PEERS=0 bash ../shared/peers/setu
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -25,7 +23,6 @@ import time
 import urllib.request
 from pathlib import Path
 
-import psutil
 from rich.console import Console
 from rich.table import Table
 
@@ -33,13 +30,11 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
 sys.path.insert(0, str(ROOT))
 
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from _common import free_port, measured_with_perf_analyzer  # noqa: E402
+
 from tests.backends.python_models import ADD_SUB, ADD_SUB_CONFIG  # noqa: E402
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def write_repository(folder: Path) -> Path:
@@ -61,45 +56,6 @@ def wait_ready(port: int, process: subprocess.Popen[bytes], timeout: float = 90)
         except OSError:
             time.sleep(0.3)
     raise SystemExit("server did not become ready")
-
-
-def tree_cpu(pid: int) -> float:
-    root = psutil.Process(pid)
-    total = 0.0
-    for process in [root, *root.children(recursive=True)]:
-        try:
-            times = process.cpu_times()
-            total += times.user + times.system
-        except psutil.NoSuchProcess:
-            pass
-    return total
-
-
-def answered(port: int) -> int:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/models/add_sub/stats") as reply:
-        stats = json.loads(reply.read())["model_stats"][0]
-    return int(stats["inference_stats"]["success"]["count"])
-
-
-def measure(perf_analyzer: str, port: int, pid: int, concurrency: int, interval_ms: int) -> dict[str, float]:
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "out.csv"
-        cpu_before, count_before = tree_cpu(pid), answered(port)
-        result = subprocess.run(
-            [perf_analyzer, "-m", "add_sub", "-u", f"127.0.0.1:{port}", "-i", "http",
-             "--concurrency-range", f"{concurrency}:{concurrency}", "-p", str(interval_ms), "-s", "25",
-             "-r", "10", "-f", str(out)],
-            capture_output=True, text=True, timeout=300,
-        )  # fmt: skip
-        cpu_used, count = tree_cpu(pid) - cpu_before, answered(port) - count_before
-        if result.returncode != 0:
-            raise SystemExit(f"perf_analyzer failed:\n{result.stdout}\n{result.stderr}")
-        row = next(csv.DictReader(out.open()))
-    return {
-        "throughput": float(row["Inferences/Second"]),
-        "p99_us": float(row["p99 latency"]),
-        "cpu_us_per_request": cpu_used / max(count, 1) * 1e6,
-    }
 
 
 def main() -> None:
@@ -140,7 +96,16 @@ def main() -> None:
             try:
                 wait_ready(ports[0], process)
                 for concurrency in levels:
-                    result = measure(perf_analyzer, ports[0], process.pid, concurrency, args.interval_ms)
+                    result = measured_with_perf_analyzer(
+                        perf_analyzer,
+                        "add_sub",
+                        "http",
+                        ports[0],
+                        ports[0],
+                        process.pid,
+                        concurrency,
+                        args.interval_ms,
+                    )
                     rows.append({"server": name, "concurrency": concurrency, **result})
             finally:
                 process.terminate()
@@ -155,7 +120,7 @@ def main() -> None:
         table.add_column(column, justify="right")
     for row in rows:
         table.add_row(str(row["server"]), str(row["concurrency"]), f"{row['throughput']:,.0f}",
-                      f"{row['p99_us']:,.0f}", f"{row['cpu_us_per_request']:,.0f}")  # fmt: skip
+                      f"{row['p99_us']:,.0f}", f"{row['server_cpu_us_per_request']:,.0f}")  # fmt: skip
     ratios = Table(title="trt / Triton")
     for column in ("concurrency", "throughput ratio", "p99 ratio", "CPU/req ratio"):
         ratios.add_column(column, justify="right")
@@ -166,7 +131,7 @@ def main() -> None:
             str(concurrency),
             f"{float(ours['throughput']) / float(theirs['throughput']):.2f}",  # type: ignore[arg-type]
             f"{float(ours['p99_us']) / float(theirs['p99_us']):.2f}",  # type: ignore[arg-type]
-            f"{float(ours['cpu_us_per_request']) / float(theirs['cpu_us_per_request']):.2f}",  # type: ignore[arg-type]
+            f"{float(ours['server_cpu_us_per_request']) / float(theirs['server_cpu_us_per_request']):.2f}",  # type: ignore[arg-type]
         )
     console = Console()
     console.print(table)

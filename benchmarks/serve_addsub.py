@@ -29,17 +29,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from _common import free_port, measured_with_perf_analyzer  # noqa: E402
 from _load import http_request_bytes, run_load  # noqa: E402
 
 from protos import grpc_service_pb2  # noqa: E402
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def in_process_rate(model: Path, seconds: float) -> float:
@@ -116,6 +109,12 @@ def main() -> None:
     )
     parser.add_argument("--seconds", type=float, default=5.0, help="measurement window per row")
     parser.add_argument("--concurrency", default="1,8,16")
+    parser.add_argument(
+        "--perf-analyzer",
+        metavar="PATH",
+        help="measure with NVIDIA's perf_analyzer (the client Triton's figures come from) instead of the "
+        "built-in raw-socket client",
+    )
     parser.add_argument("--json", type=Path, default=ROOT / "reports" / "benchmarks" / "serve_addsub.json")
     args = parser.parse_args()
     levels = [int(c) for c in args.concurrency.split(",")]
@@ -132,6 +131,14 @@ def main() -> None:
         }
         for protocol, (kind, load_args) in targets.items():
             for concurrency in levels:
+                if args.perf_analyzer:
+                    port = http_port if protocol == "http" else grpc_port
+                    figures = measured_with_perf_analyzer(
+                        args.perf_analyzer, "simple", protocol, port, http_port, server.pid, concurrency,
+                        int(args.seconds * 1000),
+                    )  # fmt: skip
+                    rows.append({"protocol": protocol, "concurrency": concurrency, "errors": 0, **figures})
+                    continue
                 run_load(kind, load_args, concurrency, 1.0)  # warm-up, not measured
                 cpu_before = sum(server_proc.cpu_times()[:2])
                 result = run_load(kind, load_args, concurrency, args.seconds, processes=1)

@@ -1,0 +1,78 @@
+"""Helpers shared by the benchmark scripts: ports, server CPU time, request counts, perf_analyzer."""
+
+from __future__ import annotations
+
+import csv
+import json
+import socket
+import subprocess
+import tempfile
+import urllib.request
+from pathlib import Path
+
+import psutil
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def process_tree_cpu(pid: int) -> float:
+    """CPU seconds of a server and every process under it (Python model processes, stubs)."""
+    root = psutil.Process(pid)
+    total = 0.0
+    for process in [root, *root.children(recursive=True)]:
+        try:
+            times = process.cpu_times()
+            total += times.user + times.system
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
+def answered_requests(http_port: int, model: str) -> int:
+    """Successful requests so far, from the statistics extension (works on trt and Triton)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/v2/models/{model}/stats") as reply:
+        stats = json.loads(reply.read())["model_stats"][0]
+    return int(stats["inference_stats"]["success"]["count"])
+
+
+def perf_analyzer_run(
+    binary: str, model: str, url: str, protocol: str, concurrency: int, interval_ms: int
+) -> dict[str, float]:
+    """One perf_analyzer measurement at one concurrency; its CSV row as numbers."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "out.csv"
+        result = subprocess.run(
+            [binary, "-m", model, "-u", url, "-i", protocol, "-p", str(interval_ms), "-s", "25", "-r", "10",
+             "--concurrency-range", f"{concurrency}:{concurrency}", "-f", str(out)],
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        if result.returncode != 0:
+            raise RuntimeError(f"perf_analyzer failed:\n{result.stdout[-2000:]}\n{result.stderr[-2000:]}")
+        row = next(csv.DictReader(out.open()))
+    return {
+        "throughput": float(row["Inferences/Second"]),
+        "p50_us": float(row["p50 latency"]),
+        "p99_us": float(row["p99 latency"]),
+    }
+
+
+def measured_with_perf_analyzer(
+    binary: str,
+    model: str,
+    protocol: str,
+    port: int,
+    http_port: int,
+    pid: int,
+    concurrency: int,
+    interval_ms: int,
+) -> dict[str, float]:
+    """perf_analyzer's figures plus the server's CPU time per answered request over the same run."""
+    cpu_before, count_before = process_tree_cpu(pid), answered_requests(http_port, model)
+    figures = perf_analyzer_run(binary, model, f"127.0.0.1:{port}", protocol, concurrency, interval_ms)
+    cpu_used = process_tree_cpu(pid) - cpu_before
+    count = answered_requests(http_port, model) - count_before
+    return {**figures, "server_cpu_us_per_request": cpu_used / max(count, 1) * 1e6}

@@ -5,18 +5,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import deque
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from protos import model_config_pb2
 from server.backends.base import (
     BackendRequest,
-    BackendResponse,
     ModelFiles,
     ModelInstance,
     RequestLevelInstance,
@@ -24,27 +21,13 @@ from server.backends.base import (
 from server.core.classification import classify
 from server.core.datatypes import numpy_to_wire, wire_to_numpy
 from server.core.errors import InvalidInput, ModelNotReady, ServerError
+from server.core.request_scheduler import RequestScheduler
 from server.core.statistics import ModelStatistics
 from server.core.tensors import ModelSignature, TensorSpec
+from server.core.timing import ExecutionTimes
 from server.core.types import RESERVED_PARAMETERS, InferenceRequest, InferenceResponse, OutputTensor
 
 logger = logging.getLogger("trt.model")
-
-
-@dataclass(slots=True)
-class _Waiting:
-    request: BackendRequest
-    batch_size: int
-    future: asyncio.Future[tuple[BackendResponse, ExecutionTimes]]
-    queued_ns: int
-
-
-@dataclass(slots=True)
-class ExecutionTimes:
-    queue_ns: int
-    input_ns: int
-    infer_ns: int
-    output_ns: int
 
 
 # Handing a call to a worker thread and back costs ~140 us of CPU on these machines, several times
@@ -72,23 +55,12 @@ class DirectScheduler:
     so a model that becomes slow (bigger inputs) moves back to the threads.
     """
 
-    def __init__(
-        self,
-        name: str,
-        instances: Sequence[ModelInstance | RequestLevelInstance],
-        stats: ModelStatistics,
-        max_batch_size: int = 0,
-        gather_requests: bool = False,
-    ) -> None:
+    def __init__(self, name: str, instances: Sequence[ModelInstance], stats: ModelStatistics) -> None:
         self._executor = ThreadPoolExecutor(max_workers=len(instances), thread_name_prefix=f"trt-{name}")
-        self._idle: asyncio.Queue[Any] = asyncio.Queue()
+        self._idle: asyncio.Queue[ModelInstance] = asyncio.Queue()
         for instance in instances:
             self._idle.put_nowait(instance)
         self._stats = stats
-        self._waiting: deque[_Waiting] = deque()
-        self._running: set[asyncio.Task[None]] = set()
-        self._gather = gather_requests
-        self._max_batch = max(max_batch_size, 1)
         self._executions = 0
         self._average_ns = float(INLINE_BUDGET_NS * 10)
 
@@ -123,53 +95,6 @@ class DirectScheduler:
         times = ExecutionTimes(started - queued, 0, time.perf_counter_ns() - started, 0)
         return outputs, times
 
-    async def submit_request(
-        self, request: BackendRequest, batch_size: int
-    ) -> tuple[BackendResponse, ExecutionTimes]:
-        """For request-level instances (Python models): queue a whole request, get its response and
-        its queue time. Requests waiting when an instance frees up go to it together, up to
-        ``max_batch_size`` (the list a Python model's ``execute`` receives), when the model batches."""
-        future: asyncio.Future[tuple[BackendResponse, ExecutionTimes]] = (
-            asyncio.get_running_loop().create_future()
-        )
-        self._waiting.append(_Waiting(request, max(batch_size, 1), future, time.perf_counter_ns()))
-        self._stats.pending += 1
-        self._dispatch()
-        return await future
-
-    def _dispatch(self) -> None:
-        while self._waiting and not self._idle.empty():
-            instance = self._idle.get_nowait()
-            batch = [self._waiting.popleft()]
-            total = batch[0].batch_size
-            while self._gather and self._waiting and total + self._waiting[0].batch_size <= self._max_batch:
-                item = self._waiting.popleft()
-                batch.append(item)
-                total += item.batch_size
-            self._stats.pending -= len(batch)
-            task = asyncio.ensure_future(self._run_batch(instance, batch, total))
-            self._running.add(task)
-            task.add_done_callback(self._running.discard)
-
-    async def _run_batch(self, instance: Any, batch: list[_Waiting], total: int) -> None:
-        started = time.perf_counter_ns()
-        try:
-            responses = await instance.execute_requests([item.request for item in batch])
-        except BaseException as exc:
-            for item in batch:
-                if not item.future.done():
-                    item.future.set_exception(exc if isinstance(exc, Exception) else ServerError("cancelled"))
-            raise
-        finally:
-            # The instance is busy until its execution ends, whoever stopped waiting for it.
-            self._idle.put_nowait(instance)
-            self._dispatch()
-        elapsed = time.perf_counter_ns() - started
-        self._stats.record_execution(total, 0, elapsed, 0)
-        for item, response in zip(batch, responses, strict=True):
-            if not item.future.done():
-                item.future.set_result((response, ExecutionTimes(started - item.queued_ns, 0, elapsed, 0)))
-
     def shutdown(self) -> None:
         self._executor.shutdown(wait=True)
 
@@ -193,13 +118,18 @@ class ModelVersion:
         self.stats = ModelStatistics(self.name, self.version_str)
         self._instances = list(instances)
         self._request_level = bool(instances) and hasattr(instances[0], "execute_requests")
-        self._scheduler = DirectScheduler(
-            f"{self.name}-{self.version}",
-            self._instances,
-            self.stats,
-            config.max_batch_size,
-            gather_requests=config.HasField("dynamic_batching") and config.max_batch_size > 0,
-        )
+        self._request_scheduler: RequestScheduler | None = None
+        self._scheduler: DirectScheduler | None = None
+        if self._request_level:
+            self._request_scheduler = RequestScheduler(
+                cast(list[RequestLevelInstance], self._instances),
+                self.stats,
+                config.max_batch_size,
+                gather=config.HasField("dynamic_batching") and config.max_batch_size > 0,
+            )
+        else:
+            tensor_instances = cast(list[ModelInstance], self._instances)
+            self._scheduler = DirectScheduler(f"{self.name}-{self.version}", tensor_instances, self.stats)
         self._in_flight = 0
         self._drained: asyncio.Event | None = None
         self._closing = False
@@ -238,7 +168,8 @@ class ModelVersion:
         input_done = time.perf_counter_ns()
         parameters: dict[str, Any] = {}
         if self._request_level:
-            answer, times = await self._scheduler.submit_request(
+            assert self._request_scheduler is not None
+            answer, times = await self._request_scheduler.submit(
                 _backend_request(request, feeds, output_names), batch_size
             )
             if answer.error is not None:
@@ -249,6 +180,7 @@ class ModelVersion:
             if missing:
                 raise ServerError(f"model '{self.name}' did not produce output(s) {', '.join(missing)}")
         else:
+            assert self._scheduler is not None
             results, times = await self._scheduler.execute(feeds, output_names, batch_size)
         output_started = time.perf_counter_ns()
         outputs = self._build_outputs(request, results, output_names)
@@ -292,7 +224,8 @@ class ModelVersion:
         if self._in_flight:
             self._drained = asyncio.Event()
             await self._drained.wait()
-        await asyncio.to_thread(self._scheduler.shutdown)
+        if self._scheduler is not None:
+            await asyncio.to_thread(self._scheduler.shutdown)
         for instance in self._instances:
             try:
                 if hasattr(instance, "aclose"):

@@ -1,0 +1,95 @@
+"""Scheduling for request-level backends (Python models): whole requests, lists per execution.
+
+A Python model's ``execute`` takes a list of requests. When an instance frees up, every request
+waiting for it goes along (up to ``max_batch_size`` items) if the model batches, which is what
+Triton's dynamic batcher hands a Python model; each request still gets its own response or error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from server.backends.base import BackendRequest, BackendResponse, RequestLevelInstance
+from server.core.errors import ServerError
+from server.core.statistics import ModelStatistics
+from server.core.timing import ExecutionTimes
+
+
+@dataclass(slots=True)
+class _Waiting:
+    request: BackendRequest
+    batch_size: int
+    future: asyncio.Future[tuple[BackendResponse, ExecutionTimes]]
+    queued_ns: int
+
+
+class RequestScheduler:
+    def __init__(
+        self,
+        instances: Sequence[RequestLevelInstance],
+        stats: ModelStatistics,
+        max_batch_size: int = 0,
+        gather: bool = False,
+    ) -> None:
+        self._idle: deque[RequestLevelInstance] = deque(instances)
+        self._stats = stats
+        self._waiting: deque[_Waiting] = deque()
+        self._running: set[asyncio.Task[None]] = set()  # the loop keeps only weak references
+        self._gather = gather
+        self._max_batch = max(max_batch_size, 1)
+
+    async def submit(
+        self, request: BackendRequest, batch_size: int
+    ) -> tuple[BackendResponse, ExecutionTimes]:
+        """For request-level instances (Python models): queue a whole request, get its response and
+        its queue time. Requests waiting when an instance frees up go to it together, up to
+        ``max_batch_size`` (the list a Python model's ``execute`` receives), when the model batches."""
+        future: asyncio.Future[tuple[BackendResponse, ExecutionTimes]] = (
+            asyncio.get_running_loop().create_future()
+        )
+        self._waiting.append(_Waiting(request, max(batch_size, 1), future, time.perf_counter_ns()))
+        self._stats.pending += 1
+        self._dispatch()
+        return await future
+
+    def _dispatch(self) -> None:
+        while self._waiting and self._idle:
+            instance = self._idle.popleft()
+            batch = [self._waiting.popleft()]
+            total = batch[0].batch_size
+            while self._gather and self._waiting and total + self._waiting[0].batch_size <= self._max_batch:
+                item = self._waiting.popleft()
+                batch.append(item)
+                total += item.batch_size
+            self._stats.pending -= len(batch)
+            task = asyncio.ensure_future(self._run_batch(instance, batch, total))
+            self._running.add(task)
+            task.add_done_callback(self._running.discard)
+
+    async def _run_batch(self, instance: RequestLevelInstance, batch: list[_Waiting], total: int) -> None:
+        started = time.perf_counter_ns()
+        try:
+            responses = await instance.execute_requests([item.request for item in batch])
+        except Exception as exc:  # a process that died: every request of the batch hears why
+            for item in batch:
+                if not item.future.done():
+                    item.future.set_exception(exc)
+            return
+        except asyncio.CancelledError:
+            for item in batch:
+                if not item.future.done():
+                    item.future.set_exception(ServerError("the execution was cancelled (server stopping)"))
+            raise
+        finally:
+            # The instance is busy until its execution ends, whoever stopped waiting for it.
+            self._idle.append(instance)
+            self._dispatch()
+        elapsed = time.perf_counter_ns() - started
+        self._stats.record_execution(total, 0, elapsed, 0)
+        for item, response in zip(batch, responses, strict=True):
+            if not item.future.done():
+                item.future.set_result((response, ExecutionTimes(started - item.queued_ns, 0, elapsed, 0)))

@@ -5,7 +5,7 @@ import warnings
 
 from protos import health_pb2 as health__pb2
 
-GRPC_GENERATED_VERSION = '1.85.1'
+GRPC_GENERATED_VERSION = '1.67.1'
 GRPC_VERSION = grpc.__version__
 _version_not_supported = False
 
@@ -18,14 +18,14 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in health_pb2_grpc.py depends on'
+        + f' but the generated code in health_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
     )
 
 
-class HealthStub:
+class HealthStub(object):
     """Missing associated documentation comment in .proto file."""
 
     def __init__(self, channel):
@@ -41,7 +41,7 @@ class HealthStub:
                 _registered_method=True)
 
 
-class HealthServicer:
+class HealthServicer(object):
     """Missing associated documentation comment in .proto file."""
 
     def Check(self, request, context):
@@ -66,7 +66,7 @@ def add_HealthServicer_to_server(servicer, server):
 
 
  # This class is part of an EXPERIMENTAL API.
-class Health:
+class Health(object):
     """Missing associated documentation comment in .proto file."""
 
     @staticmethod

@@ -2,8 +2,7 @@ from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Iterable as _Iterable, Mapping as _Mapping
-from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+from typing import ClassVar as _ClassVar, Iterable as _Iterable, Mapping as _Mapping, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
@@ -97,7 +96,7 @@ class ModelInstanceGroup(_message.Message):
     profile: _containers.RepeatedScalarFieldContainer[str]
     passive: bool
     host_policy: str
-    def __init__(self, name: _Optional[str] = ..., kind: _Optional[_Union[ModelInstanceGroup.Kind, str]] = ..., count: _Optional[int] = ..., rate_limiter: _Optional[_Union[ModelRateLimiter, _Mapping]] = ..., gpus: _Optional[_Iterable[int]] = ..., secondary_devices: _Optional[_Iterable[_Union[ModelInstanceGroup.SecondaryDevice, _Mapping]]] = ..., profile: _Optional[_Iterable[str]] = ..., passive: _Optional[bool] = ..., host_policy: _Optional[str] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., kind: _Optional[_Union[ModelInstanceGroup.Kind, str]] = ..., count: _Optional[int] = ..., rate_limiter: _Optional[_Union[ModelRateLimiter, _Mapping]] = ..., gpus: _Optional[_Iterable[int]] = ..., secondary_devices: _Optional[_Iterable[_Union[ModelInstanceGroup.SecondaryDevice, _Mapping]]] = ..., profile: _Optional[_Iterable[str]] = ..., passive: bool = ..., host_policy: _Optional[str] = ...) -> None: ...
 
 class ModelTensorReshape(_message.Message):
     __slots__ = ("shape",)
@@ -106,7 +105,7 @@ class ModelTensorReshape(_message.Message):
     def __init__(self, shape: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class ModelInput(_message.Message):
-    __slots__ = ("name", "data_type", "format", "dims", "reshape", "is_shape_tensor", "allow_ragged_batch", "optional")
+    __slots__ = ("name", "data_type", "format", "dims", "reshape", "is_shape_tensor", "allow_ragged_batch", "optional", "is_non_linear_format_io")
     class Format(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         FORMAT_NONE: _ClassVar[ModelInput.Format]
@@ -123,6 +122,7 @@ class ModelInput(_message.Message):
     IS_SHAPE_TENSOR_FIELD_NUMBER: _ClassVar[int]
     ALLOW_RAGGED_BATCH_FIELD_NUMBER: _ClassVar[int]
     OPTIONAL_FIELD_NUMBER: _ClassVar[int]
+    IS_NON_LINEAR_FORMAT_IO_FIELD_NUMBER: _ClassVar[int]
     name: str
     data_type: DataType
     format: ModelInput.Format
@@ -131,23 +131,26 @@ class ModelInput(_message.Message):
     is_shape_tensor: bool
     allow_ragged_batch: bool
     optional: bool
-    def __init__(self, name: _Optional[str] = ..., data_type: _Optional[_Union[DataType, str]] = ..., format: _Optional[_Union[ModelInput.Format, str]] = ..., dims: _Optional[_Iterable[int]] = ..., reshape: _Optional[_Union[ModelTensorReshape, _Mapping]] = ..., is_shape_tensor: _Optional[bool] = ..., allow_ragged_batch: _Optional[bool] = ..., optional: _Optional[bool] = ...) -> None: ...
+    is_non_linear_format_io: bool
+    def __init__(self, name: _Optional[str] = ..., data_type: _Optional[_Union[DataType, str]] = ..., format: _Optional[_Union[ModelInput.Format, str]] = ..., dims: _Optional[_Iterable[int]] = ..., reshape: _Optional[_Union[ModelTensorReshape, _Mapping]] = ..., is_shape_tensor: bool = ..., allow_ragged_batch: bool = ..., optional: bool = ..., is_non_linear_format_io: bool = ...) -> None: ...
 
 class ModelOutput(_message.Message):
-    __slots__ = ("name", "data_type", "dims", "reshape", "label_filename", "is_shape_tensor")
+    __slots__ = ("name", "data_type", "dims", "reshape", "label_filename", "is_shape_tensor", "is_non_linear_format_io")
     NAME_FIELD_NUMBER: _ClassVar[int]
     DATA_TYPE_FIELD_NUMBER: _ClassVar[int]
     DIMS_FIELD_NUMBER: _ClassVar[int]
     RESHAPE_FIELD_NUMBER: _ClassVar[int]
     LABEL_FILENAME_FIELD_NUMBER: _ClassVar[int]
     IS_SHAPE_TENSOR_FIELD_NUMBER: _ClassVar[int]
+    IS_NON_LINEAR_FORMAT_IO_FIELD_NUMBER: _ClassVar[int]
     name: str
     data_type: DataType
     dims: _containers.RepeatedScalarFieldContainer[int]
     reshape: ModelTensorReshape
     label_filename: str
     is_shape_tensor: bool
-    def __init__(self, name: _Optional[str] = ..., data_type: _Optional[_Union[DataType, str]] = ..., dims: _Optional[_Iterable[int]] = ..., reshape: _Optional[_Union[ModelTensorReshape, _Mapping]] = ..., label_filename: _Optional[str] = ..., is_shape_tensor: _Optional[bool] = ...) -> None: ...
+    is_non_linear_format_io: bool
+    def __init__(self, name: _Optional[str] = ..., data_type: _Optional[_Union[DataType, str]] = ..., dims: _Optional[_Iterable[int]] = ..., reshape: _Optional[_Union[ModelTensorReshape, _Mapping]] = ..., label_filename: _Optional[str] = ..., is_shape_tensor: bool = ..., is_non_linear_format_io: bool = ...) -> None: ...
 
 class BatchInput(_message.Message):
     __slots__ = ("kind", "target_name", "data_type", "source_input")
@@ -272,7 +275,7 @@ class ModelOptimizationPolicy(_message.Message):
         busy_wait_events: bool
         graph_spec: _containers.RepeatedCompositeFieldContainer[ModelOptimizationPolicy.Cuda.GraphSpec]
         output_copy_stream: bool
-        def __init__(self, graphs: _Optional[bool] = ..., busy_wait_events: _Optional[bool] = ..., graph_spec: _Optional[_Iterable[_Union[ModelOptimizationPolicy.Cuda.GraphSpec, _Mapping]]] = ..., output_copy_stream: _Optional[bool] = ...) -> None: ...
+        def __init__(self, graphs: bool = ..., busy_wait_events: bool = ..., graph_spec: _Optional[_Iterable[_Union[ModelOptimizationPolicy.Cuda.GraphSpec, _Mapping]]] = ..., output_copy_stream: bool = ...) -> None: ...
     class ExecutionAccelerators(_message.Message):
         __slots__ = ("gpu_execution_accelerator", "cpu_execution_accelerator")
         class Accelerator(_message.Message):
@@ -298,7 +301,7 @@ class ModelOptimizationPolicy(_message.Message):
         __slots__ = ("enable",)
         ENABLE_FIELD_NUMBER: _ClassVar[int]
         enable: bool
-        def __init__(self, enable: _Optional[bool] = ...) -> None: ...
+        def __init__(self, enable: bool = ...) -> None: ...
     GRAPH_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
     CUDA_FIELD_NUMBER: _ClassVar[int]
@@ -315,7 +318,7 @@ class ModelOptimizationPolicy(_message.Message):
     output_pinned_memory: ModelOptimizationPolicy.PinnedMemoryBuffer
     gather_kernel_buffer_threshold: int
     eager_batching: bool
-    def __init__(self, graph: _Optional[_Union[ModelOptimizationPolicy.Graph, _Mapping]] = ..., priority: _Optional[_Union[ModelOptimizationPolicy.ModelPriority, str]] = ..., cuda: _Optional[_Union[ModelOptimizationPolicy.Cuda, _Mapping]] = ..., execution_accelerators: _Optional[_Union[ModelOptimizationPolicy.ExecutionAccelerators, _Mapping]] = ..., input_pinned_memory: _Optional[_Union[ModelOptimizationPolicy.PinnedMemoryBuffer, _Mapping]] = ..., output_pinned_memory: _Optional[_Union[ModelOptimizationPolicy.PinnedMemoryBuffer, _Mapping]] = ..., gather_kernel_buffer_threshold: _Optional[int] = ..., eager_batching: _Optional[bool] = ...) -> None: ...
+    def __init__(self, graph: _Optional[_Union[ModelOptimizationPolicy.Graph, _Mapping]] = ..., priority: _Optional[_Union[ModelOptimizationPolicy.ModelPriority, str]] = ..., cuda: _Optional[_Union[ModelOptimizationPolicy.Cuda, _Mapping]] = ..., execution_accelerators: _Optional[_Union[ModelOptimizationPolicy.ExecutionAccelerators, _Mapping]] = ..., input_pinned_memory: _Optional[_Union[ModelOptimizationPolicy.PinnedMemoryBuffer, _Mapping]] = ..., output_pinned_memory: _Optional[_Union[ModelOptimizationPolicy.PinnedMemoryBuffer, _Mapping]] = ..., gather_kernel_buffer_threshold: _Optional[int] = ..., eager_batching: bool = ...) -> None: ...
 
 class ModelQueuePolicy(_message.Message):
     __slots__ = ("timeout_action", "default_timeout_microseconds", "allow_timeout_override", "max_queue_size")
@@ -333,7 +336,7 @@ class ModelQueuePolicy(_message.Message):
     default_timeout_microseconds: int
     allow_timeout_override: bool
     max_queue_size: int
-    def __init__(self, timeout_action: _Optional[_Union[ModelQueuePolicy.TimeoutAction, str]] = ..., default_timeout_microseconds: _Optional[int] = ..., allow_timeout_override: _Optional[bool] = ..., max_queue_size: _Optional[int] = ...) -> None: ...
+    def __init__(self, timeout_action: _Optional[_Union[ModelQueuePolicy.TimeoutAction, str]] = ..., default_timeout_microseconds: _Optional[int] = ..., allow_timeout_override: bool = ..., max_queue_size: _Optional[int] = ...) -> None: ...
 
 class ModelDynamicBatching(_message.Message):
     __slots__ = ("preferred_batch_size", "max_queue_delay_microseconds", "preserve_ordering", "priority_levels", "default_priority_level", "default_queue_policy", "priority_queue_policy")
@@ -358,7 +361,7 @@ class ModelDynamicBatching(_message.Message):
     default_priority_level: int
     default_queue_policy: ModelQueuePolicy
     priority_queue_policy: _containers.MessageMap[int, ModelQueuePolicy]
-    def __init__(self, preferred_batch_size: _Optional[_Iterable[int]] = ..., max_queue_delay_microseconds: _Optional[int] = ..., preserve_ordering: _Optional[bool] = ..., priority_levels: _Optional[int] = ..., default_priority_level: _Optional[int] = ..., default_queue_policy: _Optional[_Union[ModelQueuePolicy, _Mapping]] = ..., priority_queue_policy: _Optional[_Mapping[int, ModelQueuePolicy]] = ...) -> None: ...
+    def __init__(self, preferred_batch_size: _Optional[_Iterable[int]] = ..., max_queue_delay_microseconds: _Optional[int] = ..., preserve_ordering: bool = ..., priority_levels: _Optional[int] = ..., default_priority_level: _Optional[int] = ..., default_queue_policy: _Optional[_Union[ModelQueuePolicy, _Mapping]] = ..., priority_queue_policy: _Optional[_Mapping[int, ModelQueuePolicy]] = ...) -> None: ...
 
 class ModelSequenceBatching(_message.Message):
     __slots__ = ("direct", "oldest", "max_sequence_idle_microseconds", "control_input", "state", "iterative_sequence")
@@ -404,7 +407,7 @@ class ModelSequenceBatching(_message.Message):
         zero_data: bool
         data_file: str
         name: str
-        def __init__(self, data_type: _Optional[_Union[DataType, str]] = ..., dims: _Optional[_Iterable[int]] = ..., zero_data: _Optional[bool] = ..., data_file: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
+        def __init__(self, data_type: _Optional[_Union[DataType, str]] = ..., dims: _Optional[_Iterable[int]] = ..., zero_data: bool = ..., data_file: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
     class State(_message.Message):
         __slots__ = ("input_name", "output_name", "data_type", "dims", "initial_state", "use_same_buffer_for_input_output", "use_growable_memory")
         INPUT_NAME_FIELD_NUMBER: _ClassVar[int]
@@ -421,7 +424,7 @@ class ModelSequenceBatching(_message.Message):
         initial_state: _containers.RepeatedCompositeFieldContainer[ModelSequenceBatching.InitialState]
         use_same_buffer_for_input_output: bool
         use_growable_memory: bool
-        def __init__(self, input_name: _Optional[str] = ..., output_name: _Optional[str] = ..., data_type: _Optional[_Union[DataType, str]] = ..., dims: _Optional[_Iterable[int]] = ..., initial_state: _Optional[_Iterable[_Union[ModelSequenceBatching.InitialState, _Mapping]]] = ..., use_same_buffer_for_input_output: _Optional[bool] = ..., use_growable_memory: _Optional[bool] = ...) -> None: ...
+        def __init__(self, input_name: _Optional[str] = ..., output_name: _Optional[str] = ..., data_type: _Optional[_Union[DataType, str]] = ..., dims: _Optional[_Iterable[int]] = ..., initial_state: _Optional[_Iterable[_Union[ModelSequenceBatching.InitialState, _Mapping]]] = ..., use_same_buffer_for_input_output: bool = ..., use_growable_memory: bool = ...) -> None: ...
     class StrategyDirect(_message.Message):
         __slots__ = ("max_queue_delay_microseconds", "minimum_slot_utilization")
         MAX_QUEUE_DELAY_MICROSECONDS_FIELD_NUMBER: _ClassVar[int]
@@ -439,7 +442,7 @@ class ModelSequenceBatching(_message.Message):
         preferred_batch_size: _containers.RepeatedScalarFieldContainer[int]
         max_queue_delay_microseconds: int
         preserve_ordering: bool
-        def __init__(self, max_candidate_sequences: _Optional[int] = ..., preferred_batch_size: _Optional[_Iterable[int]] = ..., max_queue_delay_microseconds: _Optional[int] = ..., preserve_ordering: _Optional[bool] = ...) -> None: ...
+        def __init__(self, max_candidate_sequences: _Optional[int] = ..., preferred_batch_size: _Optional[_Iterable[int]] = ..., max_queue_delay_microseconds: _Optional[int] = ..., preserve_ordering: bool = ...) -> None: ...
     DIRECT_FIELD_NUMBER: _ClassVar[int]
     OLDEST_FIELD_NUMBER: _ClassVar[int]
     MAX_SEQUENCE_IDLE_MICROSECONDS_FIELD_NUMBER: _ClassVar[int]
@@ -452,10 +455,10 @@ class ModelSequenceBatching(_message.Message):
     control_input: _containers.RepeatedCompositeFieldContainer[ModelSequenceBatching.ControlInput]
     state: _containers.RepeatedCompositeFieldContainer[ModelSequenceBatching.State]
     iterative_sequence: bool
-    def __init__(self, direct: _Optional[_Union[ModelSequenceBatching.StrategyDirect, _Mapping]] = ..., oldest: _Optional[_Union[ModelSequenceBatching.StrategyOldest, _Mapping]] = ..., max_sequence_idle_microseconds: _Optional[int] = ..., control_input: _Optional[_Iterable[_Union[ModelSequenceBatching.ControlInput, _Mapping]]] = ..., state: _Optional[_Iterable[_Union[ModelSequenceBatching.State, _Mapping]]] = ..., iterative_sequence: _Optional[bool] = ...) -> None: ...
+    def __init__(self, direct: _Optional[_Union[ModelSequenceBatching.StrategyDirect, _Mapping]] = ..., oldest: _Optional[_Union[ModelSequenceBatching.StrategyOldest, _Mapping]] = ..., max_sequence_idle_microseconds: _Optional[int] = ..., control_input: _Optional[_Iterable[_Union[ModelSequenceBatching.ControlInput, _Mapping]]] = ..., state: _Optional[_Iterable[_Union[ModelSequenceBatching.State, _Mapping]]] = ..., iterative_sequence: bool = ...) -> None: ...
 
 class ModelEnsembling(_message.Message):
-    __slots__ = ("step",)
+    __slots__ = ("step", "max_inflight_requests")
     class Step(_message.Message):
         __slots__ = ("model_name", "model_version", "input_map", "output_map", "model_namespace")
         class InputMapEntry(_message.Message):
@@ -484,8 +487,10 @@ class ModelEnsembling(_message.Message):
         model_namespace: str
         def __init__(self, model_name: _Optional[str] = ..., model_version: _Optional[int] = ..., input_map: _Optional[_Mapping[str, str]] = ..., output_map: _Optional[_Mapping[str, str]] = ..., model_namespace: _Optional[str] = ...) -> None: ...
     STEP_FIELD_NUMBER: _ClassVar[int]
+    MAX_INFLIGHT_REQUESTS_FIELD_NUMBER: _ClassVar[int]
     step: _containers.RepeatedCompositeFieldContainer[ModelEnsembling.Step]
-    def __init__(self, step: _Optional[_Iterable[_Union[ModelEnsembling.Step, _Mapping]]] = ...) -> None: ...
+    max_inflight_requests: int
+    def __init__(self, step: _Optional[_Iterable[_Union[ModelEnsembling.Step, _Mapping]]] = ..., max_inflight_requests: _Optional[int] = ...) -> None: ...
 
 class ModelParameter(_message.Message):
     __slots__ = ("string_value",)
@@ -507,7 +512,7 @@ class ModelWarmup(_message.Message):
         zero_data: bool
         random_data: bool
         input_data_file: str
-        def __init__(self, data_type: _Optional[_Union[DataType, str]] = ..., dims: _Optional[_Iterable[int]] = ..., zero_data: _Optional[bool] = ..., random_data: _Optional[bool] = ..., input_data_file: _Optional[str] = ...) -> None: ...
+        def __init__(self, data_type: _Optional[_Union[DataType, str]] = ..., dims: _Optional[_Iterable[int]] = ..., zero_data: bool = ..., random_data: bool = ..., input_data_file: _Optional[str] = ...) -> None: ...
     class InputsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -535,7 +540,7 @@ class ModelTransactionPolicy(_message.Message):
     __slots__ = ("decoupled",)
     DECOUPLED_FIELD_NUMBER: _ClassVar[int]
     decoupled: bool
-    def __init__(self, decoupled: _Optional[bool] = ...) -> None: ...
+    def __init__(self, decoupled: bool = ...) -> None: ...
 
 class ModelRepositoryAgents(_message.Message):
     __slots__ = ("agents",)
@@ -561,10 +566,33 @@ class ModelResponseCache(_message.Message):
     __slots__ = ("enable",)
     ENABLE_FIELD_NUMBER: _ClassVar[int]
     enable: bool
-    def __init__(self, enable: _Optional[bool] = ...) -> None: ...
+    def __init__(self, enable: bool = ...) -> None: ...
+
+class ModelMetrics(_message.Message):
+    __slots__ = ("metric_control",)
+    class MetricControl(_message.Message):
+        __slots__ = ("metric_identifier", "histogram_options")
+        class MetricIdentifier(_message.Message):
+            __slots__ = ("family",)
+            FAMILY_FIELD_NUMBER: _ClassVar[int]
+            family: str
+            def __init__(self, family: _Optional[str] = ...) -> None: ...
+        class HistogramOptions(_message.Message):
+            __slots__ = ("buckets",)
+            BUCKETS_FIELD_NUMBER: _ClassVar[int]
+            buckets: _containers.RepeatedScalarFieldContainer[float]
+            def __init__(self, buckets: _Optional[_Iterable[float]] = ...) -> None: ...
+        METRIC_IDENTIFIER_FIELD_NUMBER: _ClassVar[int]
+        HISTOGRAM_OPTIONS_FIELD_NUMBER: _ClassVar[int]
+        metric_identifier: ModelMetrics.MetricControl.MetricIdentifier
+        histogram_options: ModelMetrics.MetricControl.HistogramOptions
+        def __init__(self, metric_identifier: _Optional[_Union[ModelMetrics.MetricControl.MetricIdentifier, _Mapping]] = ..., histogram_options: _Optional[_Union[ModelMetrics.MetricControl.HistogramOptions, _Mapping]] = ...) -> None: ...
+    METRIC_CONTROL_FIELD_NUMBER: _ClassVar[int]
+    metric_control: _containers.RepeatedCompositeFieldContainer[ModelMetrics.MetricControl]
+    def __init__(self, metric_control: _Optional[_Iterable[_Union[ModelMetrics.MetricControl, _Mapping]]] = ...) -> None: ...
 
 class ModelConfig(_message.Message):
-    __slots__ = ("name", "platform", "backend", "version_policy", "max_batch_size", "input", "output", "batch_input", "batch_output", "optimization", "dynamic_batching", "sequence_batching", "ensemble_scheduling", "instance_group", "default_model_filename", "cc_model_filenames", "metric_tags", "parameters", "model_warmup", "model_operations", "model_transaction_policy", "model_repository_agents", "response_cache")
+    __slots__ = ("name", "platform", "backend", "runtime", "version_policy", "max_batch_size", "input", "output", "batch_input", "batch_output", "optimization", "dynamic_batching", "sequence_batching", "ensemble_scheduling", "instance_group", "default_model_filename", "cc_model_filenames", "metric_tags", "parameters", "model_warmup", "model_operations", "model_transaction_policy", "model_repository_agents", "response_cache", "model_metrics")
     class CcModelFilenamesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -589,6 +617,7 @@ class ModelConfig(_message.Message):
     NAME_FIELD_NUMBER: _ClassVar[int]
     PLATFORM_FIELD_NUMBER: _ClassVar[int]
     BACKEND_FIELD_NUMBER: _ClassVar[int]
+    RUNTIME_FIELD_NUMBER: _ClassVar[int]
     VERSION_POLICY_FIELD_NUMBER: _ClassVar[int]
     MAX_BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     INPUT_FIELD_NUMBER: _ClassVar[int]
@@ -609,9 +638,11 @@ class ModelConfig(_message.Message):
     MODEL_TRANSACTION_POLICY_FIELD_NUMBER: _ClassVar[int]
     MODEL_REPOSITORY_AGENTS_FIELD_NUMBER: _ClassVar[int]
     RESPONSE_CACHE_FIELD_NUMBER: _ClassVar[int]
+    MODEL_METRICS_FIELD_NUMBER: _ClassVar[int]
     name: str
     platform: str
     backend: str
+    runtime: str
     version_policy: ModelVersionPolicy
     max_batch_size: int
     input: _containers.RepeatedCompositeFieldContainer[ModelInput]
@@ -632,4 +663,5 @@ class ModelConfig(_message.Message):
     model_transaction_policy: ModelTransactionPolicy
     model_repository_agents: ModelRepositoryAgents
     response_cache: ModelResponseCache
-    def __init__(self, name: _Optional[str] = ..., platform: _Optional[str] = ..., backend: _Optional[str] = ..., version_policy: _Optional[_Union[ModelVersionPolicy, _Mapping]] = ..., max_batch_size: _Optional[int] = ..., input: _Optional[_Iterable[_Union[ModelInput, _Mapping]]] = ..., output: _Optional[_Iterable[_Union[ModelOutput, _Mapping]]] = ..., batch_input: _Optional[_Iterable[_Union[BatchInput, _Mapping]]] = ..., batch_output: _Optional[_Iterable[_Union[BatchOutput, _Mapping]]] = ..., optimization: _Optional[_Union[ModelOptimizationPolicy, _Mapping]] = ..., dynamic_batching: _Optional[_Union[ModelDynamicBatching, _Mapping]] = ..., sequence_batching: _Optional[_Union[ModelSequenceBatching, _Mapping]] = ..., ensemble_scheduling: _Optional[_Union[ModelEnsembling, _Mapping]] = ..., instance_group: _Optional[_Iterable[_Union[ModelInstanceGroup, _Mapping]]] = ..., default_model_filename: _Optional[str] = ..., cc_model_filenames: _Optional[_Mapping[str, str]] = ..., metric_tags: _Optional[_Mapping[str, str]] = ..., parameters: _Optional[_Mapping[str, ModelParameter]] = ..., model_warmup: _Optional[_Iterable[_Union[ModelWarmup, _Mapping]]] = ..., model_operations: _Optional[_Union[ModelOperations, _Mapping]] = ..., model_transaction_policy: _Optional[_Union[ModelTransactionPolicy, _Mapping]] = ..., model_repository_agents: _Optional[_Union[ModelRepositoryAgents, _Mapping]] = ..., response_cache: _Optional[_Union[ModelResponseCache, _Mapping]] = ...) -> None: ...
+    model_metrics: ModelMetrics
+    def __init__(self, name: _Optional[str] = ..., platform: _Optional[str] = ..., backend: _Optional[str] = ..., runtime: _Optional[str] = ..., version_policy: _Optional[_Union[ModelVersionPolicy, _Mapping]] = ..., max_batch_size: _Optional[int] = ..., input: _Optional[_Iterable[_Union[ModelInput, _Mapping]]] = ..., output: _Optional[_Iterable[_Union[ModelOutput, _Mapping]]] = ..., batch_input: _Optional[_Iterable[_Union[BatchInput, _Mapping]]] = ..., batch_output: _Optional[_Iterable[_Union[BatchOutput, _Mapping]]] = ..., optimization: _Optional[_Union[ModelOptimizationPolicy, _Mapping]] = ..., dynamic_batching: _Optional[_Union[ModelDynamicBatching, _Mapping]] = ..., sequence_batching: _Optional[_Union[ModelSequenceBatching, _Mapping]] = ..., ensemble_scheduling: _Optional[_Union[ModelEnsembling, _Mapping]] = ..., instance_group: _Optional[_Iterable[_Union[ModelInstanceGroup, _Mapping]]] = ..., default_model_filename: _Optional[str] = ..., cc_model_filenames: _Optional[_Mapping[str, str]] = ..., metric_tags: _Optional[_Mapping[str, str]] = ..., parameters: _Optional[_Mapping[str, ModelParameter]] = ..., model_warmup: _Optional[_Iterable[_Union[ModelWarmup, _Mapping]]] = ..., model_operations: _Optional[_Union[ModelOperations, _Mapping]] = ..., model_transaction_policy: _Optional[_Union[ModelTransactionPolicy, _Mapping]] = ..., model_repository_agents: _Optional[_Union[ModelRepositoryAgents, _Mapping]] = ..., response_cache: _Optional[_Union[ModelResponseCache, _Mapping]] = ..., model_metrics: _Optional[_Union[ModelMetrics, _Mapping]] = ...) -> None: ...

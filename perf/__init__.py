@@ -1,0 +1,1 @@
+"""trt perf: load generation against any server that speaks Triton's protocol."""

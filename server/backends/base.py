@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 import numpy as np
 
 from protos import model_config_pb2
+from server.core.errors import ModelLoadError
 
 if TYPE_CHECKING:
     from server.core.errors import ServerError
@@ -49,6 +50,13 @@ class ModelFiles:
 
     def artifact(self, config: model_config_pb2.ModelConfig, default_filename: str) -> Path:
         return self.version_dir / (config.default_model_filename or default_filename)
+
+    def require_artifact(self, config: model_config_pb2.ModelConfig, default_filename: str) -> Path:
+        """The model file, which must exist (a folder is accepted where a backend takes one)."""
+        path = self.artifact(config, default_filename)
+        if not path.exists():
+            raise ModelLoadError(f"model file not found: {path}")
+        return path
 
 
 class ModelInstance(Protocol):

@@ -68,7 +68,7 @@ class OnnxRuntimeBackend:
     default_filename = "model.onnx"
 
     def _model_path(self, config: model_config_pb2.ModelConfig, files: ModelFiles) -> Path:
-        path = files.artifact(config, self.default_filename)
+        path = files.require_artifact(config, self.default_filename)
         if path.is_dir():  # Triton also accepts a directory holding model.onnx (external weights)
             path = path / "model.onnx"
         if not path.is_file():

@@ -251,15 +251,8 @@ def _allow(method: str, allowed: str) -> None:
 
 
 def _parse_json_object(body: bytes) -> dict[str, Any]:
-    if not body.strip():
-        return {}
-    try:
-        value = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidArgument(f"failed to parse the request JSON: {exc}") from None
-    if not isinstance(value, dict):
-        raise InvalidArgument("the request body must be a JSON object")
-    return value
+    """Optional JSON bodies (repository, logging): empty means no settings."""
+    return codec.parse_json_object(body) if body.strip() else {}
 
 
 def _json(value: Any) -> HttpResponse:

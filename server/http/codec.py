@@ -35,12 +35,7 @@ def decode_request(
         json_part, binary = view[:header_length], view[header_length:]
     if not json_part:
         raise InvalidArgument("the request body is empty; expected a JSON inference request")
-    try:
-        document = orjson.loads(json_part)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidArgument(f"failed to parse the request JSON: {exc}") from None
-    if not isinstance(document, dict):
-        raise InvalidArgument("the request JSON must be an object")
+    document = parse_json_object(json_part)
 
     parameters = _object(document.get("parameters"), "parameters")
     raw_inputs = document.get("inputs")
@@ -80,6 +75,17 @@ def decode_request(
         raise InvalidArgument("'id' must be a string")
     request = InferenceRequest(model_name, model_version, request_id, inputs, outputs, parameters)
     return request, binary_choice, default_binary
+
+
+def parse_json_object(body: bytes | memoryview) -> dict[str, Any]:
+    """A request body that must be one JSON object; unparsable JSON is the client's mistake (400)."""
+    try:
+        value = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidArgument(f"failed to parse the request JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise InvalidArgument("the request JSON must be an object")
+    return value
 
 
 def _object(value: Any, what: str) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from pathlib import Path
 from protos import model_config_pb2
 from server.backends.base import InstanceSpec, ModelFiles
 from server.backends.python.instance import STUB, PythonModelInstance
-from server.core.errors import ModelConfigError, ModelLoadError
+from server.core.errors import ModelConfigError
 from server.core.model_config import config_from_json, config_to_dict, config_to_json
 
 logger = logging.getLogger("trt.backends.python")
@@ -69,10 +69,7 @@ class PythonBackend:
     default_filename = "model.py"
 
     def _model_py(self, config: model_config_pb2.ModelConfig, files: ModelFiles) -> Path:
-        path = files.artifact(config, self.default_filename)
-        if not path.is_file():
-            raise ModelLoadError(f"model file not found: {path}")
-        return path
+        return files.require_artifact(config, self.default_filename)
 
     def auto_complete(
         self, config: model_config_pb2.ModelConfig, files: ModelFiles, default_max_batch_size: int

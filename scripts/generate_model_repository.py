@@ -402,6 +402,39 @@ def generate_cnn_onnx(output: Path) -> Path | None:
 
 
 # ---------------------------------------------------------------------------------------------
+# torch_mlp: a TorchScript model for the PyTorch backend, with Triton's INPUT__0 / OUTPUT__0 names
+# ---------------------------------------------------------------------------------------------
+
+TORCH_MLP_CONFIG = """name: "torch_mlp"
+platform: "pytorch_libtorch"
+max_batch_size: 32
+input [ { name: "INPUT__0" data_type: TYPE_FP32 dims: [ 64 ] } ]
+output [ { name: "OUTPUT__0" data_type: TYPE_FP32 dims: [ 10 ] } ]
+instance_group [ { kind: KIND_CPU count: 1 } ]
+"""
+
+
+def generate_torch_mlp(output: Path) -> Path | None:
+    try:
+        import torch
+        from torch import nn
+    except ImportError:
+        print(f"skipping torch_mlp: it needs PyTorch; install it with `pip install {TORCH_PIN}`")
+        return None
+    torch.manual_seed(SEED)
+    module = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, NUM_CLASSES)).eval()
+    scripted = torch.jit.script(module)
+    path = output / "torch_mlp" / "1" / "model.pt"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    scripted.save(str(path))
+    (output / "torch_mlp" / "config.pbtxt").write_text(TORCH_MLP_CONFIG)
+    x = torch.randn(3, 64)
+    with torch.inference_mode():
+        require(torch.allclose(torch.jit.load(str(path))(x), module(x)), f"{path}: reloaded != module")
+    return path
+
+
+# ---------------------------------------------------------------------------------------------
 # Entry point
 # ---------------------------------------------------------------------------------------------
 
@@ -410,6 +443,7 @@ GENERATORS: dict[str, Callable[[Path], Path | None]] = {
     "simple_fp32": generate_simple_fp32,
     "mlp_onnx": generate_mlp_onnx,
     "cnn_onnx": generate_cnn_onnx,
+    "torch_mlp": generate_torch_mlp,
 }
 
 

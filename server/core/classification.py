@@ -10,6 +10,7 @@ from server.core.types import OutputTensor
 def classify(output: OutputTensor, class_count: int, batching: bool, labels: tuple[str, ...]) -> OutputTensor:
     """Top ``class_count`` entries of each batch item as ``b"value:index[:label]"``, highest first."""
     data = output.data
+    assert data is not None, "classification runs before outputs go to shared memory"
     rows = data.reshape(data.shape[0], -1) if batching else data.reshape(1, -1)
     k = min(class_count, rows.shape[1])
     order = np.argsort(-rows.astype(np.float64), axis=1, kind="stable")[:, :k]

@@ -25,7 +25,13 @@ from server.core.request_scheduler import RequestScheduler
 from server.core.statistics import ModelStatistics
 from server.core.tensors import ModelSignature, TensorSpec
 from server.core.timing import ExecutionTimes
-from server.core.types import RESERVED_PARAMETERS, InferenceRequest, InferenceResponse, OutputTensor
+from server.core.types import (
+    RESERVED_PARAMETERS,
+    InferenceRequest,
+    InferenceResponse,
+    InputTensor,
+    OutputTensor,
+)
 
 logger = logging.getLogger("trt.model")
 
@@ -164,7 +170,7 @@ class ModelVersion:
         signature = self.signature
         batch_size = signature.check_inputs(request.inputs)
         output_names = signature.check_outputs(request.outputs)
-        feeds = {t.name: self._to_model_shape(t.data, signature.inputs[t.name]) for t in request.inputs}
+        feeds = {t.name: self._to_model_shape(_data_of(t), signature.inputs[t.name]) for t in request.inputs}
         input_done = time.perf_counter_ns()
         parameters: dict[str, Any] = {}
         if self._request_level:
@@ -249,3 +255,9 @@ def _backend_request(
     return BackendRequest(
         request.id, feeds, tuple(output_names), custom, parameters.get("sequence_id", 0) or 0, flags
     )
+
+
+def _data_of(tensor: InputTensor) -> np.ndarray:
+    if tensor.data is None:
+        raise InvalidInput(f"input '{tensor.name}' has no data")
+    return tensor.data

@@ -17,6 +17,7 @@ from server.core.log_settings import LogSettings
 from server.core.model import ModelVersion
 from server.core.model_config import config_from_json
 from server.core.options import CoreOptions, ModelControlMode
+from server.core.shared_memory import SharedMemoryRegistry
 from server.core.statistics import ModelStatistics
 from server.core.types import (
     TRITON_CONTROL_PARAMETERS,
@@ -36,6 +37,7 @@ EXTENSIONS = (
     "model_repository",
     "model_repository(unload_dependents)",
     "model_configuration",
+    "system_shared_memory",
     "binary_tensor_data",
     "parameters",
     "statistics",
@@ -54,6 +56,7 @@ class InferenceServer:
         self.models.services = self
         # Shared by both transports, so a change over HTTP shows over gRPC and the other way round.
         self.log_settings = LogSettings()
+        self.shared_memory = SharedMemoryRegistry()
         self._live = False
         self._shutting_down = False
 
@@ -71,6 +74,7 @@ class InferenceServer:
     async def stop(self) -> None:
         self._shutting_down = True
         await self.models.stop()
+        self.shared_memory.close()
 
     # -- health and metadata ------------------------------------------------------------------
 
@@ -117,7 +121,18 @@ class InferenceServer:
                     "not be specified."
                 )
         model = self.models.get(request.model_name, request.model_version)
-        return await model.infer(request)
+        uses_shm_inputs = any(tensor.data is None for tensor in request.inputs)
+        uses_shm_outputs = request.outputs is not None and any(
+            "shared_memory_region" in output.parameters for output in request.outputs
+        )
+        if uses_shm_inputs:
+            self.shared_memory.resolve_inputs(request)
+        if uses_shm_outputs:
+            self.shared_memory.check_outputs(request)
+        response = await model.infer(request)
+        if uses_shm_outputs:
+            self.shared_memory.write_outputs(request, response)
+        return response
 
     # -- repository ---------------------------------------------------------------------------
 

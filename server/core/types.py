@@ -29,7 +29,7 @@ class InputTensor:
     name: str
     datatype: str
     shape: tuple[int, ...]
-    data: np.ndarray
+    data: np.ndarray | None  # None until resolved from a shared memory region (see parameters)
     parameters: dict[str, Any] = field(default_factory=dict)
 
 
@@ -57,7 +57,7 @@ class OutputTensor:
     name: str
     datatype: str
     shape: tuple[int, ...]
-    data: np.ndarray
+    data: np.ndarray | None  # None once written into a client's shared memory region
     parameters: dict[str, Any] = field(default_factory=dict)
 
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from protos import grpc_service_pb2 as pb
 from server.core.datatypes import element_count, tensor_from_bytes, tensor_to_bytes, wire_to_numpy
-from server.core.errors import InvalidArgument, InvalidInput, Unsupported
+from server.core.errors import InvalidArgument, InvalidInput
 from server.core.types import InferenceRequest, InferenceResponse, InputTensor, RequestedOutput
 
 # The typed ``InferTensorContents`` field that carries each datatype (FP16/BF16 only travel raw).
@@ -34,10 +34,6 @@ _CONTENTS_FIELD: dict[str, str] = {
 }
 # Narrow integer types share a 32-bit field; values outside the type's range are an error.
 _NARROW_INTEGERS = frozenset({"INT8", "INT16", "UINT8", "UINT16"})
-
-_SHARED_MEMORY_MESSAGE = (
-    "shared memory is not supported by this server yet; send the tensor data in the request"
-)
 
 
 # -- parameters ------------------------------------------------------------------------------------
@@ -100,32 +96,37 @@ def decode_infer_request(request: Any) -> InferenceRequest:
     raw_contents = request.raw_input_contents
     tensors = request.inputs
     raw_count = len(raw_contents)
-    if raw_count and raw_count != len(tensors):
+    # Inputs in shared memory take no raw_input_contents entry (tritonclient sends none for them).
+    in_memory = [t for t in tensors if "shared_memory_region" not in t.parameters]
+    if raw_count and raw_count != len(in_memory):
         for tensor in tensors:
-            if tensor.parameters:
-                _reject_shared_memory(tensor.parameters, "input", tensor.name)
             if tensor.HasField("contents") and tensor.contents.ByteSize() > 0:
                 raise InvalidArgument(_mixed_message(tensor.name))
         raise InvalidArgument(
-            f"the request has {len(tensors)} inputs but {raw_count} entries in raw_input_contents; "
-            "send exactly one raw_input_contents entry per input, in the order of 'inputs'"
+            f"the request has {len(in_memory)} inputs outside shared memory but {raw_count} entries in "
+            "raw_input_contents; send one raw_input_contents entry per such input, in the order of 'inputs'"
         )
     inputs: list[InputTensor] = []
-    for index, tensor in enumerate(tensors):
+    index = 0
+    for tensor in tensors:
         name = tensor.name
         datatype = tensor.datatype
         shape = tuple(tensor.shape[:])  # slicing first halves the cost with upb
         parameters = parameters_to_dict(tensor.parameters, f"input '{name}'") if tensor.parameters else {}
-        if parameters:
-            _reject_shared_memory(parameters, "input", name)
         for dim in shape:
             if dim < 0:
                 raise InvalidInput(f"input '{name}': shape {list(shape)} has a negative dimension")
         has_contents = tensor.HasField("contents") and tensor.contents.ByteSize() > 0
-        if raw_count:
+        data: np.ndarray | None
+        if "shared_memory_region" in parameters:
+            if has_contents:
+                raise InvalidInput(f"input '{name}' has both contents and a shared memory region")
+            data = None  # the core reads the region
+        elif raw_count:
             if has_contents:
                 raise InvalidArgument(_mixed_message(name))
             data = tensor_from_bytes(raw_contents[index], datatype, shape, name)
+            index += 1
         elif has_contents:
             data = _typed_contents(tensor.contents, name, datatype, shape)
         elif element_count(shape) == 0:
@@ -157,18 +158,12 @@ def _requested_output(output: Any) -> RequestedOutput:
     if not output.parameters:
         return RequestedOutput(name)
     parameters = parameters_to_dict(output.parameters, f"output '{name}'")
-    _reject_shared_memory(parameters, "output", name)
     class_count = parameters.get("classification", 0)
     if not isinstance(class_count, int) or isinstance(class_count, bool) or class_count < 0:
         raise InvalidArgument(
             f"output '{name}': 'classification' must be a non-negative integer (int64_param)"
         )
     return RequestedOutput(name, class_count, parameters)
-
-
-def _reject_shared_memory(parameters: Mapping[str, Any], kind: str, name: str) -> None:
-    if "shared_memory_region" in parameters:
-        raise Unsupported(f"{kind} '{name}': {_SHARED_MEMORY_MESSAGE}")
 
 
 def _typed_contents(contents: Any, name: str, datatype: str, shape: tuple[int, ...]) -> np.ndarray:
@@ -220,6 +215,9 @@ def encode_infer_response(response: InferenceResponse, message: Any = None) -> A
         if output.parameters:
             set_parameters(tensor.parameters, output.parameters)
         tensors.append(tensor)
+        if output.data is None:  # written into the client's shared memory region
+            raw.append(b"")  # an empty entry keeps raw_output_contents aligned with outputs
+            continue
         data = tensor_to_bytes(output.data, output.datatype)
         # protobuf takes only bytes; this is the one copy on the way out.
         raw.append(data if isinstance(data, bytes) else data.tobytes())

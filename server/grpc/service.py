@@ -36,7 +36,6 @@ _TRACE_OFF = {
     "trace_file": [""],
     "trace_mode": ["triton"],
 }
-_SHARED_MEMORY_UNSUPPORTED = "{} shared memory is not supported by this server yet"
 
 _Handler = Callable[[Any, Any, Any], Awaitable[Any]]
 
@@ -209,19 +208,26 @@ class GrpcInferenceService(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):
         await self.core.unload_model(request.model_name, unload_dependents)
         return pb.RepositoryModelUnloadResponse()
 
-    # -- shared memory (not supported yet) ----------------------------------------------------
+    # -- shared memory ------------------------------------------------------------------------
 
     @_unary
     async def SystemSharedMemoryStatus(self, request: Any, context: Any) -> Any:
-        return pb.SystemSharedMemoryStatusResponse()
+        response = pb.SystemSharedMemoryStatusResponse()
+        for region in self.core.shared_memory.status(request.name):
+            status = response.regions[region.name]
+            status.name, status.key = region.name, region.key
+            status.offset, status.byte_size = region.offset, region.byte_size
+        return response
 
     @_unary
     async def SystemSharedMemoryRegister(self, request: Any, context: Any) -> Any:
-        raise Unsupported(_SHARED_MEMORY_UNSUPPORTED.format("system"))
+        self.core.shared_memory.register(request.name, request.key, request.offset, request.byte_size)
+        return pb.SystemSharedMemoryRegisterResponse()
 
     @_unary
     async def SystemSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
-        return pb.SystemSharedMemoryUnregisterResponse()  # nothing can be registered yet
+        self.core.shared_memory.unregister(request.name)
+        return pb.SystemSharedMemoryUnregisterResponse()
 
     @_unary
     async def CudaSharedMemoryStatus(self, request: Any, context: Any) -> Any:
@@ -229,11 +235,11 @@ class GrpcInferenceService(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):
 
     @_unary
     async def CudaSharedMemoryRegister(self, request: Any, context: Any) -> Any:
-        raise Unsupported(_SHARED_MEMORY_UNSUPPORTED.format("CUDA"))
+        raise Unsupported("CUDA shared memory needs a GPU; this server has none")
 
     @_unary
     async def CudaSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
-        return pb.CudaSharedMemoryUnregisterResponse()  # nothing can be registered yet
+        return pb.CudaSharedMemoryUnregisterResponse()  # nothing can be registered on a GPU-less server
 
     # -- trace and logging --------------------------------------------------------------------
 

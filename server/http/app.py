@@ -157,16 +157,32 @@ class HttpApp:
             return await self._repository_route(request, match)
         match = _SHM_ROUTE.fullmatch(path)
         if match is not None:
-            if match.group(3) == "status":
-                _allow(method, "GET")
-                return _json([])
-            _allow(method, "POST")
-            if match.group(3) == "unregister":
-                return HttpResponse(
-                    200, b"", _JSON_HEADERS
-                )  # nothing can be registered, so nothing to unregister
-            raise HttpError(501, f"{match.group(1)} shared memory is not supported by this server yet")
+            return self._shared_memory(request, match.group(1), match.group(2) or "", match.group(3))
         raise HttpError(404, "Not Found")
+
+    def _shared_memory(self, request: HttpRequest, kind: str, region: str, action: str) -> HttpResponse:
+        registry = self.core.shared_memory
+        if action == "status":
+            _allow(request.method, "GET")
+            if kind == "cuda":
+                return _json([])
+            rows = registry.status(region)
+            return _json(
+                [{"name": r.name, "key": r.key, "offset": r.offset, "byte_size": r.byte_size} for r in rows]
+            )
+        _allow(request.method, "POST")
+        if action == "unregister":
+            if kind == "system":
+                registry.unregister(region)
+            return HttpResponse(200, b"", _JSON_HEADERS)
+        if kind == "cuda":
+            raise HttpError(501, "CUDA shared memory needs a GPU; this server has none")
+        body = _parse_json_object(self._body(request))
+        key, offset, byte_size = body.get("key"), body.get("offset", 0), body.get("byte_size")
+        if not isinstance(key, str) or not isinstance(offset, int) or not isinstance(byte_size, int):
+            raise InvalidArgument("register needs 'key' (string), 'offset' and 'byte_size' (integers)")
+        registry.register(region, key, offset, byte_size)
+        return HttpResponse(200, b"", _JSON_HEADERS)
 
     async def _model_route(self, method: str, match: re.Match[str]) -> HttpResponse:
         name, version, action = match.group(1), match.group(2) or "", match.group(3)

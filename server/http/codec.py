@@ -126,6 +126,10 @@ def _decode_input(raw: Any, binary: memoryview, offset: int) -> tuple[InputTenso
             )
         data = tensor_from_bytes(binary[offset:end], datatype, shape, name)
         return InputTensor(name, datatype, shape, data, parameters), end
+    if "shared_memory_region" in parameters:
+        if "data" in raw:
+            raise InvalidInput(f"input '{name}' has both 'data' and a shared memory region")
+        return InputTensor(name, datatype, shape, None, parameters), offset  # the core reads the region
     if "data" not in raw:
         raise InvalidInput(f"input '{name}' has neither 'data' nor a 'binary_data_size' parameter")
     return InputTensor(
@@ -195,7 +199,9 @@ def encode_response(
             "datatype": output.datatype,
             "shape": list(output.shape),
         }
-        if binary_choice.get(output.name, default_binary):
+        if output.data is None:  # written into the client's shared memory region
+            entry["parameters"] = output.parameters
+        elif binary_choice.get(output.name, default_binary):
             raw = tensor_to_bytes(output.data, output.datatype)
             entry["parameters"] = {**output.parameters, "binary_data_size": len(raw)}
             chunks.append(raw)

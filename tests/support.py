@@ -36,7 +36,7 @@ DTYPES = [
 ]
 
 
-def _save(model: object, path: Path) -> None:
+def save_onnx(model: object, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     onnx.save(model, str(path))
 
@@ -89,7 +89,7 @@ def write_simple(
 ) -> Path:
     model_dir = repo / name
     for version in versions:
-        _save(add_sub_model(), model_dir / str(version) / "model.onnx")
+        save_onnx(add_sub_model(), model_dir / str(version) / "model.onnx")
     if config is not None:
         (model_dir / "config.pbtxt").write_text(config.replace('name: "simple"', f'name: "{name}"'))
     (model_dir / "labels.txt").write_text("\n".join(f"label{i}" for i in range(16)) + "\n")
@@ -98,7 +98,7 @@ def write_simple(
 
 def write_identity(repo: Path) -> Path:
     model_dir = repo / "identity_all"
-    _save(identity_model(), model_dir / "1" / "model.onnx")
+    save_onnx(identity_model(), model_dir / "1" / "model.onnx")
     tensors = lambda prefix: ",\n".join(  # noqa: E731
         f'  {{ name: "{prefix}_{n}" data_type: {c} dims: [ -1 ] }}' for n, _, c in DTYPES
     )
@@ -112,14 +112,14 @@ def write_identity(repo: Path) -> Path:
 def write_autocomplete(repo: Path) -> Path:
     """An add/sub FP32 model with no config.pbtxt at all: everything comes from auto-complete."""
     model_dir = repo / "autocomplete_fp32"
-    _save(add_sub_model(TensorProto.FLOAT, 4), model_dir / "1" / "model.onnx")
+    save_onnx(add_sub_model(TensorProto.FLOAT, 4), model_dir / "1" / "model.onnx")
     return model_dir
 
 
 def write_broken(repo: Path) -> None:
     """Models that must fail to load, each in its own way, without stopping the others."""
     bad_config = repo / "broken_config"
-    _save(add_sub_model(), bad_config / "1" / "model.onnx")
+    save_onnx(add_sub_model(), bad_config / "1" / "model.onnx")
     (bad_config / "config.pbtxt").write_text(
         'name: "broken_config"\nplatform: "onnxruntime_onnx"\nmax_batch_size: oops\n'
     )

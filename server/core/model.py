@@ -6,7 +6,6 @@ import asyncio
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, cast
 
 import numpy as np
@@ -20,7 +19,9 @@ from server.backends.base import (
 )
 from server.core.classification import classify
 from server.core.datatypes import numpy_to_wire, wire_to_numpy
+from server.core.dynamic_batcher import DynamicBatcher
 from server.core.errors import InvalidInput, ModelNotReady, ServerError
+from server.core.instance_pool import InstancePool
 from server.core.request_scheduler import RequestScheduler
 from server.core.statistics import ModelStatistics
 from server.core.tensors import ModelSignature, TensorSpec
@@ -36,43 +37,12 @@ from server.core.types import (
 logger = logging.getLogger("trt.model")
 
 
-# Handing a call to a worker thread and back costs ~140 us of CPU on these machines, several times
-# what a tiny model computes. Models whose executions stay under this budget run on the event loop;
-# slower ones go to the instance threads so they can overlap and never stall the loop for long.
-INLINE_BUDGET_NS = 100_000
-_WARMUP_EXECUTIONS = 20
-_EWMA_WEIGHT = 0.05
-
-
-def _timed(
-    instance: ModelInstance, feeds: Mapping[str, np.ndarray], names: Sequence[str]
-) -> tuple[dict[str, np.ndarray], int]:
-    started = time.perf_counter_ns()
-    outputs = instance.execute(feeds, names)
-    return outputs, time.perf_counter_ns() - started
-
-
 class DirectScheduler:
-    """Runs each request on the next idle instance, one execution per request.
+    """Runs each request on the next idle instance, one execution per request (no batching)."""
 
-    Instances run in a thread pool with one thread per instance, so N instances execute
-    concurrently (the backends release the GIL while computing), except for models cheap enough
-    to run inline (see INLINE_BUDGET_NS). The choice follows a moving average of execution time,
-    so a model that becomes slow (bigger inputs) moves back to the threads.
-    """
-
-    def __init__(self, name: str, instances: Sequence[ModelInstance], stats: ModelStatistics) -> None:
-        self._executor = ThreadPoolExecutor(max_workers=len(instances), thread_name_prefix=f"trt-{name}")
-        self._idle: asyncio.Queue[ModelInstance] = asyncio.Queue()
-        for instance in instances:
-            self._idle.put_nowait(instance)
+    def __init__(self, pool: InstancePool, stats: ModelStatistics) -> None:
+        self._pool = pool
         self._stats = stats
-        self._executions = 0
-        self._average_ns = float(INLINE_BUDGET_NS * 10)
-
-    @property
-    def runs_inline(self) -> bool:
-        return self._executions >= _WARMUP_EXECUTIONS and self._average_ns < INLINE_BUDGET_NS
 
     async def execute(
         self, feeds: Mapping[str, np.ndarray], output_names: Sequence[str], batch_size: int
@@ -80,29 +50,13 @@ class DirectScheduler:
         queued = time.perf_counter_ns()
         self._stats.pending += 1
         try:
-            instance = self._idle.get_nowait() if not self._idle.empty() else await self._idle.get()
+            instance = await self._pool.acquire()
         finally:
             self._stats.pending -= 1
         started = time.perf_counter_ns()
-        if self.runs_inline:
-            try:
-                outputs, compute_ns = _timed(instance, feeds, output_names)
-            finally:
-                self._idle.put_nowait(instance)
-        else:
-            loop = asyncio.get_running_loop()
-            future = loop.run_in_executor(self._executor, _timed, instance, feeds, output_names)
-            # The instance goes back only when its thread is done, even if the waiting request is
-            # cancelled (client gone): otherwise two requests could run on one instance at once.
-            future.add_done_callback(lambda _: self._idle.put_nowait(instance))
-            outputs, compute_ns = await asyncio.shield(future)
-        self._executions += 1
-        self._average_ns += _EWMA_WEIGHT * (compute_ns - self._average_ns)
-        times = ExecutionTimes(started - queued, 0, time.perf_counter_ns() - started, 0)
-        return outputs, times
-
-    def shutdown(self) -> None:
-        self._executor.shutdown(wait=True)
+        outputs, compute_ns = await self._pool.run(instance, feeds, output_names)
+        self._stats.record_execution(max(batch_size, 1), 0, compute_ns, 0)
+        return outputs, ExecutionTimes(started - queued, 0, compute_ns, 0)
 
 
 class ModelVersion:
@@ -125,7 +79,8 @@ class ModelVersion:
         self._instances = list(instances)
         self._request_level = bool(instances) and hasattr(instances[0], "execute_requests")
         self._request_scheduler: RequestScheduler | None = None
-        self._scheduler: DirectScheduler | None = None
+        self._scheduler: DirectScheduler | DynamicBatcher | None = None
+        self._pool: InstancePool | None = None
         if self._request_level:
             self._request_scheduler = RequestScheduler(
                 cast(list[RequestLevelInstance], self._instances),
@@ -135,7 +90,18 @@ class ModelVersion:
             )
         else:
             tensor_instances = cast(list[ModelInstance], self._instances)
-            self._scheduler = DirectScheduler(f"{self.name}-{self.version}", tensor_instances, self.stats)
+            self._pool = InstancePool(f"{self.name}-{self.version}", tensor_instances)
+            if config.HasField("dynamic_batching") and config.max_batch_size > 0:
+                batching = config.dynamic_batching
+                self._scheduler = DynamicBatcher(
+                    self._pool,
+                    self.stats,
+                    config.max_batch_size,
+                    list(batching.preferred_batch_size),
+                    int(batching.max_queue_delay_microseconds),
+                )
+            else:
+                self._scheduler = DirectScheduler(self._pool, self.stats)
         self._in_flight = 0
         self._drained: asyncio.Event | None = None
         self._closing = False
@@ -191,10 +157,9 @@ class ModelVersion:
         output_started = time.perf_counter_ns()
         outputs = self._build_outputs(request, results, output_names)
         done = time.perf_counter_ns()
-        input_ns = input_done - received
-        output_ns = done - output_started
-        if not self._request_level:  # request-level executions are counted by the scheduler
-            self.stats.record_execution(max(batch_size, 1), input_ns, times.infer_ns, output_ns)
+        # Executions (and batch sizes) are counted by the scheduler that ran them; this counts the request.
+        input_ns = input_done - received + times.input_ns
+        output_ns = done - output_started + times.output_ns
         self.stats.record_success(done - received, times.queue_ns, input_ns, times.infer_ns, output_ns)
         return InferenceResponse(self.name, self.version_str, request.id, outputs, parameters)
 
@@ -230,8 +195,8 @@ class ModelVersion:
         if self._in_flight:
             self._drained = asyncio.Event()
             await self._drained.wait()
-        if self._scheduler is not None:
-            await asyncio.to_thread(self._scheduler.shutdown)
+        if self._pool is not None:
+            await asyncio.to_thread(self._pool.shutdown)
         for instance in self._instances:
             try:
                 if hasattr(instance, "aclose"):

@@ -1,0 +1,132 @@
+"""The dynamic batcher: concurrent requests become few executions, as Triton's config says."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from onnx import TensorProto, helper
+
+from tests.support import SIMPLE_CONFIG, ServerProcess, save_onnx, write_simple
+
+VARIABLE_WIDTH = """
+name: "variable"
+platform: "onnxruntime_onnx"
+max_batch_size: 8
+input [ { name: "X" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "Y" data_type: TYPE_FP32 dims: [ -1 ] } ]
+dynamic_batching { max_queue_delay_microseconds: 300000 }
+"""
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    repo = tmp_path_factory.mktemp("batching_repo")
+    write_simple(
+        repo, "delayed", SIMPLE_CONFIG + "dynamic_batching { max_queue_delay_microseconds: 300000 }\n"
+    )
+    write_simple(
+        repo,
+        "preferred",
+        SIMPLE_CONFIG
+        + "dynamic_batching { preferred_batch_size: [ 4 ] max_queue_delay_microseconds: 5000000 }\n",
+    )
+    graph = helper.make_graph(
+        [helper.make_node("Neg", ["X"], ["Y"])],
+        "negate",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["batch", "n"])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["batch", "n"])],
+    )
+    save_onnx(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8),
+        repo / "variable" / "1" / "model.onnx",
+    )
+    (repo / "variable" / "config.pbtxt").write_text(VARIABLE_WIDTH)
+    proc = ServerProcess([repo]).start(tmp_path_factory.mktemp("logs"))
+    yield proc
+    proc.stop()
+
+
+def _post(server: ServerProcess, model: str, document: dict) -> tuple[dict, float]:
+    request = urllib.request.Request(
+        f"http://{server.http_url}/v2/models/{model}/infer", json.dumps(document).encode()
+    )
+    started = time.monotonic()
+    with urllib.request.urlopen(request, timeout=30) as reply:
+        return json.loads(reply.read()), time.monotonic() - started
+
+
+def _add_sub(value: int) -> dict:
+    return {
+        "inputs": [
+            {"name": "INPUT0", "shape": [1, 16], "datatype": "INT32", "data": [value] * 16},
+            {"name": "INPUT1", "shape": [1, 16], "datatype": "INT32", "data": [1] * 16},
+        ]
+    }
+
+
+def _stats(server: ServerProcess, model: str) -> dict:
+    with urllib.request.urlopen(f"http://{server.http_url}/v2/models/{model}/stats") as reply:
+        return json.loads(reply.read())["model_stats"][0]
+
+
+def test_concurrent_requests_share_executions_and_get_their_own_results(server: ServerProcess) -> None:
+    before = _stats(server, "delayed")
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(lambda v: _post(server, "delayed", _add_sub(v))[0], range(8)))
+    for value, result in enumerate(results):
+        assert result["outputs"][0]["data"] == [value + 1] * 16  # each request's own slice of the batch
+        assert result["outputs"][1]["data"] == [value - 1] * 16
+    after = _stats(server, "delayed")
+    assert after["inference_count"] - before["inference_count"] == 8
+    assert after["execution_count"] - before["execution_count"] <= 2  # well under one per request
+    assert max(b["batch_size"] for b in after["batch_stats"]) >= 4
+
+
+def test_a_lone_request_waits_at_most_the_queue_delay(server: ServerProcess) -> None:
+    _, elapsed = _post(server, "delayed", _add_sub(1))
+    assert 0.25 <= elapsed < 2.0  # max_queue_delay_microseconds: 300000
+
+
+def test_a_preferred_batch_goes_as_soon_as_it_forms(server: ServerProcess) -> None:
+    before = _stats(server, "preferred")
+    with ThreadPoolExecutor(4) as pool:
+        timed = list(pool.map(lambda v: _post(server, "preferred", _add_sub(v)), range(4)))
+    assert max(elapsed for _, elapsed in timed) < 3.0  # far less than the 5 s queue delay
+    after = _stats(server, "preferred")
+    assert after["execution_count"] - before["execution_count"] == 1
+    assert [b["batch_size"] for b in after["batch_stats"]] == [4]
+
+
+def test_requests_with_different_shapes_are_not_batched_together(server: ServerProcess) -> None:
+    before = _stats(server, "variable")
+    documents = [
+        {"inputs": [{"name": "X", "shape": [1, width], "datatype": "FP32", "data": [float(width)] * width}]}
+        for width in (3, 5, 3, 5)
+    ]
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda d: _post(server, "variable", d)[0], documents))
+    for document, result in zip(documents, results, strict=True):
+        width = document["inputs"][0]["shape"][1]
+        assert result["outputs"][0]["data"] == [-float(width)] * width
+    after = _stats(server, "variable")
+    assert after["execution_count"] - before["execution_count"] == 2  # one batch per shape
+    assert after["inference_count"] - before["inference_count"] == 4
+
+
+def test_a_config_without_dynamic_batching_runs_one_execution_per_request(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    write_simple(repo)
+    proc = ServerProcess([repo]).start(tmp_path)
+    try:
+        with ThreadPoolExecutor(4) as pool:
+            list(pool.map(lambda v: _post(proc, "simple", _add_sub(v)), range(8)))
+        stats = _stats(proc, "simple")
+        assert stats["execution_count"] == stats["inference_count"] == 8
+    finally:
+        proc.stop()

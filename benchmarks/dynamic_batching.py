@@ -113,7 +113,8 @@ def main() -> None:
         port, grpc_port = free_port(), free_port()
         server = subprocess.Popen(
             [sys.executable, "-m", "cli.main", "serve", f"--model-repository={repo}",
-             "--http-address=127.0.0.1", f"--http-port={port}", f"--grpc-port={grpc_port}", "--allow-metrics=false", "--log-info=false"],
+             "--http-address=127.0.0.1", f"--http-port={port}", f"--grpc-port={grpc_port}",
+             "--allow-metrics=false", "--log-info=false"],
             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
         try:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -115,16 +113,3 @@ def test_naming_rules() -> None:
     assert input_order(["q", "p"], ["a", "b"]) == ["q", "p"]
     assert output_positions(["OUT__1", "OUT__0"]) == {"OUT__1": 1, "OUT__0": 0}
     assert output_positions(["A", "B"]) == {"A": 0, "B": 1}
-
-
-def test_a_missing_torch_names_the_extra_to_install() -> None:
-    probe = (
-        "import sys; sys.modules['torch'] = None\n"
-        "from server.backends.registry import get_backend, _BY_NAME\n"
-        "try:\n    get_backend(_BY_NAME['pytorch'])\n"
-        "except Exception as exc:\n    print(exc)\n"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60
-    )
-    assert "pip install 'trt[torch]'" in result.stdout

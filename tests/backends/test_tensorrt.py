@@ -4,16 +4,12 @@ is checked. The GPU execution path is unverified on this machine."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 from google.protobuf import text_format
 
 from protos import model_config_pb2
 from server.backends.tensorrt_signature import EngineTensor, auto_complete, check, engine_max_batch_size
 from server.core.errors import ModelConfigError
-from tests.support import ROOT
 
 DYNAMIC = [
     EngineTensor("images", True, "HALF", (-1, 3, 224, 224), profile_max=(16, 3, 224, 224)),
@@ -77,16 +73,3 @@ def test_batching_config_on_a_fixed_engine_is_refused() -> None:
 def test_unsupported_engine_types_are_named() -> None:
     with pytest.raises(ModelConfigError, match="FP8"):
         _ = EngineTensor("q", True, "FP8", (4,)).config_type
-
-
-def test_a_missing_tensorrt_names_the_extra_to_install() -> None:
-    probe = (
-        "import sys; sys.modules['tensorrt'] = None\n"
-        "from server.backends.registry import get_backend, _BY_NAME\n"
-        "try:\n    get_backend(_BY_NAME['tensorrt'])\n"
-        "except Exception as exc:\n    print(exc)\n"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60
-    )
-    assert "pip install 'trt[tensorrt]'" in result.stdout

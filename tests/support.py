@@ -143,6 +143,7 @@ class ServerProcess:
     http_port: int = field(default_factory=free_port)
     grpc_port: int = field(default_factory=free_port)
     metrics_port: int = field(default_factory=free_port)
+    env: dict[str, str] = field(default_factory=dict)  # added to this process' environment
     process: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None
 
@@ -169,7 +170,7 @@ class ServerProcess:
 
     def start(self, log_dir: Path, wait: bool = True) -> ServerProcess:
         self.log_path = log_dir / f"server-{self.http_port}.log"
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
         self.process = subprocess.Popen(
             self.command(), cwd=ROOT, stdout=self.log_path.open("wb"), stderr=subprocess.STDOUT, env=env
         )

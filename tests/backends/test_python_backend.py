@@ -259,3 +259,27 @@ def test_tensors_cross_to_torch_through_dlpack(tmp_path: Path) -> None:
         np.testing.assert_array_equal(client.infer("dlpack", [tensor]).as_numpy("Y"), [2.0, 4.0, 7.0])
     finally:
         proc.stop()
+
+
+def test_a_packed_environment_is_unpacked_once_into_the_cache(tmp_path: Path) -> None:
+    env = tmp_path / "built_env"
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--copies", "--system-site-packages", "--without-pip", str(env)],
+        check=True,
+    )
+    repo = tmp_path / "repo"
+    env_path = '{ string_value: "$$TRITON_MODEL_DIRECTORY/env.tar.gz" }'
+    config = models.AUTO_COMPLETE_CONFIG + f'parameters {{ key: "EXECUTION_ENV_PATH" value: {env_path} }}\n'
+    _write(repo, "packed", models.AUTO_COMPLETE, config)
+    subprocess.run(["tar", "-czf", str(repo / "packed" / "env.tar.gz"), "-C", str(env), "."], check=True)
+    cache = tmp_path / "cache"
+    proc = ServerProcess([repo], env={"TRT_CACHE_DIR": str(cache)}).start(tmp_path)
+    try:
+        client = httpclient.InferenceServerClient(proc.http_url)
+        tensor = httpclient.InferInput("X", [1, 2], "FP32")
+        tensor.set_data_from_numpy(np.zeros((1, 2), dtype=np.float32))
+        who = Path(client.infer("packed", [tensor]).as_numpy("WHO")[0][0].decode())
+        assert who.parent.parent.parent == cache / "environments"
+        assert sorted(p.name for p in (repo / "packed").iterdir()) == ["1", "config.pbtxt", "env.tar.gz"]
+    finally:
+        proc.stop()

@@ -3,7 +3,8 @@
 Each instance runs in its own process, so Python models scale past the GIL and a crash stays
 contained. ``parameters { key: "EXECUTION_ENV_PATH" ... }`` picks the interpreter: an unpacked
 environment (a venv or conda folder with ``bin/python``) or a ``.tar.gz`` of one (conda-pack), which
-is unpacked once into a cache next to the model.
+is unpacked once into ``$TRT_CACHE_DIR`` (default ``~/.cache/trt``): not beside the model, where it
+would look like a change to the repository and where the repository may be read-only.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import subprocess
 import sys
 import tarfile
@@ -49,11 +51,17 @@ def interpreter_for(config: model_config_pb2.ModelConfig, model_dir: Path) -> st
     )
 
 
+def _cache_dir() -> Path:
+    return Path(os.environ.get("TRT_CACHE_DIR") or Path.home() / ".cache" / "trt") / "environments"
+
+
 def _unpacked(archive: Path) -> Path:
     digest = hashlib.sha256(archive.read_bytes()).hexdigest()[:16]
-    target = archive.parent / f".trt_env_{digest}"
+    cache = _cache_dir()
+    cache.mkdir(parents=True, exist_ok=True)
+    target = cache / digest
     if not target.exists():
-        staging = Path(tempfile.mkdtemp(dir=archive.parent, prefix=".trt_env_unpacking_"))
+        staging = Path(tempfile.mkdtemp(dir=cache, prefix=".unpacking_"))
         with tarfile.open(archive) as tar:
             tar.extractall(staging, filter="data")
         staging.rename(target)
@@ -121,8 +129,6 @@ class PythonBackend:
 
 
 def _stub_env(files: ModelFiles) -> dict[str, str]:
-    import os
-
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(STUB.parent), str(files.version_dir)])
     return env

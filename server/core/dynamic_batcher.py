@@ -6,8 +6,11 @@ preferred size, the largest preferred batch goes now; otherwise it goes when it 
 ``max_queue_delay_microseconds`` has passed since the oldest request arrived, or at once when the
 delay is 0. Inputs are concatenated once; each request's outputs are views of the batch's.
 
-Not yet: priority levels, queue policies (timeouts, max_queue_size) and preserve_ordering beyond
-arrival order; they come with the scheduling issue.
+Queue policies as Triton's: ``max_queue_size`` refuses a request at once when its queue is full
+(UNAVAILABLE), ``default_timeout_microseconds`` (lowered per request with ``timeout`` when
+``allow_timeout_override``) rejects one that waits too long, or with ``timeout_action: DELAY`` lets
+it wait on. ``priority_levels``: level 1 is served first; a request's ``priority`` parameter picks its
+level (0 or none: ``default_priority_level``). Batches form within one level.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from protos import model_config_pb2
+from server.core.errors import InvalidInput, Unavailable
 from server.core.instance_pool import InstancePool
 from server.core.statistics import ModelStatistics
 from server.core.timing import ExecutionTimes
@@ -33,6 +38,30 @@ class _Pending:
     key: tuple[tuple[str, tuple[int, ...], str], ...]
     queued_ns: int
     future: asyncio.Future[tuple[dict[str, np.ndarray], ExecutionTimes]] = field(repr=False)
+    level: int = 1
+    expiry: asyncio.TimerHandle | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class QueuePolicy:
+    max_queue_size: int = 0  # 0: unbounded
+    timeout_us: int = 0  # 0: no timeout
+    reject_on_timeout: bool = True
+    allow_timeout_override: bool = False
+
+    @classmethod
+    def from_config(cls, policy: model_config_pb2.ModelQueuePolicy) -> QueuePolicy:
+        return cls(
+            max_queue_size=policy.max_queue_size,
+            timeout_us=int(policy.default_timeout_microseconds),
+            reject_on_timeout=policy.timeout_action == model_config_pb2.ModelQueuePolicy.REJECT,
+            allow_timeout_override=policy.allow_timeout_override,
+        )
+
+    def timeout_for(self, requested_us: int) -> int:
+        if self.allow_timeout_override and requested_us > 0:
+            return min(requested_us, self.timeout_us) if self.timeout_us else requested_us
+        return self.timeout_us
 
 
 def _shape_key(feeds: Mapping[str, np.ndarray]) -> tuple[tuple[str, tuple[int, ...], str], ...]:
@@ -47,34 +76,93 @@ class DynamicBatcher:
         max_batch_size: int,
         preferred_batch_sizes: Sequence[int] = (),
         max_queue_delay_us: int = 0,
+        priority_levels: int = 0,
+        default_priority_level: int = 0,
+        policies: dict[int, QueuePolicy] | None = None,
     ) -> None:
         self._pool = pool
         self._stats = stats
         self._max_batch = max_batch_size
         self._preferred = sorted({size for size in preferred_batch_sizes if 0 < size <= max_batch_size})
         self._max_delay_ns = max_queue_delay_us * 1000
-        self._queue: deque[_Pending] = deque()
+        self._levels = max(priority_levels, 1)
+        self._default_level = min(max(default_priority_level, 1), self._levels)
+        self._policies = policies or {}
+        self._queues: list[deque[_Pending]] = [deque() for _ in range(self._levels)]
         self._timer: asyncio.TimerHandle | None = None
         self._running: set[asyncio.Task[None]] = set()  # the loop keeps only weak references
 
+    @classmethod
+    def from_config(
+        cls, pool: InstancePool, stats: ModelStatistics, config: model_config_pb2.ModelConfig
+    ) -> DynamicBatcher:
+        batching = config.dynamic_batching
+        policies = {level: QueuePolicy.from_config(p) for level, p in batching.priority_queue_policy.items()}
+        default_policy = QueuePolicy.from_config(batching.default_queue_policy)
+        levels = max(int(batching.priority_levels), 1)
+        return cls(
+            pool,
+            stats,
+            config.max_batch_size,
+            list(batching.preferred_batch_size),
+            int(batching.max_queue_delay_microseconds),
+            levels,
+            int(batching.default_priority_level),
+            {level: policies.get(level, default_policy) for level in range(1, levels + 1)},
+        )
+
     async def execute(
-        self, feeds: Mapping[str, np.ndarray], output_names: Sequence[str], batch_size: int
+        self,
+        feeds: Mapping[str, np.ndarray],
+        output_names: Sequence[str],
+        batch_size: int,
+        priority: int = 0,
+        timeout_us: int = 0,
     ) -> tuple[dict[str, np.ndarray], ExecutionTimes]:
+        level = priority if priority > 0 else self._default_level
+        if level > self._levels:
+            raise InvalidInput(
+                f"priority {priority} is outside 1..{self._levels} (priority_levels of the model)"
+            )
+        policy = self._policies.get(level, QueuePolicy())
+        queue = self._queues[level - 1]
+        if policy.max_queue_size and len(queue) >= policy.max_queue_size:
+            raise Unavailable("Exceeds maximum queue size")
         loop = asyncio.get_running_loop()
         pending = _Pending(
-            feeds, output_names, batch_size, _shape_key(feeds), time.perf_counter_ns(), loop.create_future()
+            feeds,
+            output_names,
+            batch_size,
+            _shape_key(feeds),
+            time.perf_counter_ns(),
+            loop.create_future(),
+            level,
         )
-        self._queue.append(pending)
+        timeout = policy.timeout_for(timeout_us)
+        if timeout and policy.reject_on_timeout:
+            pending.expiry = loop.call_later(timeout / 1e6, self._expire, pending)
+        queue.append(pending)
         self._stats.pending += 1
         self._dispatch()
         return await pending.future
+
+    def _expire(self, pending: _Pending) -> None:
+        queue = self._queues[pending.level - 1]
+        if pending in queue:
+            queue.remove(pending)
+            self._stats.pending -= 1
+            if not pending.future.done():
+                pending.future.set_exception(Unavailable("Request timeout expired"))
 
     def _dispatch(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        while self._queue:
-            batch, wait_ns = self._next_batch()
+        while True:
+            queue = next((q for q in self._queues if q), None)  # the highest priority with work
+            if queue is None:
+                return
+            batch, wait_ns = self._next_batch(queue)
             if batch is None:
                 if wait_ns is not None:
                     loop = asyncio.get_running_loop()
@@ -84,17 +172,19 @@ class DynamicBatcher:
             if instance is None:
                 return  # the next instance to come free calls _dispatch again
             for item in batch:
-                self._queue.remove(item)
+                queue.remove(item)
+                if item.expiry is not None:
+                    item.expiry.cancel()
             self._stats.pending -= len(batch)
             task = asyncio.ensure_future(self._execute(instance, batch))
             self._running.add(task)
             task.add_done_callback(self._running.discard)
 
-    def _next_batch(self) -> tuple[list[_Pending] | None, int | None]:
+    def _next_batch(self, queue: deque[_Pending]) -> tuple[list[_Pending] | None, int | None]:
         """The batch to send now, or (None, nanoseconds to wait for more requests)."""
-        head = self._queue[0]
+        head = queue[0]
         batch, total = [head], head.batch_size
-        for item in list(self._queue)[1:]:
+        for item in list(queue)[1:]:
             if item.key == head.key and total + item.batch_size <= self._max_batch:
                 batch.append(item)
                 total += item.batch_size

@@ -92,14 +92,7 @@ class ModelVersion:
             tensor_instances = cast(list[ModelInstance], self._instances)
             self._pool = InstancePool(f"{self.name}-{self.version}", tensor_instances)
             if config.HasField("dynamic_batching") and config.max_batch_size > 0:
-                batching = config.dynamic_batching
-                self._scheduler = DynamicBatcher(
-                    self._pool,
-                    self.stats,
-                    config.max_batch_size,
-                    list(batching.preferred_batch_size),
-                    int(batching.max_queue_delay_microseconds),
-                )
+                self._scheduler = DynamicBatcher.from_config(self._pool, self.stats, config)
             else:
                 self._scheduler = DirectScheduler(self._pool, self.stats)
         self._in_flight = 0
@@ -151,6 +144,11 @@ class ModelVersion:
             missing = [name for name in output_names if name not in results]
             if missing:
                 raise ServerError(f"model '{self.name}' did not produce output(s) {', '.join(missing)}")
+        elif isinstance(self._scheduler, DynamicBatcher):
+            priority, timeout_us = _schedule_parameters(request.parameters)
+            results, times = await self._scheduler.execute(
+                feeds, output_names, batch_size, priority, timeout_us
+            )
         else:
             assert self._scheduler is not None
             results, times = await self._scheduler.execute(feeds, output_names, batch_size)
@@ -226,3 +224,12 @@ def _data_of(tensor: InputTensor) -> np.ndarray:
     if tensor.data is None:
         raise InvalidInput(f"input '{tensor.name}' has no data")
     return tensor.data
+
+
+def _schedule_parameters(parameters: dict[str, Any]) -> tuple[int, int]:
+    """The ``priority`` and ``timeout`` (microseconds) request parameters, checked."""
+    priority, timeout = parameters.get("priority", 0), parameters.get("timeout", 0)
+    for name, value in (("priority", priority), ("timeout", timeout)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise InvalidInput(f"request parameter '{name}' must be a non-negative integer")
+    return priority, timeout

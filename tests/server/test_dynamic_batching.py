@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -130,3 +131,106 @@ def test_a_config_without_dynamic_batching_runs_one_execution_per_request(tmp_pa
         assert stats["execution_count"] == stats["inference_count"] == 8
     finally:
         proc.stop()
+
+
+POLICY_MODELS = {
+    "bounded": "dynamic_batching { max_queue_delay_microseconds: 1500000 "
+    "default_queue_policy { max_queue_size: 2 } }",
+    "timed": "dynamic_batching { max_queue_delay_microseconds: 3000000 "
+    "default_queue_policy { default_timeout_microseconds: 200000 } }",
+    "overridable": "dynamic_batching { max_queue_delay_microseconds: 3000000 "
+    "default_queue_policy { allow_timeout_override: true } }",
+}
+
+
+@pytest.fixture(scope="module")
+def policy_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    repo = tmp_path_factory.mktemp("policy_repo")
+    for name, batching in POLICY_MODELS.items():
+        write_simple(repo, name, SIMPLE_CONFIG + batching + "\n")
+    proc = ServerProcess([repo]).start(tmp_path_factory.mktemp("logs"))
+    yield proc
+    proc.stop()
+
+
+def _attempt(server: ServerProcess, model: str, parameters: dict | None = None) -> tuple[int, str, float]:
+    document = _add_sub(1)
+    if parameters:
+        document["parameters"] = parameters
+    started = time.monotonic()
+    try:
+        _post(server, model, document)
+        return 200, "", time.monotonic() - started
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())["error"], time.monotonic() - started
+
+
+def test_a_full_queue_refuses_at_once_with_503(policy_server: ServerProcess) -> None:
+    with ThreadPoolExecutor(4) as pool:
+        first = [pool.submit(_attempt, policy_server, "bounded") for _ in range(2)]
+        time.sleep(0.3)  # both wait in the queue for the 1.5 s delay
+        late = [pool.submit(_attempt, policy_server, "bounded") for _ in range(2)]
+        refused = [f.result() for f in late]
+        accepted = [f.result() for f in first]
+    assert all(
+        status == 503 and "Exceeds maximum queue size" in error and elapsed < 1.0
+        for status, error, elapsed in refused
+    )
+    assert [status for status, _, _ in accepted] == [200, 200]
+
+
+def test_a_request_that_waits_past_its_timeout_is_rejected(policy_server: ServerProcess) -> None:
+    status, error, elapsed = _attempt(policy_server, "timed")
+    assert status == 503 and "timeout" in error.lower()
+    assert 0.15 < elapsed < 2.0  # the 200 ms policy, well before the 3 s queue delay
+    status, error, elapsed = _attempt(policy_server, "overridable", {"timeout": 100000})
+    assert status == 503 and elapsed < 2.0  # the request's own timeout, allowed by the policy
+    status, _, elapsed = _attempt(policy_server, "bounded")
+    assert status == 200
+
+
+class _SlowRecordingInstance:
+    """A real instance for the batcher: takes 50 ms and remembers what it ran, in order."""
+
+    def __init__(self) -> None:
+        self.ran: list[int] = []
+
+    def execute(self, inputs: dict, output_names: list) -> dict:
+        time.sleep(0.05)
+        self.ran.extend(int(v) for v in inputs["X"][:, 0])
+        return {"Y": inputs["X"]}
+
+    def close(self) -> None:
+        pass
+
+
+def test_higher_priority_requests_are_served_first() -> None:
+    import asyncio
+
+    import numpy as np
+
+    from server.core.dynamic_batcher import DynamicBatcher, QueuePolicy
+    from server.core.instance_pool import InstancePool
+    from server.core.statistics import ModelStatistics
+
+    instance = _SlowRecordingInstance()
+
+    async def scenario() -> None:
+        pool = InstancePool("priority-test", [instance])
+        batcher = DynamicBatcher(
+            pool, ModelStatistics("m", "1"), max_batch_size=1, priority_levels=2, default_priority_level=2,
+            policies={1: QueuePolicy(), 2: QueuePolicy()},
+        )  # fmt: skip
+
+        def submit(value: int, priority: int) -> asyncio.Future:
+            feeds = {"X": np.full((1, 1), value, np.int32)}
+            return asyncio.ensure_future(batcher.execute(feeds, ["Y"], 1, priority))
+
+        first = submit(1, 0)  # takes the instance
+        await asyncio.sleep(0.01)
+        later = [submit(2, 0), submit(3, 0), submit(4, 1)]  # 4 is priority 1, the highest
+        await asyncio.gather(first, *later)
+        pool.shutdown()
+
+    asyncio.run(scenario())
+    assert instance.ran == [1, 4, 2, 3]

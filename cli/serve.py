@@ -14,6 +14,7 @@ from rich.table import Table
 
 from cli.flags import parse_backend_config, parse_bool
 from server.core.options import CoreOptions, ModelControlMode
+from server.core.response_cache import parse_cache_config
 from server.core.server import InferenceServer
 from server.runtime import Endpoint, ServeOptions, serve
 
@@ -47,6 +48,9 @@ def serve_command(
     ),
     backend_config: list[str] = typer.Option(None, "--backend-config", metavar="[BACKEND,]KEY=VALUE"),
     model_load_thread_count: int = typer.Option(4, "--model-load-thread-count"),
+    cache_config: list[str] = typer.Option(
+        None, "--cache-config", metavar="local,size=BYTES", help="Response cache for models that enable it."
+    ),
     exit_timeout_secs: float = typer.Option(30.0, "--exit-timeout-secs"),
     http_max_input_size: int = typer.Option(64 * 1024 * 1024, "--http-max-input-size"),
     server_id: str = typer.Option("triton", "--id", help="Server name in server metadata."),
@@ -73,6 +77,7 @@ def serve_command(
         model_load_thread_count=model_load_thread_count,
         server_id=server_id,
         backend_config=backend_settings,
+        response_cache_bytes=_cache_bytes(cache_config or []),
     )
     options = ServeOptions(
         core=core,
@@ -91,6 +96,13 @@ def serve_command(
 
     code = _run(serve(options, on_ready))
     raise typer.Exit(code)
+
+
+def _cache_bytes(values: list[str]) -> int | None:
+    try:
+        return parse_cache_config(values)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
 
 
 def _run(coroutine: object) -> int:

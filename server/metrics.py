@@ -113,6 +113,16 @@ class TritonMetricsCollector:
             "Instantaneous number of pending requests awaiting execution per-model.",
             labels=_LABELS,
         )
+        cache_hits = _counter("nv_cache_num_hits_per_model", "Number of cache hits per model", _LABELS)
+        cache_misses = _counter("nv_cache_num_misses_per_model", "Number of cache misses per model", _LABELS)
+        cache_hit_us = _counter(
+            "nv_cache_hit_duration_per_model", "Total cache hit duration per model, in microseconds", _LABELS
+        )
+        cache_miss_us = _counter(
+            "nv_cache_miss_duration_per_model",
+            "Total cache miss (insert) duration per model, in microseconds",
+            _LABELS,
+        )
         for model in models:
             stats = model.stats
             labels = [stats.name, stats.version]
@@ -127,6 +137,11 @@ class TritonMetricsCollector:
             compute_infer.add_metric(labels, stats.compute_infer.ns // 1000)
             compute_output.add_metric(labels, stats.compute_output.ns // 1000)
             pending.add_metric(labels, stats.pending)
+            if model.cache is not None:
+                cache_hits.add_metric(labels, stats.cache_hit.count)
+                cache_misses.add_metric(labels, stats.cache_miss.count)
+                cache_hit_us.add_metric(labels, stats.cache_hit.ns // 1000)
+                cache_miss_us.add_metric(labels, stats.cache_miss.ns // 1000)
         yield from (
             success,
             failure,
@@ -139,6 +154,9 @@ class TritonMetricsCollector:
             compute_output,
             pending,
         )
+        for family in (cache_hits, cache_misses, cache_hit_us, cache_miss_us):
+            if family.samples:  # only when some model uses the response cache, as Triton
+                yield family
         if self.gpu is not None:
             yield from self.gpu.collect()
 

@@ -27,6 +27,7 @@ from server.core.loader import LoadResult, load_model
 from server.core.model import ModelVersion
 from server.core.options import CoreOptions, ModelControlMode
 from server.core.repository import ModelRepository, fingerprint
+from server.core.response_cache import ResponseCache
 from server.core.types import RepositoryIndexEntry
 
 logger = logging.getLogger("trt.lifecycle")
@@ -65,6 +66,9 @@ class ModelManager:
         self._retiring: set[asyncio.Task[None]] = set()  # the loop keeps only weak references
         # Set by InferenceServer: what backends call back into (BLS from Python models).
         self.services: ServerServices | None = None
+        self.response_cache = (
+            ResponseCache(options.response_cache_bytes) if options.response_cache_bytes else None
+        )
 
     # -- lookups (hot path) -------------------------------------------------------------------
 
@@ -221,7 +225,9 @@ class ModelManager:
 
     async def _swap_in(self, entry: ModelEntry, result: LoadResult) -> None:
         new_versions = {
-            version: ModelVersion(result.config, loaded.files, loaded.instances, result.labels)
+            version: ModelVersion(
+                result.config, loaded.files, loaded.instances, result.labels, self.response_cache
+            )
             for version, loaded in result.versions.items()
         }
         old_versions = entry.versions

@@ -23,6 +23,7 @@ from server.core.dynamic_batcher import DynamicBatcher
 from server.core.errors import InvalidInput, ModelNotReady, ServerError
 from server.core.instance_pool import InstancePool
 from server.core.request_scheduler import RequestScheduler
+from server.core.response_cache import ResponseCache
 from server.core.statistics import ModelStatistics
 from server.core.tensors import ModelSignature, TensorSpec
 from server.core.timing import ExecutionTimes
@@ -68,6 +69,7 @@ class ModelVersion:
         files: ModelFiles,
         instances: Sequence[ModelInstance | RequestLevelInstance],
         labels: dict[str, tuple[str, ...]],
+        cache: ResponseCache | None = None,
     ) -> None:
         self.name = files.model_name
         self.version = files.version
@@ -76,6 +78,7 @@ class ModelVersion:
         self.files = files
         self.signature = ModelSignature.build(self.name, config, labels)
         self.stats = ModelStatistics(self.name, self.version_str)
+        self.cache = cache if config.response_cache.enable else None
         self._instances = list(instances)
         self._request_level = bool(instances) and hasattr(instances[0], "execute_requests")
         self._request_scheduler: RequestScheduler | None = None
@@ -129,6 +132,15 @@ class ModelVersion:
         signature = self.signature
         batch_size = signature.check_inputs(request.inputs)
         output_names = signature.check_outputs(request.outputs)
+        cache_key = None
+        if self.cache is not None:
+            lookup_started = time.perf_counter_ns()
+            cache_key = self.cache.key(self.name, self.version_str, request)
+            cached = self.cache.get(cache_key, request.id)
+            if cached is not None:
+                now = time.perf_counter_ns()
+                self.stats.record_cache_hit(now - received, now - lookup_started)
+                return cached
         feeds = {t.name: self._to_model_shape(_data_of(t), signature.inputs[t.name]) for t in request.inputs}
         input_done = time.perf_counter_ns()
         parameters: dict[str, Any] = {}
@@ -159,7 +171,11 @@ class ModelVersion:
         input_ns = input_done - received + times.input_ns
         output_ns = done - output_started + times.output_ns
         self.stats.record_success(done - received, times.queue_ns, input_ns, times.infer_ns, output_ns)
-        return InferenceResponse(self.name, self.version_str, request.id, outputs, parameters)
+        response = InferenceResponse(self.name, self.version_str, request.id, outputs, parameters)
+        if cache_key is not None and self.cache is not None:
+            self.cache.put(cache_key, response)
+            self.stats.cache_miss.add(time.perf_counter_ns() - done)
+        return response
 
     def _to_model_shape(self, data: np.ndarray, spec: TensorSpec) -> np.ndarray:
         if spec.reshape is None:

@@ -25,4 +25,5 @@ class CoreOptions:
     default_max_batch_size: int = 4
     model_load_thread_count: int = 4
     server_id: str = "triton"
+    response_cache_bytes: int | None = None  # --cache-config local,size=BYTES
     backend_config: dict[str, dict[str, str]] = field(default_factory=dict)

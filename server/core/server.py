@@ -36,6 +36,7 @@ EXTENSIONS = (
     "classification",
     "model_repository",
     "model_repository(unload_dependents)",
+    "schedule_policy",
     "model_configuration",
     "system_shared_memory",
     "binary_tensor_data",

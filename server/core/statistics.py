@@ -71,6 +71,13 @@ class ModelStatistics:
         self.compute_output.add(output_ns)
         self.last_inference_ms = time.time_ns() // 1_000_000
 
+    def record_cache_hit(self, request_ns: int, lookup_ns: int) -> None:
+        """Answered from the response cache: a success, never an execution (Triton's counting)."""
+        self.success.add(request_ns)
+        self.queue.add(0)
+        self.cache_hit.add(lookup_ns)
+        self.last_inference_ms = time.time_ns() // 1_000_000
+
     def record_failure(self, request_ns: int, reason: str) -> None:
         self.fail.add(request_ns)
         self.failures[reason] = self.failures.get(reason, 0) + 1

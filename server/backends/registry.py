@@ -35,6 +35,7 @@ _ENTRIES: tuple[BackendEntry, ...] = (
         "tensorrt", "tensorrt_plan", "model.plan", "server.backends.tensorrt:TensorRTBackend", "tensorrt"
     ),
     BackendEntry("python", "", "model.py", "server.backends.python:PythonBackend", ""),
+    BackendEntry("ensemble", "ensemble", "", "server.backends.ensemble:EnsembleBackend", ""),
 )
 _BY_NAME = {entry.name: entry for entry in _ENTRIES}
 _BY_PLATFORM = {entry.platform: entry for entry in _ENTRIES if entry.platform}
@@ -59,7 +60,7 @@ def resolve_entry(config: model_config_pb2.ModelConfig, version_dirs: list[Path]
     elif config.platform:
         entry = _BY_PLATFORM.get(config.platform)
         if entry is None:
-            known = ", ".join(sorted([*_BY_PLATFORM, ENSEMBLE_PLATFORM]))
+            known = ", ".join(sorted(_BY_PLATFORM))
             raise ModelConfigError(f"unknown platform '{config.platform}'; supported platforms: {known}")
     else:
         entry = _detect_from_files(config, version_dirs)
@@ -72,6 +73,8 @@ def resolve_entry(config: model_config_pb2.ModelConfig, version_dirs: list[Path]
 def _detect_from_files(config: model_config_pb2.ModelConfig, version_dirs: list[Path]) -> BackendEntry:
     for version_dir in version_dirs:
         for entry in _ENTRIES:
+            if not entry.default_filename:
+                continue  # ensembles have no model file: they are named by platform only
             filename = config.default_model_filename or entry.default_filename
             if (version_dir / filename).exists() and (
                 not config.default_model_filename or filename.endswith(Path(entry.default_filename).suffix)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from protos import model_config_pb2
 from server.backends.base import InstanceSpec, ModelFiles, ModelInstance, RequestLevelInstance, ServerServices
+from server.backends.ensemble import instance_copies
 from server.backends.registry import ENSEMBLE_PLATFORM, get_backend, resolve_entry
 from server.core import devices
 from server.core.datatypes import WIRE_DATATYPES, config_to_wire
@@ -84,8 +85,6 @@ def complete_config(
     """The effective config (as ``/config`` shows it) and the versions to load."""
     config = read_model_config(name, model_dir, override)
     available = version_folders(model_dir)
-    if config.platform == ENSEMBLE_PLATFORM:
-        raise ModelConfigError("ensemble models are not supported by this server yet")
     if not available:
         raise ModelLoadError(f"model '{name}' has no version folder; put the model file in '{model_dir}/1/'")
     versions = select_versions(config, available)
@@ -95,7 +94,8 @@ def complete_config(
     files = ModelFiles(name, latest, model_dir, available[latest])
     if options.auto_complete_config:
         backend.auto_complete(config, files, options.default_max_batch_size)
-    fill_instance_groups(config, entry.name)
+    if entry.name != ENSEMBLE_PLATFORM:  # an ensemble runs in its steps' instances, not its own
+        fill_instance_groups(config, entry.name)
     check_config(config)
     return config, versions, available
 
@@ -188,6 +188,11 @@ def load_model(
         instances: list[ModelInstance | RequestLevelInstance] = []
         try:
             backend.validate(config, files)
+            if entry.name == ENSEMBLE_PLATFORM:
+                ensemble = backend.create_instance(
+                    config, files, InstanceSpec("ensemble", "KIND_CPU", 0, 1, services)
+                )
+                instances.extend(instance_copies(ensemble))  # type: ignore[arg-type]
             for spec in specs:
                 instances.append(backend.create_instance(config, files, spec))
         except ServerError as exc:

@@ -7,7 +7,7 @@ back. Adding a backend means adding a module here and one line in ``server.backe
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
@@ -79,6 +79,9 @@ class BackendRequest:
     parameters: dict[str, Any]
     correlation_id: int | str = 0
     flags: int = 0
+    # Decoupled models: called with each response as the model sends it, and final=True once it is
+    # done (with None when the final flag came without a response). None: collect one response.
+    on_response: Callable[[BackendResponse | None, bool], None] | None = None
 
 
 @dataclass(slots=True)

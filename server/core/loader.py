@@ -94,6 +94,11 @@ def complete_config(
     files = ModelFiles(name, latest, model_dir, available[latest])
     if options.auto_complete_config:
         backend.auto_complete(config, files, options.default_max_batch_size)
+    if config.model_transaction_policy.decoupled and entry.name != "python":
+        raise ModelConfigError(
+            f"model_transaction_policy decoupled needs a backend that can send many responses per request "
+            f"(python); '{entry.name}' answers each request once"
+        )
     if entry.name != ENSEMBLE_PLATFORM:  # an ensemble runs in its steps' instances, not its own
         fill_instance_groups(config, entry.name)
     check_config(config)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, cast
 
 import numpy as np
@@ -13,6 +13,7 @@ import numpy as np
 from protos import model_config_pb2
 from server.backends.base import (
     BackendRequest,
+    BackendResponse,
     ModelFiles,
     ModelInstance,
     RequestLevelInstance,
@@ -33,6 +34,7 @@ from server.core.types import (
     InferenceResponse,
     InputTensor,
     OutputTensor,
+    StreamItem,
 )
 
 logger = logging.getLogger("trt.model")
@@ -126,6 +128,63 @@ class ModelVersion:
             if self._in_flight == 0 and self._drained is not None:
                 self._drained.set()
         return response
+
+    @property
+    def decoupled(self) -> bool:
+        return self.config.model_transaction_policy.decoupled
+
+    async def infer_decoupled(self, request: InferenceRequest) -> AsyncIterator[StreamItem]:
+        """Every answer a decoupled model sends for ``request``, as it sends them."""
+        if self._closing or self._request_scheduler is None:
+            raise ModelNotReady(f"model '{self.name}' version {self.version} is not serving")
+        received = time.perf_counter_ns()
+        batch_size = self.signature.check_inputs(request.inputs)
+        output_names = self.signature.check_outputs(request.outputs)
+        feeds = {
+            t.name: self._to_model_shape(_data_of(t), self.signature.inputs[t.name]) for t in request.inputs
+        }
+        answers: asyncio.Queue[tuple[BackendResponse | None, bool]] = asyncio.Queue()
+        backend_request = _backend_request(request, feeds, output_names)
+        backend_request.on_response = lambda answer, final: answers.put_nowait((answer, final))
+        self._in_flight += 1
+        execution = asyncio.ensure_future(self._request_scheduler.submit(backend_request, batch_size))
+        try:
+            while True:
+                waiting = asyncio.ensure_future(answers.get())
+                await asyncio.wait({waiting, execution}, return_when=asyncio.FIRST_COMPLETED)
+                if not waiting.done():
+                    waiting.cancel()
+                    if answers.empty():  # the execution ended without a final flag for this request
+                        ended, _ = execution.result()  # raises if the model process failed
+                        yield StreamItem(None, ended.error, True)
+                        break
+                    continue
+                answer, final = waiting.result()
+                if answer is not None and answer.error is not None:
+                    yield StreamItem(None, answer.error, final)
+                elif answer is not None:
+                    outputs = self._build_outputs(
+                        request, answer.outputs, [n for n in output_names if n in answer.outputs]
+                    )
+                    yield StreamItem(
+                        InferenceResponse(
+                            self.name, self.version_str, request.id, outputs, answer.parameters
+                        ),
+                        None,
+                        final,
+                    )
+                elif final:
+                    yield StreamItem(None, None, True)
+                if final:
+                    break
+            self.stats.record_success(time.perf_counter_ns() - received, 0, 0, 0, 0)
+        except ServerError:
+            self.stats.record_failure(time.perf_counter_ns() - received, "BACKEND")
+            raise
+        finally:
+            self._in_flight -= 1
+            if self._in_flight == 0 and self._drained is not None:
+                self._drained.set()
 
     async def _infer(self, request: InferenceRequest) -> InferenceResponse:
         received = time.perf_counter_ns()

@@ -8,6 +8,7 @@ own schema). Tests and the analyzer can drive it without sockets.
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator
 
 from protos import model_config_pb2
 from server import __version__
@@ -26,6 +27,7 @@ from server.core.types import (
     ModelMetadata,
     RepositoryIndexEntry,
     ServerMetadata,
+    StreamItem,
     TensorMetadata,
 )
 
@@ -122,6 +124,12 @@ class InferenceServer:
                     "not be specified."
                 )
         model = self.models.get(request.model_name, request.model_version)
+        if model.decoupled:
+            raise Unsupported(
+                f"model '{model.name}' uses the decoupled transaction policy (zero or many responses per "
+                "request): this end point doesn't support models with decoupled transaction policy; "
+                "use gRPC ModelStreamInfer"
+            )
         uses_shm_inputs = any(tensor.data is None for tensor in request.inputs)
         uses_shm_outputs = request.outputs is not None and any(
             "shared_memory_region" in output.parameters for output in request.outputs
@@ -134,6 +142,17 @@ class InferenceServer:
         if uses_shm_outputs:
             self.shared_memory.write_outputs(request, response)
         return response
+
+    async def infer_stream(self, request: InferenceRequest) -> AsyncIterator[StreamItem]:
+        """Every answer to ``request``: one for ordinary models, as many as a decoupled model sends."""
+        model = self.models.get(request.model_name, request.model_version)
+        if not model.decoupled:
+            yield StreamItem(await self.infer(request), None, True)
+            return
+        if any(tensor.data is None for tensor in request.inputs):
+            self.shared_memory.resolve_inputs(request)
+        async for item in model.infer_decoupled(request):
+            yield item
 
     # -- repository ---------------------------------------------------------------------------
 

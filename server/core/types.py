@@ -101,3 +101,12 @@ class RepositoryIndexEntry:
     version: str = ""
     state: str = ""
     reason: str = ""
+
+
+@dataclass(slots=True)
+class StreamItem:
+    """One answer on a stream: a response, an error, or (both None) just the end of the request."""
+
+    response: InferenceResponse | None
+    error: Exception | None
+    final: bool

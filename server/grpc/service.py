@@ -152,22 +152,39 @@ class GrpcInferenceService(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):
             responses.put_nowait(None)
 
     async def _stream_one(self, request: Any, responses: asyncio.Queue[Any]) -> None:
-        reply = pb.ModelStreamInferResponse()
+        """Every answer to one streamed request: one for ordinary models, any number for decoupled
+        ones, each marked with ``triton_final_response``; errors travel in-band."""
+        empty_final = False
         try:
             inference = codec.decode_infer_request(request)
-            if inference.parameters:
-                # Only decoupled models send an empty final response; every response here is final.
-                inference.parameters.pop("triton_enable_empty_final_response", None)
-            response = await self.core.infer(inference)
-            codec.encode_infer_response(response, reply.infer_response)
+            empty_final = bool(inference.parameters.pop("triton_enable_empty_final_response", False))
+            async for item in self.core.infer_stream(inference):
+                if item.response is None and item.error is None:
+                    if empty_final:  # the model ended the request without a last response
+                        responses.put_nowait(self._stream_reply(request, None, final=True))
+                    continue
+                if item.error is not None:
+                    _, message = status_of(item.error, "ModelStreamInfer")
+                    responses.put_nowait(self._stream_reply(request, message, item.final))
+                    continue
+                reply = pb.ModelStreamInferResponse()
+                assert item.response is not None
+                codec.encode_infer_response(item.response, reply.infer_response)
+                reply.infer_response.parameters["triton_final_response"].bool_param = item.final
+                responses.put_nowait(reply)
         except Exception as exc:
             _, message = status_of(exc, "ModelStreamInfer")
-            reply = pb.ModelStreamInferResponse(error_message=message)
-            reply.infer_response.model_name = request.model_name
-            reply.infer_response.model_version = request.model_version
-            reply.infer_response.id = request.id
-        reply.infer_response.parameters["triton_final_response"].bool_param = True
-        responses.put_nowait(reply)
+            responses.put_nowait(self._stream_reply(request, message, final=True))
+
+    @staticmethod
+    def _stream_reply(request: Any, error_message: str | None, final: bool) -> Any:
+        """A stream response carrying only an error, or the empty final response."""
+        reply = pb.ModelStreamInferResponse(error_message=error_message or "")
+        reply.infer_response.model_name = request.model_name
+        reply.infer_response.model_version = request.model_version
+        reply.infer_response.id = request.id
+        reply.infer_response.parameters["triton_final_response"].bool_param = final
+        return reply
 
     # -- model repository ---------------------------------------------------------------------
 

@@ -62,13 +62,16 @@ class _Execution:
     responses: list[list[BackendResponse]] = field(default_factory=list)
     finals: set[int] = field(default_factory=set)
     returned: bool = False  # execute() has returned (with None: answers come through senders)
+    streams: list[Any] = field(default_factory=list)  # per request: its on_response callback or None
 
     def settle_if_complete(self) -> None:
         if self.future.done() or not self.returned or len(self.finals) < self.count:
             return
         answers = []
         for index, responses in enumerate(self.responses):
-            if not responses:
+            if self.streams[index] is not None:
+                answers.append(BackendResponse({}))  # already delivered, one by one
+            elif not responses:
                 answers.append(
                     BackendResponse({}, error=ServerError(f"the model sent no response for request {index}"))
                 )
@@ -214,8 +217,12 @@ class PythonModelInstance:
             execution = self._executions.get(number)
             if execution is None:
                 return  # the request already failed (process restart) or was answered
-            if described is not None:
-                execution.responses[index].append(self._response(described, copy=True))
+            answer = self._response(described, copy=True) if described is not None else None
+            stream = execution.streams[index]
+            if stream is not None:
+                stream(answer, bool(final))
+            elif answer is not None:
+                execution.responses[index].append(answer)
             if final:
                 execution.finals.add(index)
             execution.settle_if_complete()
@@ -247,7 +254,11 @@ class PythonModelInstance:
             execution.returned = True
             execution.settle_if_complete()
         else:
-            execution.future.set_result([self._response(d, copy=True) for d in payload["responses"]])
+            answers = [self._response(d, copy=True) for d in payload["responses"]]
+            for index, stream in enumerate(execution.streams):
+                if stream is not None:  # a decoupled model that returned its responses anyway
+                    stream(answers[index], True)
+            execution.future.set_result(answers)
         if execution.future.done():
             self._executions.pop(number, None)
 
@@ -327,7 +338,12 @@ class PythonModelInstance:
         number = self._next_execution
         self._next_execution += 1
         assert self._loop is not None
-        execution = _Execution(self._loop.create_future(), len(requests), [[] for _ in requests])
+        execution = _Execution(
+            self._loop.create_future(),
+            len(requests),
+            [[] for _ in requests],
+            streams=[r.on_response for r in requests],
+        )
         self._executions[number] = execution
         await self._send(("execute", number, metas))
         return await execution.future

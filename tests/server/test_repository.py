@@ -144,6 +144,9 @@ def test_version_policy_selects_versions(tmp_path: Path) -> None:
     (repo / "specific" / "config.pbtxt").write_text(
         config + "version_policy: { specific: { versions: [1, 3] } }\n"
     )
+    write_simple(repo, "every", versions=(1, 2))
+    config = (repo / "every" / "config.pbtxt").read_text()
+    (repo / "every" / "config.pbtxt").write_text(config + "version_policy: { all: { } }\n")
     write_simple(repo, "default_latest", versions=(1, 2, 10))
     (repo / "default_latest" / "010").mkdir()  # a leading zero is not a version
     proc = ServerProcess([repo]).start(tmp_path)
@@ -152,6 +155,7 @@ def test_version_policy_selects_versions(tmp_path: Path) -> None:
         assert client.get_model_metadata("latest_two")["versions"] == ["2", "3"]
         assert client.get_model_metadata("specific")["versions"] == ["1", "3"]
         assert client.get_model_metadata("default_latest")["versions"] == ["10"]
+        assert client.get_model_metadata("every")["versions"] == ["1", "2"]
         assert client.is_model_ready("specific", "3") and not client.is_model_ready("specific", "2")
         assert _infer_simple(client, "specific", "1")[0][0] == 1
         with pytest.raises(InferenceServerException, match="unknown model"):

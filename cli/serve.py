@@ -14,6 +14,7 @@ from rich.table import Table
 
 from cli.flags import parse_backend_config, parse_bool
 from server.core.options import CoreOptions, ModelControlMode
+from server.core.rate_limiter import parse_rate_limit_resources
 from server.core.response_cache import parse_cache_config
 from server.core.server import InferenceServer
 from server.runtime import Endpoint, ServeOptions, serve
@@ -48,6 +49,10 @@ def serve_command(
     ),
     backend_config: list[str] = typer.Option(None, "--backend-config", metavar="[BACKEND,]KEY=VALUE"),
     model_load_thread_count: int = typer.Option(4, "--model-load-thread-count"),
+    rate_limit: str = typer.Option("off", "--rate-limit", metavar="off|execution_count"),
+    rate_limit_resource: list[str] = typer.Option(
+        None, "--rate-limit-resource", metavar="NAME:COUNT[:DEVICE]"
+    ),
     cache_config: list[str] = typer.Option(
         None, "--cache-config", metavar="local,size=BYTES", help="Response cache for models that enable it."
     ),
@@ -78,6 +83,8 @@ def serve_command(
         server_id=server_id,
         backend_config=backend_settings,
         response_cache_bytes=_cache_bytes(cache_config or []),
+        rate_limit=_rate_limit_on(rate_limit),
+        rate_limit_resources=_rate_limit_resources(rate_limit_resource or []),
     )
     options = ServeOptions(
         core=core,
@@ -101,6 +108,19 @@ def serve_command(
 def _cache_bytes(values: list[str]) -> int | None:
     try:
         return parse_cache_config(values)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+def _rate_limit_on(value: str) -> bool:
+    if value not in ("off", "execution_count"):
+        raise typer.BadParameter(f"--rate-limit takes off or execution_count, got '{value}'")
+    return value == "execution_count"
+
+
+def _rate_limit_resources(values: list[str]) -> dict[str, int]:
+    try:
+        return parse_rate_limit_resources(values)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
 

@@ -37,6 +37,9 @@ class InstanceSpec:
     device_id: int  # GPU ordinal for KIND_GPU, 0 otherwise
     cpu_threads: int  # intra-op threads this instance may use without oversubscribing the cores
     services: ServerServices | None = field(default=None, compare=False)
+    # The group's rate_limiter: resources (name, count) and priority, used with --rate-limit.
+    resources: tuple[tuple[str, int], ...] = ()
+    rate_priority: int = 0
 
 
 @dataclass(frozen=True, slots=True)

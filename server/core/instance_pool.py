@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from server.backends.base import ModelInstance
+from server.core.rate_limiter import Needs, RateLimiter
 
 INLINE_BUDGET_NS = 100_000
 _WARMUP_EXECUTIONS = 20
@@ -32,7 +33,18 @@ def _timed(
 
 
 class InstancePool:
-    def __init__(self, name: str, instances: Sequence[ModelInstance]) -> None:
+    def __init__(
+        self,
+        name: str,
+        instances: Sequence[ModelInstance],
+        limiter: RateLimiter | None = None,
+        needs: Sequence[tuple[Needs, int]] = (),
+    ) -> None:
+        # With a rate limiter: each instance's (resources, priority), in the order of ``instances``.
+        self._limiter = limiter
+        self._needs = {
+            id(instance): need for instance, need in zip(instances, needs, strict=False) if need[0]
+        }
         self._executor = ThreadPoolExecutor(max_workers=len(instances), thread_name_prefix=f"trt-{name}")
         self._idle: asyncio.Queue[ModelInstance] = asyncio.Queue()
         for instance in instances:
@@ -53,18 +65,45 @@ class InstancePool:
     async def run(
         self, instance: ModelInstance, feeds: Mapping[str, np.ndarray], names: Sequence[str]
     ) -> tuple[dict[str, np.ndarray], int]:
-        """Execute on ``instance`` (taken from this pool) and give it back; outputs and compute time."""
+        """Execute on ``instance`` (taken from this pool) and give it back; outputs and compute time.
+
+        Under a rate limiter the instance first waits for its resources. The instance, and its
+        resources, go back only when the execution has really ended, even if the waiting request
+        is cancelled meanwhile: otherwise two executions could overlap where one is allowed.
+        """
+        limited = self._needs.get(id(instance)) if self._limiter is not None else None
+        if limited is None:
+            return await self._execute(instance, feeds, names, lambda: self._idle.put_nowait(instance))
+        limiter = self._limiter
+        assert limiter is not None
+        try:
+            await limiter.acquire(*limited)
+        except BaseException:
+            self._idle.put_nowait(instance)
+            raise
+
+        def finished() -> None:
+            limiter.release(limited[0])
+            self._idle.put_nowait(instance)
+
+        return await self._execute(instance, feeds, names, finished)
+
+    async def _execute(
+        self,
+        instance: ModelInstance,
+        feeds: Mapping[str, np.ndarray],
+        names: Sequence[str],
+        finished: Callable[[], None],
+    ) -> tuple[dict[str, np.ndarray], int]:
         if self.runs_inline:
             try:
                 outputs, compute_ns = _timed(instance, feeds, names)
             finally:
-                self._idle.put_nowait(instance)
+                finished()
         else:
             loop = asyncio.get_running_loop()
             future = loop.run_in_executor(self._executor, _timed, instance, feeds, names)
-            # The instance goes back only when its thread is done, even if the waiting request is
-            # cancelled (client gone): otherwise two requests could run on one instance at once.
-            future.add_done_callback(lambda _: self._idle.put_nowait(instance))
+            future.add_done_callback(lambda _: finished())
             outputs, compute_ns = await asyncio.shield(future)
         self._executions += 1
         self._average_ns += _EWMA_WEIGHT * (compute_ns - self._average_ns)

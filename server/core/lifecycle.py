@@ -26,6 +26,7 @@ from server.core.errors import (
 from server.core.loader import LoadResult, load_model
 from server.core.model import ModelVersion
 from server.core.options import CoreOptions, ModelControlMode
+from server.core.rate_limiter import RateLimiter
 from server.core.repository import ModelRepository, fingerprint
 from server.core.response_cache import ResponseCache
 from server.core.types import RepositoryIndexEntry
@@ -69,6 +70,7 @@ class ModelManager:
         self.response_cache = (
             ResponseCache(options.response_cache_bytes) if options.response_cache_bytes else None
         )
+        self.rate_limiter = RateLimiter(options.rate_limit_resources) if options.rate_limit else None
 
     # -- lookups (hot path) -------------------------------------------------------------------
 
@@ -224,12 +226,17 @@ class ModelManager:
             entry.state, entry.reason = UNAVAILABLE, reason
 
     async def _swap_in(self, entry: ModelEntry, result: LoadResult) -> None:
+        if self.rate_limiter is not None:
+            for loaded in result.versions.values():
+                for needs, _ in loaded.needs:
+                    self.rate_limiter.register(needs)
         new_versions = {
             version: ModelVersion(
-                result.config, loaded.files, loaded.instances, result.labels, self.response_cache
+                result.config, loaded.files, loaded.instances, result.labels, self.response_cache,
+                self.rate_limiter, loaded.needs,
             )
             for version, loaded in result.versions.items()
-        }
+        }  # fmt: skip
         old_versions = entry.versions
         entry.versions = new_versions
         entry.unavailable = dict(result.failed)

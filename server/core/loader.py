@@ -35,6 +35,8 @@ KIND_AUTO = model_config_pb2.ModelInstanceGroup.KIND_AUTO
 class LoadedVersion:
     files: ModelFiles
     instances: list[ModelInstance | RequestLevelInstance]
+    # Per instance, in the same order: its rate-limiter resources and priority.
+    needs: list[tuple[tuple[tuple[str, int], ...], int]] = field(default_factory=list)
 
 
 @dataclass
@@ -171,7 +173,13 @@ def instance_specs(config: Config, services: ServerServices | None = None) -> li
         kind = model_config_pb2.ModelInstanceGroup.Kind.Name(group.kind)
         for device_id in device_ids:
             for index in range(group.count):
-                specs.append(InstanceSpec(f"{group.name}_{index}", kind, int(device_id), threads, services))
+                resources = tuple((r.name, int(r.count)) for r in group.rate_limiter.resources)
+                specs.append(
+                    InstanceSpec(
+                        f"{group.name}_{index}", kind, int(device_id), threads, services,
+                        resources, int(group.rate_limiter.priority),
+                    )
+                )  # fmt: skip
     return specs
 
 
@@ -210,7 +218,8 @@ def load_model(
             result.failed[version] = f"{type(exc).__name__}: {exc}"
             logger.exception("failed to load '%s' version %d", name, version)
             continue
-        result.versions[version] = LoadedVersion(files, instances)
+        needs = [((), 0)] * (len(instances) - len(specs)) + [(s.resources, s.rate_priority) for s in specs]
+        result.versions[version] = LoadedVersion(files, instances, needs)
     return result
 
 

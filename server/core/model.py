@@ -23,6 +23,7 @@ from server.core.datatypes import numpy_to_wire, wire_to_numpy
 from server.core.dynamic_batcher import DynamicBatcher
 from server.core.errors import InvalidInput, ModelNotReady, ServerError
 from server.core.instance_pool import InstancePool
+from server.core.rate_limiter import Needs, RateLimiter
 from server.core.request_scheduler import RequestScheduler
 from server.core.response_cache import ResponseCache
 from server.core.statistics import ModelStatistics
@@ -72,6 +73,8 @@ class ModelVersion:
         instances: Sequence[ModelInstance | RequestLevelInstance],
         labels: dict[str, tuple[str, ...]],
         cache: ResponseCache | None = None,
+        limiter: RateLimiter | None = None,
+        needs: Sequence[tuple[Needs, int]] = (),
     ) -> None:
         self.name = files.model_name
         self.version = files.version
@@ -95,7 +98,7 @@ class ModelVersion:
             )
         else:
             tensor_instances = cast(list[ModelInstance], self._instances)
-            self._pool = InstancePool(f"{self.name}-{self.version}", tensor_instances)
+            self._pool = InstancePool(f"{self.name}-{self.version}", tensor_instances, limiter, needs)
             if config.HasField("dynamic_batching") and config.max_batch_size > 0:
                 self._scheduler = DynamicBatcher.from_config(self._pool, self.stats, config)
             else:

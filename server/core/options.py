@@ -26,4 +26,6 @@ class CoreOptions:
     model_load_thread_count: int = 4
     server_id: str = "triton"
     response_cache_bytes: int | None = None  # --cache-config local,size=BYTES
+    rate_limit: bool = False  # --rate-limit=execution_count
+    rate_limit_resources: dict[str, int] = field(default_factory=dict)  # --rate-limit-resource
     backend_config: dict[str, dict[str, str]] = field(default_factory=dict)

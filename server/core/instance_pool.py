@@ -88,6 +88,17 @@ class InstancePool:
 
         return await self._execute(instance, feeds, names, finished)
 
+    async def execute_on(
+        self,
+        instance: ModelInstance,
+        feeds: Mapping[str, np.ndarray],
+        names: Sequence[str],
+        finished: Callable[[], None],
+    ) -> tuple[dict[str, np.ndarray], int]:
+        """Execute on an instance the caller holds by its own means (sequences keep one instance);
+        ``finished`` runs when the execution has really ended."""
+        return await self._execute(instance, feeds, names, finished)
+
     async def _execute(
         self,
         instance: ModelInstance,

@@ -96,6 +96,7 @@ def complete_config(
     files = ModelFiles(name, latest, model_dir, available[latest])
     if options.auto_complete_config:
         backend.auto_complete(config, files, options.default_max_batch_size)
+        _hide_sequence_tensors(config)
     if config.model_transaction_policy.decoupled and entry.name != "python":
         raise ModelConfigError(
             f"model_transaction_policy decoupled needs a backend that can send many responses per request "
@@ -105,6 +106,19 @@ def complete_config(
         fill_instance_groups(config, entry.name)
     check_config(config)
     return config, versions, available
+
+
+def _hide_sequence_tensors(config: Config) -> None:
+    """Control and state tensors are the server's to supply: auto-complete must not list them as
+    inputs or outputs a client sends or receives."""
+    if not config.HasField("sequence_batching"):
+        return
+    settings = config.sequence_batching
+    hidden = {c.name for c in settings.control_input}
+    hidden |= {s.input_name for s in settings.state} | {s.output_name for s in settings.state}
+    for tensors in (config.input, config.output):
+        for tensor in [t for t in tensors if t.name in hidden]:
+            tensors.remove(tensor)
 
 
 def fill_instance_groups(config: Config, backend_name: str) -> None:

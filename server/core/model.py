@@ -26,6 +26,7 @@ from server.core.instance_pool import InstancePool
 from server.core.rate_limiter import Needs, RateLimiter
 from server.core.request_scheduler import RequestScheduler
 from server.core.response_cache import ResponseCache
+from server.core.sequence_batcher import SequenceBatcher
 from server.core.statistics import ModelStatistics
 from server.core.tensors import ModelSignature, TensorSpec
 from server.core.timing import ExecutionTimes
@@ -88,6 +89,7 @@ class ModelVersion:
         self._request_level = bool(instances) and hasattr(instances[0], "execute_requests")
         self._request_scheduler: RequestScheduler | None = None
         self._scheduler: DirectScheduler | DynamicBatcher | None = None
+        self._sequences: SequenceBatcher | None = None
         self._pool: InstancePool | None = None
         if self._request_level:
             self._request_scheduler = RequestScheduler(
@@ -99,6 +101,8 @@ class ModelVersion:
         else:
             tensor_instances = cast(list[ModelInstance], self._instances)
             self._pool = InstancePool(f"{self.name}-{self.version}", tensor_instances, limiter, needs)
+            if config.HasField("sequence_batching"):
+                self._sequences = SequenceBatcher(self.name, self._pool, tensor_instances, self.stats, config)
             if config.HasField("dynamic_batching") and config.max_batch_size > 0:
                 self._scheduler = DynamicBatcher.from_config(self._pool, self.stats, config)
             else:
@@ -218,6 +222,16 @@ class ModelVersion:
             missing = [name for name in output_names if name not in results]
             if missing:
                 raise ServerError(f"model '{self.name}' did not produce output(s) {', '.join(missing)}")
+        elif self._sequences is not None:
+            parameters = request.parameters
+            results, times = await self._sequences.execute(
+                feeds,
+                output_names,
+                batch_size,
+                parameters.get("sequence_id", 0),
+                bool(parameters.get("sequence_start", False)),
+                bool(parameters.get("sequence_end", False)),
+            )
         elif isinstance(self._scheduler, DynamicBatcher):
             priority, timeout_us = _schedule_parameters(request.parameters)
             results, times = await self._scheduler.execute(
@@ -271,6 +285,8 @@ class ModelVersion:
         if self._in_flight:
             self._drained = asyncio.Event()
             await self._drained.wait()
+        if self._sequences is not None:
+            self._sequences.stop()
         if self._pool is not None:
             await asyncio.to_thread(self._pool.shutdown)
         for instance in self._instances:

@@ -73,7 +73,7 @@ class InstancePool:
         """
         limited = self._needs.get(id(instance)) if self._limiter is not None else None
         if limited is None:
-            return await self._execute(instance, feeds, names, lambda: self._idle.put_nowait(instance))
+            return await self.execute_on(instance, feeds, names, lambda: self._idle.put_nowait(instance))
         limiter = self._limiter
         assert limiter is not None
         try:
@@ -86,7 +86,7 @@ class InstancePool:
             limiter.release(limited[0])
             self._idle.put_nowait(instance)
 
-        return await self._execute(instance, feeds, names, finished)
+        return await self.execute_on(instance, feeds, names, finished)
 
     async def execute_on(
         self,
@@ -95,17 +95,8 @@ class InstancePool:
         names: Sequence[str],
         finished: Callable[[], None],
     ) -> tuple[dict[str, np.ndarray], int]:
-        """Execute on an instance the caller holds by its own means (sequences keep one instance);
-        ``finished`` runs when the execution has really ended."""
-        return await self._execute(instance, feeds, names, finished)
-
-    async def _execute(
-        self,
-        instance: ModelInstance,
-        feeds: Mapping[str, np.ndarray],
-        names: Sequence[str],
-        finished: Callable[[], None],
-    ) -> tuple[dict[str, np.ndarray], int]:
+        """Execute on ``instance``, which the caller holds (from this pool, or by its own means:
+        sequences keep one instance); ``finished`` runs when the execution has really ended."""
         if self.runs_inline:
             try:
                 outputs, compute_ns = _timed(instance, feeds, names)

@@ -72,6 +72,19 @@ def element_size(datatype: str) -> int:
     return _WIRE_TO_NUMPY[datatype].itemsize
 
 
+MAX_DIMENSIONS = 64  # numpy's limit on the number of dimensions of an array
+
+
+def check_shape(name: str, shape: tuple[int, ...]) -> None:
+    """Refuse, as a bad request, shapes no tensor can have: negative sizes or too many dimensions."""
+    if len(shape) > MAX_DIMENSIONS:
+        raise InvalidInput(
+            f"input '{name}': shape has {len(shape)} dimensions; at most {MAX_DIMENSIONS} are supported"
+        )
+    if any(dim < 0 for dim in shape):
+        raise InvalidInput(f"input '{name}': shape {list(shape)} has a negative dimension")
+
+
 def element_count(shape: tuple[int, ...] | list[int]) -> int:
     count = 1
     for dim in shape:

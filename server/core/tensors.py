@@ -126,7 +126,7 @@ class ModelSignature:
             if output.class_count < 0:
                 raise InvalidInput(f"output '{output.name}': classification count must be positive")
             names.append(output.name)
-        return tuple(names)
+        return tuple(dict.fromkeys(names))  # an output requested twice is answered once, as Triton
 
     @staticmethod
     def _dims_match(shape: tuple[int, ...], dims: tuple[int, ...]) -> bool:

@@ -13,7 +13,13 @@ from typing import Any
 import numpy as np
 
 from protos import grpc_service_pb2 as pb
-from server.core.datatypes import element_count, tensor_from_bytes, tensor_to_bytes, wire_to_numpy
+from server.core.datatypes import (
+    check_shape,
+    element_count,
+    tensor_from_bytes,
+    tensor_to_bytes,
+    wire_to_numpy,
+)
 from server.core.errors import InvalidArgument, InvalidInput
 from server.core.types import InferenceRequest, InferenceResponse, InputTensor, RequestedOutput
 
@@ -112,10 +118,8 @@ def decode_infer_request(request: Any) -> InferenceRequest:
         name = tensor.name
         datatype = tensor.datatype
         shape = tuple(tensor.shape[:])  # slicing first halves the cost with upb
+        check_shape(name, shape)
         parameters = parameters_to_dict(tensor.parameters, f"input '{name}'") if tensor.parameters else {}
-        for dim in shape:
-            if dim < 0:
-                raise InvalidInput(f"input '{name}': shape {list(shape)} has a negative dimension")
         has_contents = tensor.HasField("contents") and tensor.contents.ByteSize() > 0
         data: np.ndarray | None
         if "shared_memory_region" in parameters:

@@ -12,7 +12,13 @@ from typing import Any
 import numpy as np
 import orjson
 
-from server.core.datatypes import element_count, tensor_from_bytes, tensor_to_bytes, wire_to_numpy
+from server.core.datatypes import (
+    check_shape,
+    element_count,
+    tensor_from_bytes,
+    tensor_to_bytes,
+    wire_to_numpy,
+)
 from server.core.errors import InvalidArgument, InvalidInput
 from server.core.types import InferenceRequest, InferenceResponse, InputTensor, RequestedOutput
 
@@ -111,6 +117,7 @@ def _decode_input(raw: Any, binary: memoryview, offset: int) -> tuple[InputTenso
     ):
         raise InvalidInput(f"input '{name}': 'shape' must be an array of non-negative integers")
     shape = tuple(shape_value)
+    check_shape(name, shape)
     parameters = _object(raw.get("parameters"), f"input '{name}' parameters")
     size = parameters.get("binary_data_size")
     if size is not None:

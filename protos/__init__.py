@@ -1,4 +1,1 @@
-"""Triton's wire contract: ``*.proto`` sources and the modules generated from them.
-
-Regenerate with ``python scripts/generate_protos.py``; a test fails when they are stale.
-"""
+"""Generated protobuf/gRPC modules for Triton's wire contract; regenerate with scripts/generate_protos.py"""

@@ -63,22 +63,34 @@ def stale_files() -> list[str]:
     return sorted(stale)
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--check", action="store_true", help="only report stale files")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.check:
         stale = stale_files()
         for name in stale:
             print(f"stale: protos/{name} (run python scripts/generate_protos.py)")
+        if stale:
+            # The modules embed the generator's version: a different grpcio-tools marks every file stale.
+            print(f"(made here with grpcio-tools {_tools_version()}; pyproject.toml pins the one to use)")
         return 1 if stale else 0
     with tempfile.TemporaryDirectory() as tmp:
         for path in generate(Path(tmp)):
             shutil.copyfile(path, PROTO_DIR / path.name)
             print(f"wrote protos/{path.name}")
     return 0
+
+
+def _tools_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("grpcio-tools")
+    except PackageNotFoundError:
+        return "unknown"
 
 
 if __name__ == "__main__":

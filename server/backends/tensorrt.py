@@ -1,15 +1,22 @@
 """TensorRT backend: serialized engines (``model.plan``), run on the GPU named by the instance.
 
-UNVERIFIED: written and unit-tested without a GPU (the engine-to-config logic lives in
-``tensorrt_signature`` and is tested everywhere); the execution path has not run on a GPU yet.
-Device buffers are torch CUDA tensors (torch with CUDA is the one GPU array library this project
-already depends on); each instance owns an execution context and a CUDA stream.
+UNVERIFIED on a GPU: written against the TensorRT 10 and cuda-python APIs, and tested without one
+(engine-to-config logic in ``tensorrt_signature``; this module's control flow against a fake
+``tensorrt`` and ``cudart`` in ``tests/backends/test_tensorrt.py``).
+
+Device memory and streams come from cuda-python's ``cudart``, which the ``trt[tensorrt]`` extra
+installs (torch would be a multi-GB dependency for a few buffers). Each instance deserializes its
+own engine and owns its execution context, a non-blocking CUDA stream and one device buffer per
+I/O tensor, grown when a larger shape comes and reused otherwise. An execution copies the inputs in,
+runs ``execute_async_v3``, copies the outputs out and waits for its stream; the core never runs two
+executions of one instance at once. Host copies use pageable memory (no pinned staging buffers).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
-import threading
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -20,52 +27,73 @@ import tensorrt
 from protos import model_config_pb2
 from server.backends import tensorrt_signature as signature
 from server.backends.base import InstanceSpec, ModelFiles
-from server.core.errors import ModelLoadError
+from server.core.errors import InvalidInput, ModelLoadError, ServerError
+
+try:
+    from cuda.bindings import runtime as cudart  # cuda-python >= 12.6
+except ImportError:
+    try:
+        from cuda import cudart  # type: ignore[no-redef,unused-ignore]  # older cuda-python 12
+    except ImportError:
+        # ModuleNotFoundError is what the registry turns into "pip install 'trt[tensorrt]'".
+        raise ModuleNotFoundError("the TensorRT backend needs cuda-python", name="cuda-python") from None
 
 logger = logging.getLogger("trt.backends.tensorrt")
 _TRT_LOGGER = tensorrt.Logger(tensorrt.Logger.WARNING)
 
 
-def _torch_cuda() -> Any:
+def _cuda(result: tuple[Any, ...], call: str) -> Any:
+    """cuda-python returns ``(error, *values)``: raise on an error, else return the value (or None)."""
+    error, *values = result
+    if error != cudart.cudaError_t.cudaSuccess:
+        _, text = cudart.cudaGetErrorString(error)
+        text = text.decode() if isinstance(text, bytes) else str(text)
+        raise ServerError(f"CUDA {call} failed: {getattr(error, 'name', error)}: {text}")
+    return values[0] if len(values) == 1 else None
+
+
+def _select_device(device_id: int) -> None:
     try:
-        import torch
-    except ImportError:
-        raise ModelLoadError("the TensorRT backend needs torch with CUDA for device buffers") from None
-    if not torch.cuda.is_available():
-        raise ModelLoadError("the TensorRT backend needs a CUDA GPU; torch sees none")
-    return torch
+        count = _cuda(cudart.cudaGetDeviceCount(), "cudaGetDeviceCount")
+    except ServerError as exc:
+        raise ModelLoadError(f"TensorRT engines need a CUDA GPU, and none is usable here ({exc})") from None
+    if device_id >= count:
+        raise ModelLoadError(f"the instance asks for GPU {device_id} but CUDA sees {count}")
+    _cuda(cudart.cudaSetDevice(device_id), "cudaSetDevice")
 
 
-def _deserialize(path: Path, device_id: int) -> Any:
-    torch = _torch_cuda()
-    torch.cuda.set_device(device_id)
+def _plan_path(config: model_config_pb2.ModelConfig, files: ModelFiles, device_id: int) -> Path:
+    """``cc_model_filenames`` picks a plan per compute capability ("8.0"), as in Triton."""
+    if config.cc_model_filenames:
+        _select_device(device_id)
+        properties = _cuda(cudart.cudaGetDeviceProperties(device_id), "cudaGetDeviceProperties")
+        filename = config.cc_model_filenames.get(f"{properties.major}.{properties.minor}")
+        if filename:
+            path = files.version_dir / filename
+            if not path.is_file():
+                raise ModelLoadError(f"model file not found: {path}")
+            return path
+    return files.require_artifact(config, TensorRTBackend.default_filename)
+
+
+def _deserialize(path: Path, device_id: int) -> tuple[Any, Any]:
+    """(runtime, engine): the runtime is kept alongside the engine it made, as TensorRT asks."""
+    _select_device(device_id)
     runtime = tensorrt.Runtime(_TRT_LOGGER)
     engine = runtime.deserialize_cuda_engine(path.read_bytes())
     if engine is None:
         raise ModelLoadError(
-            f"TensorRT could not deserialize {path} (built for another GPU or TensorRT version?)"
+            f"TensorRT {tensorrt.__version__} could not deserialize {path}; an engine runs only with the "
+            "TensorRT version and GPU model it was built for (see the log for TensorRT's reason)"
         )
-    return engine
+    return runtime, engine
 
 
-def engine_tensors(engine: Any) -> list[signature.EngineTensor]:
-    tensors = []
-    for index in range(engine.num_io_tensors):
-        name = engine.get_tensor_name(index)
-        is_input = engine.get_tensor_mode(name) == tensorrt.TensorIOMode.INPUT
-        profile_max = None
-        if is_input and engine.num_optimization_profiles > 0:
-            profile_max = tuple(engine.get_tensor_profile_shape(name, 0)[2])
-        tensors.append(
-            signature.EngineTensor(
-                name,
-                is_input,
-                engine.get_tensor_dtype(name).name,
-                tuple(engine.get_tensor_shape(name)),
-                profile_max,
-            )
-        )
-    return tensors
+@functools.lru_cache(maxsize=32)
+def _engine_io(path: str, mtime_ns: int, size: int, device_id: int) -> tuple[signature.EngineTensor, ...]:
+    """Auto-complete and validate both need the engine's I/O: deserialize once per file version."""
+    _, engine = _deserialize(Path(path), device_id)
+    return tuple(signature.read_engine(engine))
 
 
 class TensorRTBackend:
@@ -76,14 +104,16 @@ class TensorRTBackend:
     def _tensors(
         self, config: model_config_pb2.ModelConfig, files: ModelFiles
     ) -> list[signature.EngineTensor]:
-        device = (
-            config.instance_group[0].gpus[0] if config.instance_group and config.instance_group[0].gpus else 0
-        )
-        return engine_tensors(_deserialize(files.require_artifact(config, self.default_filename), device))
+        groups = config.instance_group
+        device = groups[0].gpus[0] if groups and groups[0].gpus else 0
+        path = _plan_path(config, files, device)
+        stat = path.stat()
+        return list(_engine_io(str(path), stat.st_mtime_ns, stat.st_size, device))
 
     def auto_complete(
         self, config: model_config_pb2.ModelConfig, files: ModelFiles, default_max_batch_size: int
     ) -> None:
+        """Inputs, outputs and max_batch_size from the engine (its own profile, not the server default)."""
         signature.auto_complete(config, self._tensors(config, files))
 
     def validate(self, config: model_config_pb2.ModelConfig, files: ModelFiles) -> None:
@@ -96,47 +126,90 @@ class TensorRTBackend:
             raise ModelLoadError(
                 "TensorRT engines run on a GPU: use instance_group kind KIND_GPU (or KIND_AUTO)"
             )
-        return TensorRTInstance(files.require_artifact(config, self.default_filename), spec.device_id)
+        return TensorRTInstance(_plan_path(config, files, spec.device_id), spec)
 
 
 class TensorRTInstance:
-    def __init__(self, path: Path, device_id: int) -> None:
-        torch = _torch_cuda()
-        self._torch = torch
-        self._device = torch.device(f"cuda:{device_id}")
-        self._engine = _deserialize(path, device_id)
+    def __init__(self, path: Path, spec: InstanceSpec) -> None:
+        self._device_id = spec.device_id
+        self._runtime, self._engine = _deserialize(path, spec.device_id)
+        tensors = signature.read_engine(self._engine)
+        self._inputs = {t.name: t for t in tensors if t.is_input}
+        self._outputs = [t.name for t in tensors if not t.is_input]
+        self._dtypes = {t.name: t.numpy_dtype for t in tensors}
+        self._buffers: dict[str, tuple[int, int]] = {}  # tensor name -> (device pointer, bytes)
+        self._stream: Any = None
         self._context = self._engine.create_execution_context()
-        self._stream = torch.cuda.Stream(device=self._device)
-        self._lock = threading.Lock()  # one context runs one inference at a time
-        self._types = {t.name: t.trt_type for t in engine_tensors(self._engine)}
+        if self._context is None:
+            raise ModelLoadError("TensorRT could not create an execution context (out of GPU memory?)")
+        self._stream = _cuda(
+            cudart.cudaStreamCreateWithFlags(cudart.cudaStreamNonBlocking), "cudaStreamCreateWithFlags"
+        )
+        logger.info("instance %s on GPU %d", spec.name, spec.device_id)
 
-    def _torch_dtype(self, trt_type: str) -> Any:
-        torch = self._torch
-        return {
-            "FLOAT": torch.float32, "HALF": torch.float16, "BF16": torch.bfloat16, "INT8": torch.int8,
-            "INT32": torch.int32, "INT64": torch.int64, "BOOL": torch.bool, "UINT8": torch.uint8,
-        }[trt_type]  # fmt: skip
+    def _buffer(self, name: str, nbytes: int) -> int:
+        pointer, capacity = self._buffers.get(name, (0, 0))
+        if nbytes > capacity or not pointer:
+            if pointer:
+                _cuda(cudart.cudaFree(pointer), "cudaFree")
+            capacity = max(nbytes, 1)  # never a null address, even for an empty tensor
+            pointer = int(_cuda(cudart.cudaMalloc(capacity), "cudaMalloc"))
+            self._buffers[name] = (pointer, capacity)
+        return pointer
 
     def execute(self, inputs: Mapping[str, np.ndarray], output_names: Sequence[str]) -> dict[str, np.ndarray]:
-        torch = self._torch
-        with self._lock, torch.cuda.stream(self._stream):
-            keep_alive = []
-            for name, array in inputs.items():
-                tensor = torch.from_numpy(np.ascontiguousarray(array)).to(self._device, non_blocking=True)
-                keep_alive.append(tensor)
-                self._context.set_input_shape(name, tuple(array.shape))
-                self._context.set_tensor_address(name, tensor.data_ptr())
-            outputs = {}
-            for name in output_names:
-                shape = tuple(self._context.get_tensor_shape(name))
-                buffer = torch.empty(shape, dtype=self._torch_dtype(self._types[name]), device=self._device)
-                outputs[name] = buffer
-                self._context.set_tensor_address(name, buffer.data_ptr())
-            if not self._context.execute_async_v3(self._stream.cuda_stream):
-                raise ModelLoadError("TensorRT execute_async_v3 failed")
-            self._stream.synchronize()
-            return {name: buffer.cpu().numpy() for name, buffer in outputs.items()}
+        # CUDA's current device belongs to the calling thread, which the core picks per execution.
+        _cuda(cudart.cudaSetDevice(self._device_id), "cudaSetDevice")
+        context, stream = self._context, self._stream
+        to_device = cudart.cudaMemcpyKind.cudaMemcpyHostToDevice
+        staged = []  # host arrays stay alive until the stream is done with them
+        for name, array in inputs.items():
+            host = np.ascontiguousarray(array, dtype=self._dtypes[name])
+            if not context.set_input_shape(name, host.shape):
+                raise InvalidInput(signature.profile_error(self._inputs[name], host.shape))
+            pointer = self._buffer(name, host.nbytes)
+            if host.nbytes:
+                copy = cudart.cudaMemcpyAsync(pointer, host.ctypes.data, host.nbytes, to_device, stream)
+                _cuda(copy, "copy in")
+            context.set_tensor_address(name, pointer)
+            staged.append(host)
+        results: dict[str, np.ndarray] = {}
+        for name in self._outputs:  # TensorRT writes every output, requested or not
+            shape = tuple(context.get_tensor_shape(name))
+            if any(dim < 0 for dim in shape):
+                raise ServerError(
+                    f"output '{name}' has shape {list(shape)} after the inputs were set: data-dependent "
+                    "output shapes are not supported by this backend"
+                )
+            dtype = self._dtypes[name]
+            context.set_tensor_address(name, self._buffer(name, math.prod(shape) * dtype.itemsize))
+            if name in output_names:
+                results[name] = np.empty(shape, dtype)
+        if not context.execute_async_v3(int(stream)):
+            raise ServerError("TensorRT execute_async_v3 failed; the server log has TensorRT's reason")
+        to_host = cudart.cudaMemcpyKind.cudaMemcpyDeviceToHost
+        for name, host in results.items():
+            if host.nbytes:
+                pointer = self._buffers[name][0]
+                copy = cudart.cudaMemcpyAsync(host.ctypes.data, pointer, host.nbytes, to_host, stream)
+                _cuda(copy, "copy out")
+        _cuda(cudart.cudaStreamSynchronize(stream), "cudaStreamSynchronize")
+        return results
 
     def close(self) -> None:
-        del self._context
-        del self._engine
+        try:
+            _cuda(cudart.cudaSetDevice(self._device_id), "cudaSetDevice")
+            if self._stream is not None:
+                _cuda(cudart.cudaStreamSynchronize(self._stream), "cudaStreamSynchronize")
+            for pointer, _ in self._buffers.values():
+                _cuda(cudart.cudaFree(pointer), "cudaFree")
+            if self._stream is not None:
+                _cuda(cudart.cudaStreamDestroy(self._stream), "cudaStreamDestroy")
+        except ServerError as exc:
+            logger.warning("releasing a TensorRT instance's CUDA resources failed: %s", exc)
+        self._buffers.clear()
+        self._stream = None
+        # The context goes before the engine, and the engine before the runtime that made it.
+        self._context = None
+        self._engine = None
+        self._runtime = None

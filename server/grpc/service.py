@@ -248,15 +248,18 @@ class GrpcInferenceService(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):
 
     @_unary
     async def CudaSharedMemoryStatus(self, request: Any, context: Any) -> Any:
+        self.core.shared_memory.cuda_status(request.name)  # nothing to list; unknown names are NOT_FOUND
         return pb.CudaSharedMemoryStatusResponse()
 
     @_unary
     async def CudaSharedMemoryRegister(self, request: Any, context: Any) -> Any:
-        raise Unsupported("CUDA shared memory needs a GPU; this server has none")
+        self.core.shared_memory.register_cuda(request.name)
+        return pb.CudaSharedMemoryRegisterResponse()
 
     @_unary
     async def CudaSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
-        return pb.CudaSharedMemoryUnregisterResponse()  # nothing can be registered on a GPU-less server
+        self.core.shared_memory.unregister_cuda(request.name)
+        return pb.CudaSharedMemoryUnregisterResponse()
 
     # -- trace and logging --------------------------------------------------------------------
 

@@ -164,9 +164,7 @@ class HttpApp:
         registry = self.core.shared_memory
         if action == "status":
             _allow(request.method, "GET")
-            if kind == "cuda":
-                return _json([])
-            rows = registry.status(region)
+            rows = registry.status(region) if kind == "system" else registry.cuda_status(region)
             return _json(
                 [{"name": r.name, "key": r.key, "offset": r.offset, "byte_size": r.byte_size} for r in rows]
             )
@@ -174,13 +172,25 @@ class HttpApp:
         if action == "unregister":
             if kind == "system":
                 registry.unregister(region)
+            else:
+                registry.unregister_cuda(region)
             return HttpResponse(200, b"", _JSON_HEADERS)
         if kind == "cuda":
-            raise HttpError(501, "CUDA shared memory needs a GPU; this server has none")
+            registry.register_cuda(region)
+        if not region:
+            raise InvalidArgument("'region name' is necessary to register system shared memory region")
         body = _parse_json_object(self._body(request))
-        key, offset, byte_size = body.get("key"), body.get("offset", 0), body.get("byte_size")
-        if not isinstance(key, str) or not isinstance(offset, int) or not isinstance(byte_size, int):
-            raise InvalidArgument("register needs 'key' (string), 'offset' and 'byte_size' (integers)")
+        key = body.get("key")
+        if not isinstance(key, str):
+            raise InvalidArgument("Shared memory register request has no 'key' field (a string)")
+        if "byte_size" not in body:
+            raise InvalidArgument("Shared memory register request has no 'byte_size' field")
+        offset, byte_size = body.get("offset", 0), body["byte_size"]
+        for field, value in (("offset", offset), ("byte_size", byte_size)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise InvalidArgument(
+                    f"Shared memory register request: '{field}' must be a non-negative integer"
+                )
         registry.register(region, key, offset, byte_size)
         return HttpResponse(200, b"", _JSON_HEADERS)
 

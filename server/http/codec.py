@@ -74,6 +74,10 @@ def decode_request(
             if not isinstance(class_count, int) or isinstance(class_count, bool):
                 raise InvalidArgument(f"output '{raw['name']}': 'classification' must be an integer")
             binary_choice[raw["name"]] = bool(output_parameters.get("binary_data", default_binary))
+            if "shared_memory_region" in output_parameters and output_parameters.get("binary_data") is True:
+                raise InvalidArgument(
+                    f"output '{raw['name']}': Output can't set both 'shared_memory_region' and 'binary_data'"
+                )
             outputs.append(RequestedOutput(raw["name"], class_count, output_parameters))
 
     request_id = document.get("id", "")
@@ -125,6 +129,8 @@ def _decode_input(raw: Any, binary: memoryview, offset: int) -> tuple[InputTenso
             raise InvalidInput(f"input '{name}': Unable to parse 'binary_data_size'")
         if "data" in raw:
             raise InvalidInput(f"input '{name}' has both 'data' and 'binary_data_size'")
+        if "shared_memory_region" in parameters:
+            raise InvalidInput(f"input '{name}' has both 'binary_data_size' and 'shared_memory_region'")
         end = offset + size
         if end > len(binary):
             raise InvalidInput(
@@ -206,8 +212,9 @@ def encode_response(
             "datatype": output.datatype,
             "shape": list(output.shape),
         }
-        if output.data is None:  # written into the client's shared memory region
-            entry["parameters"] = output.parameters
+        if output.data is None:  # written into the client's shared memory region: no data here
+            if output.parameters:
+                entry["parameters"] = output.parameters
         elif binary_choice.get(output.name, default_binary):
             raw = tensor_to_bytes(output.data, output.datatype)
             entry["parameters"] = {**output.parameters, "binary_data_size": len(raw)}

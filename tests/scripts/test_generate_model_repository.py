@@ -114,3 +114,32 @@ def test_cnn_onnx(generated: Path) -> None:
     assert isinstance(sess.get_outputs()[0].shape[0], str)
     (logits,) = sess.run(["logits"], {"input": np.zeros((4, 3, 64, 64), dtype=np.float32)})
     assert logits.shape == (4, 10) and logits.dtype == np.float32
+
+
+def test_torch_mlp(generated: Path) -> None:
+    torch = pytest.importorskip("torch")
+    model_dir = generated / "torch_mlp"
+    config = (model_dir / "config.pbtxt").read_text()
+    assert config == (COMMITTED / "torch_mlp" / "config.pbtxt").read_text()
+    # Triton's TorchScript naming, a batching FP32 model, every tensor listed: PyTorch cannot auto-complete.
+    for fragment in (
+        'platform: "pytorch_libtorch"',
+        "max_batch_size: 32",
+        'input [ { name: "INPUT__0" data_type: TYPE_FP32 dims: [ 64 ] } ]',
+        'output [ { name: "OUTPUT__0" data_type: TYPE_FP32 dims: [ 10 ] } ]',
+    ):
+        assert fragment in config
+    model_path = model_dir / "1" / "model.pt"
+    assert model_path.stat().st_size < 1024 * 1024
+    fresh = torch.jit.load(str(model_path))
+    committed = torch.jit.load(str(COMMITTED / "torch_mlp" / "1" / "model.pt"))
+    # Compared by code and weights, not bytes: TorchScript's debug records hold the absolute path of
+    # torch's own sources, which differs between installations.
+    assert fresh.code == committed.code, "stale torch_mlp: run python scripts/generate_model_repository.py"
+    fresh_state, committed_state = fresh.state_dict(), committed.state_dict()
+    assert fresh_state.keys() == committed_state.keys()
+    for key, tensor in fresh_state.items():
+        assert torch.equal(tensor, committed_state[key]), f"stale torch_mlp weights ({key}): regenerate"
+    with torch.inference_mode():
+        logits = fresh(torch.ones(3, 64))
+    assert logits.shape == (3, 10) and logits.dtype == torch.float32

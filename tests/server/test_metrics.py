@@ -1,13 +1,21 @@
-"""Prometheus metrics on the metrics port, with Triton's names, labels and counting rules."""
+"""Prometheus metrics on the metrics port, with Triton's names, types, labels and counting rules.
+
+Names are checked on the raw text: ``prometheus_client``'s parser strips a ``_total`` suffix from
+counter families and appends one to their samples, so it would hide the very renaming these tests
+guard against. Values are read with it, by family name.
+"""
 
 from __future__ import annotations
 
 import re
 import shutil
+import urllib.error
 import urllib.request
 
 import numpy as np
+import pytest
 import tritonclient.http as httpclient
+from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException
 
 from tests.support import ServerProcess, int_inputs
@@ -24,62 +32,116 @@ FAMILIES = {
     "nv_inference_compute_output_duration_us": "counter",
     "nv_inference_pending_request_count": "gauge",
 }
+FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
+SIMPLE = {"model": "simple", "version": "1"}
 
 
 def _scrape(server: ServerProcess) -> str:
-    with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics") as reply:
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10) as reply:
+        assert reply.status == 200
         assert reply.headers["Content-Type"].startswith("text/plain")
         return reply.read().decode()
 
 
-def _value(text: str, family: str, **labels: str) -> float:
-    for line in text.splitlines():
-        if not line.startswith(family + "{"):
-            continue
-        found = dict(re.findall(r'(\w+)="([^"]*)"', line))
-        if all(found.get(k) == v for k, v in labels.items()):
-            return float(line.rsplit(" ", 1)[1])
-    raise AssertionError(f"{family} {labels} not in metrics")
+def _samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    """Every sample by (family name, labels); the parser names counter samples ``*_total``."""
+    samples = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            samples[(family.name, frozenset(sample.labels.items()))] = sample.value
+    return samples
 
 
-def test_families_have_tritons_names_types_and_labels(server: ServerProcess) -> None:
+def _value(text: str, name: str, **labels: str) -> float:
+    key = (name, frozenset({**SIMPLE, **labels}.items()))
+    samples = _samples(text)
+    assert key in samples, f"no sample {name}{dict(key[1])} in:\n{text}"
+    return samples[key]
+
+
+def test_the_endpoint_serves_only_metrics(server: ServerProcess) -> None:
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/nope", timeout=10)
+    assert caught.value.code == 404
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_each_family_has_tritons_name_type_and_labels(server: ServerProcess, family: str) -> None:
     text = _scrape(server)
-    for family, kind in FAMILIES.items():
-        assert f"# TYPE {family} {kind}\n" in text
-        assert _value(text, family, model="simple", version="1") >= 0
-    assert "_total" not in text  # Triton's names carry no suffix; dashboards match them exactly
-    assert _value(text, "nv_inference_request_failure", model="simple", version="1", reason="REJECTED") >= 0
-    if shutil.which("nvidia-smi") is None:
-        assert "nv_gpu_utilization" not in text
+    lines = text.splitlines()
+    assert f"# TYPE {family} {FAMILIES[family]}" in lines
+    assert any(line.startswith(f"# HELP {family} ") for line in lines)
+    expected_labels = {"model", "version", "reason"} if family.endswith("_failure") else {"model", "version"}
+    for line in lines:
+        if line.startswith(family + "{"):
+            assert set(re.findall(r'(\w+)="', line)) == expected_labels, line
+    assert _value(text, family, **({"reason": "REJECTED"} if family.endswith("_failure") else {})) >= 0
 
 
-def test_counts_follow_requests_batches_and_failures(server: ServerProcess) -> None:
-    client = httpclient.InferenceServerClient(server.http_url)
-    before = _scrape(server)
-    first, second = int_inputs(batch=2)
+def test_no_name_has_a_suffix_triton_does_not_use(server: ServerProcess) -> None:
+    text = _scrape(server)
+    assert "_total" not in text  # Triton's counters have no suffix; dashboards match the names exactly
+    assert "_created" not in text
+
+
+def test_failures_are_counted_by_reason(server: ServerProcess) -> None:
+    text = _scrape(server)
+    for reason in FAILURE_REASONS:
+        assert _value(text, "nv_inference_request_failure", reason=reason) >= 0
+
+
+def test_the_idle_server_has_no_pending_requests(server: ServerProcess) -> None:
+    assert _value(_scrape(server), "nv_inference_pending_request_count") == 0
+
+
+def test_gpu_metrics_are_absent_without_a_gpu(server: ServerProcess) -> None:
+    if shutil.which("nvidia-smi") is not None:
+        pytest.skip("this machine has a GPU: nv_gpu_* may rightly be there")
+    text = _scrape(server)
+    assert "nv_gpu_utilization" not in text
+    assert "nv_gpu_memory_used_bytes" not in text
+
+
+def _simple_inputs(batch: int) -> list[httpclient.InferInput]:
+    first, second = int_inputs(batch)
     inputs = [
-        httpclient.InferInput("INPUT0", [2, 16], "INT32"),
-        httpclient.InferInput("INPUT1", [2, 16], "INT32"),
+        httpclient.InferInput("INPUT0", [batch, 16], "INT32"),
+        httpclient.InferInput("INPUT1", [batch, 16], "INT32"),
     ]
     inputs[0].set_data_from_numpy(first)
     inputs[1].set_data_from_numpy(second)
-    for _ in range(5):
-        client.infer("simple", inputs)
+    return inputs
+
+
+def test_counts_follow_requests_batches_and_failures(server: ServerProcess) -> None:
+    requests = 5
+    client = httpclient.InferenceServerClient(server.http_url)
+    before = _scrape(server)
+    inputs = _simple_inputs(batch=2)
+    for _ in range(requests):
+        result = client.infer("simple", inputs)
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), sum(int_inputs(2)))
     wrong = httpclient.InferInput("INPUT0", [2, 16], "FP32")
-    wrong.set_data_from_numpy(first.astype(np.float32))
-    try:
+    wrong.set_data_from_numpy(int_inputs(2)[0].astype(np.float32))
+    with pytest.raises(InferenceServerException, match="expects 'INT32'"):
         client.infer("simple", [wrong, inputs[1]])
-    except InferenceServerException:
-        pass
     after = _scrape(server)
 
-    def delta(family: str, **labels: str) -> float:
-        labels = {"model": "simple", "version": "1", **labels}
-        return _value(after, family, **labels) - _value(before, family, **labels)
+    def delta(name: str, **labels: str) -> float:
+        return _value(after, name, **labels) - _value(before, name, **labels)
 
-    assert delta("nv_inference_request_success") == 5
-    assert delta("nv_inference_count") == 10  # a batch of 2 counts 2
-    assert delta("nv_inference_exec_count") == 5
+    assert delta("nv_inference_request_success") == requests  # a request counts 1 whatever its batch
+    assert delta("nv_inference_count") == 2 * requests  # a batch of 2 counts 2
+    assert delta("nv_inference_exec_count") == requests  # no dynamic batcher: one execution each
     assert delta("nv_inference_request_failure", reason="REJECTED") == 1
+    for reason in ("CANCELED", "BACKEND", "OTHER"):
+        assert delta("nv_inference_request_failure", reason=reason) == 0
     assert delta("nv_inference_request_duration_us") > 0
-    assert delta("nv_inference_compute_infer_duration_us") >= 0
+    for name in (
+        "nv_inference_queue_duration_us",
+        "nv_inference_compute_input_duration_us",
+        "nv_inference_compute_infer_duration_us",
+        "nv_inference_compute_output_duration_us",
+    ):
+        assert delta(name) >= 0
+    assert _value(after, "nv_inference_pending_request_count") == 0

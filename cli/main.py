@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from cli.perf import perf_command
 from cli.serve import serve_command
 
 app = typer.Typer(
@@ -16,6 +17,7 @@ app = typer.Typer(
 app.command("serve", help="Serve a Triton model repository (HTTP 8000, gRPC 8001, metrics 8002).")(
     serve_command
 )
+app.command("perf", help="Load-test a model as perf_analyzer does (same flags and CSV).")(perf_command)
 
 
 @app.callback()

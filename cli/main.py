@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from cli.analyze import analyze_command
 from cli.perf import perf_command
 from cli.serve import serve_command
 
@@ -18,6 +19,9 @@ app.command("serve", help="Serve a Triton model repository (HTTP 8000, gRPC 8001
     serve_command
 )
 app.command("perf", help="Load-test a model as perf_analyzer does (same flags and CSV).")(perf_command)
+app.command("analyze", help="Find the config.pbtxt that serves a model best within a latency target.")(
+    analyze_command
+)
 
 
 @app.callback()

@@ -1,0 +1,166 @@
+"""Search strategies over the space: ``brute`` measures everything, ``quick`` climbs one dimension at a
+time from the plain config, reads each candidate only around the best concurrency found so far, and stops
+along an ordered dimension (instances, threads, delay) at the first value that does not pay.
+
+Both read a candidate the same way: at client concurrencies from a doubling ladder (1, 2, 4, ...), its
+value is the best-scoring measurement that meets the goals. Latency only grows with concurrency, so a
+ladder stops at the first level that misses the latency target."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from analyzer.goals import Goals, Measurement
+from analyzer.session import AnalysisSession, BudgetExhausted
+from analyzer.space import Candidate, SearchSpace
+
+# A change must beat the incumbent by this much to be taken: below it, machine noise decides.
+MIN_GAIN = 0.03
+# quick stops climbing concurrency when a level adds less than this to throughput.
+PLATEAU = 0.05
+# The order quick tries dimensions in: the large wins (batching, parallelism) first.
+QUICK_DIMENSIONS = ("batching", "instances", "threads", "queue_delay", "preferred", "kind", "precision")
+
+
+class Mode(StrEnum):
+    QUICK = "quick"
+    BRUTE = "brute"
+
+
+@dataclass
+class Reading:
+    """What the measurements of one candidate say."""
+
+    candidate: Candidate
+    measurements: list[Measurement] = field(default_factory=list)
+    best: Measurement | None = None  # the best that meets the goals
+
+    def consider(self, measurement: Measurement, goals: Goals) -> None:
+        self.measurements.append(measurement)
+        if goals.meets(measurement) and (
+            self.best is None or goals.score(measurement) > goals.score(self.best)
+        ):
+            self.best = measurement
+
+
+@dataclass
+class SearchResult:
+    readings: dict[str, Reading]
+    best: Reading | None
+    complete: bool  # False when the time budget cut the search short
+
+
+def _better(goals: Goals, challenger: Reading, incumbent: Reading | None, margin: float) -> bool:
+    if challenger.best is None:
+        return False
+    if incumbent is None or incumbent.best is None:
+        return True
+    new, old = goals.score(challenger.best), goals.score(incumbent.best)
+    return new > old + abs(old) * margin
+
+
+def _winner(goals: Goals, readings: dict[str, Reading]) -> Reading | None:
+    meeting = [r for r in readings.values() if r.best is not None]
+    return max(meeting, key=lambda r: goals.score(r.best), default=None)  # type: ignore[arg-type]
+
+
+def ladder_read(session: AnalysisSession, candidate: Candidate, goals: Goals, levels: list[int]) -> Reading:
+    """Every level from the bottom, up to the first that misses the latency target (brute's reading)."""
+    reading = Reading(candidate)
+    for concurrency in levels:
+        measurement = session.measure(candidate, concurrency)
+        reading.consider(measurement, goals)
+        if goals.latency_limit_us is not None and goals.latency(measurement) > goals.latency_limit_us:
+            break
+    return reading
+
+
+def focused_read(
+    session: AnalysisSession,
+    candidate: Candidate,
+    goals: Goals,
+    levels: list[int],
+    start: int,
+) -> Reading:
+    """quick's reading: begin at the incumbent's best level, step down while the target is missed, else
+    climb one level and on while each adds at least ``PLATEAU`` to throughput."""
+    reading = Reading(candidate)
+    index = levels.index(start)
+    first = session.measure(candidate, levels[index])
+    reading.consider(first, goals)
+    if goals.meets(first):
+        previous = first
+        for concurrency in levels[index + 1 :]:
+            measurement = session.measure(candidate, concurrency)
+            reading.consider(measurement, goals)
+            if not goals.meets(measurement) or measurement.throughput < previous.throughput * (1 + PLATEAU):
+                break
+            previous = measurement
+    else:
+        for concurrency in reversed(levels[:index]):
+            measurement = session.measure(candidate, concurrency)
+            reading.consider(measurement, goals)
+            if goals.meets(measurement):
+                break
+    return reading
+
+
+def brute(session: AnalysisSession, space: SearchSpace, goals: Goals, levels: list[int]) -> SearchResult:
+    readings: dict[str, Reading] = {}
+    try:
+        for candidate in space.all():
+            readings[candidate.key] = ladder_read(session, candidate, goals, levels)
+    except BudgetExhausted:
+        return SearchResult(readings, _winner(goals, readings), complete=False)
+    return SearchResult(readings, _winner(goals, readings), complete=True)
+
+
+def quick(session: AnalysisSession, space: SearchSpace, goals: Goals, levels: list[int]) -> SearchResult:
+    readings: dict[str, Reading] = {}
+    try:
+        incumbent = ladder_read(session, space.baseline, goals, levels)
+        readings[incumbent.candidate.key] = incumbent
+        for dimension in QUICK_DIMENSIONS:
+            base = incumbent
+            for candidate in space.neighbours(base.candidate, dimension):
+                if candidate.key in readings:
+                    continue
+                start = incumbent.best.concurrency if incumbent.best else levels[0]
+                reading = focused_read(session, candidate, goals, levels, start)
+                readings[candidate.key] = reading
+                if _better(goals, reading, incumbent, MIN_GAIN):
+                    incumbent = reading
+                elif dimension not in ("batching", "kind", "precision") and _past(
+                    candidate, incumbent, dimension
+                ):
+                    break  # an ordered dimension that stopped paying: larger values will not either
+    except BudgetExhausted:
+        return SearchResult(readings, _winner(goals, readings), complete=False)
+    return SearchResult(readings, _winner(goals, readings), complete=True)
+
+
+def _past(candidate: Candidate, incumbent: Reading, dimension: str) -> bool:
+    """Whether ``candidate`` lies beyond the incumbent along an ordered dimension."""
+    value: Callable[[Candidate], float] = {
+        "instances": lambda c: c.instances,
+        "threads": lambda c: c.threads,
+        "queue_delay": lambda c: c.max_queue_delay_us,
+        "preferred": lambda c: len(c.preferred_batch_sizes),
+    }[dimension]
+    return value(candidate) > value(incumbent.candidate)
+
+
+def search(
+    mode: Mode, session: AnalysisSession, space: SearchSpace, goals: Goals, levels: list[int]
+) -> SearchResult:
+    return (brute if mode is Mode.BRUTE else quick)(session, space, goals, levels)
+
+
+def closest(goals: Goals, readings: dict[str, Reading]) -> tuple[Reading, Measurement] | None:
+    """Where nothing meets the goals: the measurement nearest to them, and its candidate."""
+    pairs = [(r, m) for r in readings.values() for m in r.measurements]
+    if not pairs:
+        return None
+    return min(pairs, key=lambda pair: (goals.shortfall(pair[1]), -pair[1].throughput))

@@ -158,6 +158,7 @@ def summary(outcome: Outcome) -> dict[str, object]:
                 "candidate": r.candidate.as_dict(),
                 "label": r.candidate.label,
                 "best": None if r.best is None else r.best.as_dict(),
+                "failure": r.failure,
                 "measurements": [m.as_dict() for m in r.measurements],
             }
             for r in outcome.result.readings.values()
@@ -316,7 +317,8 @@ def write_markdown(outcome: Outcome, directory: Path, plots: list[Path]) -> Path
                 f"{reading.best.throughput:,.0f} | {goals.latency(reading.best) / 1000:.2f} | yes |"
             )
         else:
-            lines.append(f"| {reading.candidate.label} | - | - | - | no |")
+            why = f" ({reading.failure})" if reading.failure else ""
+            lines.append(f"| {reading.candidate.label} | - | - | - | no{why} |")
     lines += ["", "## Precision", ""]
     for check in outcome.precisions.values():
         verdict = "accepted" if check.accepted else f"refused: {check.reason}"

@@ -13,15 +13,15 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from analyzer.goals import Goals, Measurement
-from analyzer.session import AnalysisSession, BudgetExhausted
+from analyzer.session import AnalysisSession, BudgetExhausted, CandidateFailed
 from analyzer.space import Candidate, SearchSpace
 
 # A change must beat the incumbent by this much to be taken: below it, machine noise decides.
 MIN_GAIN = 0.03
 # quick stops climbing concurrency when a level adds less than this to throughput.
 PLATEAU = 0.05
-# The order quick tries dimensions in: the large wins (batching, parallelism) first.
-QUICK_DIMENSIONS = ("batching", "instances", "threads", "queue_delay", "preferred", "kind", "precision")
+# The order quick tries dimensions in: the large wins (device, batching, parallelism) first.
+QUICK_DIMENSIONS = ("kind", "batching", "instances", "threads", "queue_delay", "preferred", "precision")
 
 
 class Mode(StrEnum):
@@ -36,6 +36,7 @@ class Reading:
     candidate: Candidate
     measurements: list[Measurement] = field(default_factory=list)
     best: Measurement | None = None  # the best that meets the goals
+    failure: str | None = None  # why the candidate could not be served or measured
 
     def consider(self, measurement: Measurement, goals: Goals) -> None:
         self.measurements.append(measurement)
@@ -69,11 +70,14 @@ def _winner(goals: Goals, readings: dict[str, Reading]) -> Reading | None:
 def ladder_read(session: AnalysisSession, candidate: Candidate, goals: Goals, levels: list[int]) -> Reading:
     """Every level from the bottom, up to the first that misses the latency target (brute's reading)."""
     reading = Reading(candidate)
-    for concurrency in levels:
-        measurement = session.measure(candidate, concurrency)
-        reading.consider(measurement, goals)
-        if goals.latency_limit_us is not None and goals.latency(measurement) > goals.latency_limit_us:
-            break
+    try:
+        for concurrency in levels:
+            measurement = session.measure(candidate, concurrency)
+            reading.consider(measurement, goals)
+            if goals.latency_limit_us is not None and goals.latency(measurement) > goals.latency_limit_us:
+                break
+    except CandidateFailed as exc:
+        reading.failure = str(exc)
     return reading
 
 
@@ -87,7 +91,15 @@ def focused_read(
     """quick's reading: begin at the incumbent's best level, step down while the target is missed, else
     climb one level and on while each adds at least ``PLATEAU`` to throughput."""
     reading = Reading(candidate)
-    index = levels.index(start)
+    try:
+        _climb(session, reading, goals, levels, levels.index(start))
+    except CandidateFailed as exc:
+        reading.failure = str(exc)
+    return reading
+
+
+def _climb(session: AnalysisSession, reading: Reading, goals: Goals, levels: list[int], index: int) -> None:
+    candidate = reading.candidate
     first = session.measure(candidate, levels[index])
     reading.consider(first, goals)
     if goals.meets(first):
@@ -104,7 +116,6 @@ def focused_read(
             reading.consider(measurement, goals)
             if goals.meets(measurement):
                 break
-    return reading
 
 
 def brute(session: AnalysisSession, space: SearchSpace, goals: Goals, levels: list[int]) -> SearchResult:

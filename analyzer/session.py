@@ -39,6 +39,10 @@ class BudgetExhausted(Exception):
     """``--max-duration`` is spent: the search stops and reports what it has."""
 
 
+class CandidateFailed(Exception):
+    """This candidate does not load or cannot be measured; the search goes on without it."""
+
+
 @dataclass(frozen=True)
 class MeasureSettings:
     protocol: Protocol = Protocol.HTTP
@@ -188,7 +192,10 @@ class AnalysisSession:
             self.budget_hit = True
             raise BudgetExhausted
         began = time.monotonic()
-        name = self._deploy(candidate)
+        try:
+            name = self._deploy(candidate)
+        except AnalyzeError as exc:
+            raise CandidateFailed(f"does not load: {exc}") from None
         options = PerfOptions(
             model=name,
             url=self.deployment.http_url
@@ -205,7 +212,7 @@ class AnalysisSession:
         try:
             report = run_profile(options, _QuietProgress())
         except PerfError as exc:
-            raise AnalyzeError(f"measuring {candidate.label} at concurrency {concurrency}: {exc}") from None
+            raise CandidateFailed(f"measuring at concurrency {concurrency} failed: {exc}") from None
         level = report.results[0]
         latency = level.latency
         server = level.server

@@ -172,6 +172,7 @@ def _print_summary(console: Console, outcome: Outcome, directory: Path) -> None:
     for reading in ranked[:15]:
         shown = reading.best or min(reading.measurements, key=goals.shortfall, default=None)
         if shown is None:
+            table.add_row(reading.candidate.label, "-", "-", "-", "-", "failed", style="red")
             continue
         memory = "-" if shown.memory_bytes is None else f"{shown.memory_bytes / 2**20:,.0f}"
         style = "bold green" if reading.candidate.key == chosen_key else None
@@ -180,6 +181,9 @@ def _print_summary(console: Console, outcome: Outcome, directory: Path) -> None:
             f"{goals.latency(shown) / 1000:.2f}", memory, "yes" if reading.best else "no", style=style,
         )  # fmt: skip
     console.print(table)
+    for reading in ranked:
+        if reading.failure:
+            console.print(f"[red]failed:[/] {reading.candidate.label}: {reading.failure}")
     console.print(
         f"{outcome.measurements_used} measurements ({outcome.measured_now} new) of "
         f"{len(outcome.result.readings)} configs, {outcome.duration_s:.0f} s, search {outcome.mode}"

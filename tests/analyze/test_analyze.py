@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import onnxruntime
 import pytest
 import tritonclient.http as httpclient
 from onnx import TensorProto, helper, numpy_helper
@@ -180,3 +181,24 @@ def test_the_accuracy_guard_refuses_a_precision_that_changes_the_outputs(tmp_pat
         assert 0 < strict[precision].max_rel_error < 0.5
         assert not strict[precision].accepted and "exceeds --max-rel-error" in strict[precision].reason
         assert loose[precision].accepted and loose[precision].path is not None
+
+
+@pytest.mark.skipif(
+    "CUDAExecutionProvider" in onnxruntime.get_available_providers(),
+    reason="needs a machine where KIND_GPU cannot load",
+)
+def test_a_candidate_that_cannot_load_is_reported_and_the_search_goes_on(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    write_mlp(repo)
+    run = run_analyze(
+        "mlp", "-r", str(repo), "--target-p99", TARGET, "--output-dir", str(tmp_path / "out"), "--kind",
+        "gpu,cpu", "--instances", "1", "--dynamic-batching", "off", "--threads", "1", "--precision", "fp32",
+        "--concurrency", "1:2", "-p", "200", "--max-trials", "3", "--json",
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    summary = json.loads(run.stdout)
+    assert summary["recommended"]["candidate"]["kind"] == "KIND_CPU"
+    failed = [r for r in summary["readings"] if r["failure"]]
+    assert [r["candidate"]["kind"] for r in failed] == ["KIND_GPU"]
+    assert "does not load" in failed[0]["failure"] and "KIND_GPU" in failed[0]["failure"]
+    assert "failed: fp32, no batching, 1xGPU" in run.stderr

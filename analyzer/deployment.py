@@ -96,6 +96,29 @@ class Deployment:
                 total += process.memory_info().rss
         return total
 
+    def gpu_memory_bytes(self) -> int | None:
+        """GPU memory the server's processes hold, through NVML; None without a GPU or for --url.
+        Unverified here: the machines this was written on have no GPU."""
+        if self.process is None:
+            return None
+        try:
+            import pynvml
+        except ImportError:
+            return None
+        try:
+            root = psutil.Process(self.process.pid)
+            pids = {root.pid, *(child.pid for child in root.children(recursive=True))}
+            pynvml.nvmlInit()
+            total = 0
+            for index in range(pynvml.nvmlDeviceGetCount()):
+                handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+                for process in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
+                    if process.pid in pids and process.usedGpuMemory:
+                        total += int(process.usedGpuMemory)
+            return total
+        except (pynvml.NVMLError, psutil.Error):
+            return None
+
     def close(self) -> None:
         if self.process is None or self.process.poll() is not None:
             return

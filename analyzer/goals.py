@@ -57,6 +57,7 @@ class Measurement:
     server_queue_us: float = math.nan
     server_compute_us: float = math.nan
     average_batch: float = math.nan
+    gpu_memory_bytes: int | None = None
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -73,6 +74,7 @@ class Measurement:
             if math.isnan(self.server_compute_us)
             else round(self.server_compute_us, 1),
             "average_batch": None if math.isnan(self.average_batch) else round(self.average_batch, 2),
+            "gpu_memory_bytes": self.gpu_memory_bytes,
         }
 
     @classmethod
@@ -82,6 +84,7 @@ class Measurement:
             return math.nan if value is None else float(value)  # type: ignore[arg-type]
 
         memory = data.get("memory_bytes")
+        gpu_memory = data.get("gpu_memory_bytes")
         return cls(
             candidate_key=str(data["candidate"]),
             concurrency=int(data["concurrency"]),  # type: ignore[call-overload]
@@ -94,6 +97,7 @@ class Measurement:
             server_queue_us=number("server_queue_us"),
             server_compute_us=number("server_compute_us"),
             average_batch=number("average_batch"),
+            gpu_memory_bytes=None if gpu_memory is None else int(gpu_memory),  # type: ignore[call-overload]
         )
 
 
@@ -103,6 +107,7 @@ class Goals:
     latency_limit_us: float | None = None
     min_throughput: float | None = None
     max_memory_bytes: int | None = None
+    max_gpu_memory_bytes: int | None = None
     objective: Objective = Objective.THROUGHPUT
     notes: tuple[str, ...] = field(default_factory=tuple)
 
@@ -115,6 +120,8 @@ class Goals:
             parts.append(f"throughput >= {self.min_throughput:g}/s")
         if self.max_memory_bytes is not None:
             parts.append(f"memory <= {self.max_memory_bytes / 2**20:,.0f} MiB")
+        if self.max_gpu_memory_bytes is not None:
+            parts.append(f"GPU memory <= {self.max_gpu_memory_bytes / 2**20:,.0f} MiB")
         return ", ".join(parts) or "no constraint"
 
     def latency(self, measurement: Measurement) -> float:
@@ -141,6 +148,15 @@ class Goals:
                 f"memory {measurement.memory_bytes / 2**20:,.0f} MiB > "
                 f"{self.max_memory_bytes / 2**20:,.0f} MiB"
             )
+        if (
+            self.max_gpu_memory_bytes is not None
+            and measurement.gpu_memory_bytes is not None
+            and measurement.gpu_memory_bytes > self.max_gpu_memory_bytes
+        ):
+            problems.append(
+                f"GPU memory {measurement.gpu_memory_bytes / 2**20:,.0f} MiB > "
+                f"{self.max_gpu_memory_bytes / 2**20:,.0f} MiB"
+            )
         return problems
 
     def meets(self, measurement: Measurement) -> bool:
@@ -164,4 +180,6 @@ class Goals:
             gap += max(0.0, 1 - measurement.throughput / self.min_throughput)
         if self.max_memory_bytes is not None and measurement.memory_bytes is not None:
             gap += max(0.0, measurement.memory_bytes / self.max_memory_bytes - 1)
+        if self.max_gpu_memory_bytes is not None and measurement.gpu_memory_bytes is not None:
+            gap += max(0.0, measurement.gpu_memory_bytes / self.max_gpu_memory_bytes - 1)
         return gap + (1.0 if measurement.errors else 0.0)

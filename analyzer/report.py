@@ -19,8 +19,8 @@ from server.core.model_config import config_to_text
 CSV_COLUMNS = (
     "candidate", "precision", "max_batch_size", "dynamic_batching", "max_queue_delay_us",
     "preferred_batch_sizes", "instances", "kind", "threads", "concurrency", "throughput", "avg_us", "p50_us",
-    "p90_us", "p95_us", "p99_us", "errors", "memory_mb", "stable", "meets_goals", "server_queue_us",
-    "server_compute_us", "average_batch", "seconds",
+    "p90_us", "p95_us", "p99_us", "errors", "memory_mb", "gpu_memory_mb", "stable", "meets_goals",
+    "server_queue_us", "server_compute_us", "average_batch", "seconds",
 )  # fmt: skip
 
 
@@ -87,6 +87,7 @@ def _row(candidate: Candidate, m: Measurement, goals: Goals) -> dict[str, object
         },
         "errors": m.errors,
         "memory_mb": "" if m.memory_bytes is None else round(m.memory_bytes / 2**20, 1),
+        "gpu_memory_mb": "" if m.gpu_memory_bytes is None else round(m.gpu_memory_bytes / 2**20, 1),
         "stable": m.stable,
         "meets_goals": goals.meets(m),
         "server_queue_us": num(m.server_queue_us),

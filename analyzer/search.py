@@ -1,6 +1,8 @@
 """Search strategies over the space: ``brute`` measures everything, ``quick`` climbs one dimension at a
 time from the plain config, reads each candidate only around the best concurrency found so far, and stops
-along an ordered dimension (instances, threads, delay) at the first value that does not pay.
+along an ordered dimension (instances, threads, delay) at the first value that does not pay. Both then
+bisect the concurrency of the leading candidates between the last level that met the latency target and
+the first that missed it.
 
 Both read a candidate the same way: at client concurrencies from a doubling ladder (1, 2, 4, ...), its
 value is the best-scoring measurement that meets the goals. Latency only grows with concurrency, so a
@@ -20,6 +22,10 @@ from analyzer.space import Candidate, SearchSpace
 MIN_GAIN = 0.03
 # quick stops climbing concurrency when a level adds less than this to throughput.
 PLATEAU = 0.05
+# quick's passes over the dimensions at most.
+MAX_PASSES = 3
+# Both modes bisect the concurrency of this many leading candidates before naming the winner.
+REFINED = 3
 # The order quick tries dimensions in: the large wins (device, batching, parallelism) first.
 QUICK_DIMENSIONS = ("kind", "batching", "instances", "threads", "queue_delay", "preferred", "precision")
 
@@ -118,14 +124,58 @@ def _climb(session: AnalysisSession, reading: Reading, goals: Goals, levels: lis
                 break
 
 
+def bisect_concurrency(session: AnalysisSession, reading: Reading, goals: Goals) -> None:
+    """Between a candidate's best level and the ladder level above it that missed the latency target,
+    binary-search the concurrency (the ladder doubles, so the best point is often in between)."""
+    if reading.best is None or goals.latency_limit_us is None:
+        return
+    low = reading.best.concurrency
+    missed = [
+        m.concurrency
+        for m in reading.measurements
+        if m.concurrency > low and goals.latency(m) > goals.latency_limit_us
+    ]
+    if not missed:
+        return
+    high = min(missed)
+    try:
+        while high - low > max(1, low // 4):
+            middle = (low + high) // 2
+            measurement = session.measure(reading.candidate, middle)
+            reading.consider(measurement, goals)
+            if goals.meets(measurement):
+                low = middle
+            else:
+                high = middle
+    except CandidateFailed as exc:
+        reading.failure = str(exc)
+
+
+def _finish(
+    session: AnalysisSession, goals: Goals, readings: dict[str, Reading], complete: bool
+) -> SearchResult:
+    """Refine the concurrency of the leading candidates, then name the winner."""
+    if complete:
+        leaders = sorted(
+            (r for r in readings.values() if r.best is not None),
+            key=lambda r: -goals.score(r.best),  # type: ignore[arg-type]
+        )[:REFINED]
+        try:
+            for reading in leaders:
+                bisect_concurrency(session, reading, goals)
+        except BudgetExhausted:
+            complete = False
+    return SearchResult(readings, _winner(goals, readings), complete)
+
+
 def brute(session: AnalysisSession, space: SearchSpace, goals: Goals, levels: list[int]) -> SearchResult:
     readings: dict[str, Reading] = {}
     try:
         for candidate in space.all():
             readings[candidate.key] = ladder_read(session, candidate, goals, levels)
     except BudgetExhausted:
-        return SearchResult(readings, _winner(goals, readings), complete=False)
-    return SearchResult(readings, _winner(goals, readings), complete=True)
+        return _finish(session, goals, readings, complete=False)
+    return _finish(session, goals, readings, complete=True)
 
 
 def quick(session: AnalysisSession, space: SearchSpace, goals: Goals, levels: list[int]) -> SearchResult:
@@ -133,23 +183,28 @@ def quick(session: AnalysisSession, space: SearchSpace, goals: Goals, levels: li
     try:
         incumbent = ladder_read(session, space.baseline, goals, levels)
         readings[incumbent.candidate.key] = incumbent
-        for dimension in QUICK_DIMENSIONS:
-            base = incumbent
-            for candidate in space.neighbours(base.candidate, dimension):
-                if candidate.key in readings:
-                    continue
-                start = incumbent.best.concurrency if incumbent.best else levels[0]
-                reading = focused_read(session, candidate, goals, levels, start)
-                readings[candidate.key] = reading
-                if _better(goals, reading, incumbent, MIN_GAIN):
-                    incumbent = reading
-                elif dimension not in ("batching", "kind", "precision") and _past(
-                    candidate, incumbent, dimension
-                ):
-                    break  # an ordered dimension that stopped paying: larger values will not either
+        # Passes over the dimensions until one changes nothing: a later pass catches interactions
+        # (a precision that pays only with more threads) that one dimension at a time misses.
+        for _ in range(MAX_PASSES):
+            start_of_pass = incumbent
+            for dimension in QUICK_DIMENSIONS:
+                for candidate in space.neighbours(incumbent.candidate, dimension):
+                    if candidate.key in readings:
+                        continue
+                    start = incumbent.best.concurrency if incumbent.best else levels[0]
+                    reading = focused_read(session, candidate, goals, levels, start)
+                    readings[candidate.key] = reading
+                    if _better(goals, reading, incumbent, MIN_GAIN):
+                        incumbent = reading
+                    elif dimension not in ("batching", "kind", "precision") and _past(
+                        candidate, incumbent, dimension
+                    ):
+                        break  # an ordered dimension that stopped paying: larger values will not either
+            if incumbent is start_of_pass:
+                break
     except BudgetExhausted:
-        return SearchResult(readings, _winner(goals, readings), complete=False)
-    return SearchResult(readings, _winner(goals, readings), complete=True)
+        return _finish(session, goals, readings, complete=False)
+    return _finish(session, goals, readings, complete=True)
 
 
 def _past(candidate: Candidate, incumbent: Reading, dimension: str) -> bool:

@@ -233,6 +233,7 @@ class AnalysisSession:
             },
             errors=level.error_count,
             memory_bytes=self.deployment.memory_bytes(),
+            gpu_memory_bytes=self.deployment.gpu_memory_bytes() if candidate.kind == "KIND_GPU" else None,
             stable=level.stable,
             seconds=time.monotonic() - began,
             server_queue_us=queue,

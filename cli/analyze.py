@@ -70,6 +70,7 @@ def _goals(
     target_avg: str | None,
     min_throughput: float | None,
     max_memory: str | None,
+    max_gpu_memory: str | None,
     objective: Objective,
 ) -> Goals:
     targets = [
@@ -96,6 +97,7 @@ def _goals(
         latency_limit_us=None if limit is None else limit * 1e6,
         min_throughput=min_throughput,
         max_memory_bytes=parse_size_bytes(max_memory, "--max-memory") if max_memory else None,
+        max_gpu_memory_bytes=parse_size_bytes(max_gpu_memory, "--max-gpu-memory") if max_gpu_memory else None,
         objective=objective,
     )
 
@@ -216,6 +218,9 @@ def analyze_command(
     target_avg: str | None = typer.Option(None, "--target-avg", metavar="DURATION"),
     min_throughput: float | None = typer.Option(None, "--min-throughput", help="infer/s."),
     max_memory: str | None = typer.Option(None, "--max-memory", metavar="SIZE", help="Server RSS, e.g. 2GB."),
+    max_gpu_memory: str | None = typer.Option(
+        None, "--max-gpu-memory", metavar="SIZE", help="GPU memory of the server (NVML), e.g. 8GB."
+    ),
     objective: Objective = typer.Option(Objective.THROUGHPUT, "--objective"),
     max_rel_error: float = typer.Option(1e-2, "--max-rel-error", help="Accuracy guard for fp16/int8."),
     mode: Mode = typer.Option(Mode.QUICK, "--mode"),
@@ -246,7 +251,16 @@ def analyze_command(
     err, out = _console(stderr=True), _console(stderr=json_output)
     observer = ConsoleObserver(err, quiet or json_output)
     try:
-        goals = _goals(target_p99, target_p95, target_p90, target_avg, min_throughput, max_memory, objective)
+        goals = _goals(
+            target_p99,
+            target_p95,
+            target_p90,
+            target_avg,
+            min_throughput,
+            max_memory,
+            max_gpu_memory,
+            objective,
+        )
         preferred = None
         if preferred_batch_size:
             preferred = tuple(

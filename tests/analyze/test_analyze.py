@@ -202,3 +202,28 @@ def test_a_candidate_that_cannot_load_is_reported_and_the_search_goes_on(tmp_pat
     assert [r["candidate"]["kind"] for r in failed] == ["KIND_GPU"]
     assert "does not load" in failed[0]["failure"] and "KIND_GPU" in failed[0]["failure"]
     assert "failed: fp32, no batching, 1xGPU" in run.stderr
+
+
+def test_url_tunes_a_running_server_and_restores_its_model(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    write_mlp(repo)
+    server = ServerProcess([repo], ["--model-control-mode=explicit", "--load-model=mlp"]).start(tmp_path)
+    try:
+        client = httpclient.InferenceServerClient(server.http_url)
+        run = run_analyze(
+            "mlp", "--url", server.http_url, "--target-p99", TARGET, "--output-dir", str(tmp_path / "out"),
+            "--instances", "1,2", "--dynamic-batching", "off", "--threads", "1", "--concurrency", "1:2",
+            "-p", "200", "--max-trials", "3", "--json",
+        )  # fmt: skip
+        assert run.returncode == 0, run.stderr
+        summary = json.loads(run.stdout)
+        assert list(summary["precisions"]) == ["fp32"]  # a running server's model file stays as deployed
+        assert {r["candidate"]["instances"] for r in summary["readings"]} == {1, 2}
+        # Candidates were loaded onto the server's model; at the end it is back on its own config.
+        config = client.get_model_config("mlp")
+        assert "dynamic_batching" not in config and "intra_op_thread_count" not in config.get(
+            "parameters", {}
+        )
+        assert client.is_model_ready("mlp")
+    finally:
+        server.stop()

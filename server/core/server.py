@@ -18,6 +18,7 @@ from server.core.log_settings import LogSettings
 from server.core.model import ModelVersion
 from server.core.model_config import config_from_json
 from server.core.options import CoreOptions, ModelControlMode
+from server.core.pushed_models import PushedModels
 from server.core.shared_memory import SharedMemoryRegistry
 from server.core.statistics import ModelStatistics
 from server.core.types import (
@@ -60,6 +61,7 @@ class InferenceServer:
         # Shared by both transports, so a change over HTTP shows over gRPC and the other way round.
         self.log_settings = LogSettings()
         self.shared_memory = SharedMemoryRegistry()
+        self.pushed = PushedModels()
         self._live = False
         self._shutting_down = False
 
@@ -78,6 +80,7 @@ class InferenceServer:
         self._shutting_down = True
         await self.models.stop()
         self.shared_memory.close()
+        self.pushed.close()
 
     # -- health and metadata ------------------------------------------------------------------
 
@@ -163,9 +166,9 @@ class InferenceServer:
         self, name: str, config_json: str | None = None, files: dict[str, bytes] | None = None
     ) -> None:
         self.models.require_explicit_mode()
-        if files:
-            raise Unsupported(
-                f"failed to load '{name}': loading model files through the API is not supported yet"
+        if files and config_json is None:
+            raise InvalidArgument(
+                f"failed to load '{name}': file overrides need a 'config' parameter as well"
             )
         override = None
         if config_json is not None:
@@ -173,11 +176,19 @@ class InferenceServer:
                 override = config_from_json(config_json)
             except ModelLoadError as exc:
                 raise ModelLoadError(f"failed to load '{name}': {exc.message}") from None
-        await self.models.load(name, override)
+        folder = self.pushed.stage(name, files) if files else None
+        try:
+            await self.models.load(name, override, folder)
+        except BaseException:
+            if folder is not None:
+                self.pushed.discard(folder)
+            raise
+        self.pushed.adopt(name, folder)
 
     async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
         self.models.require_explicit_mode()
         await self.models.unload(name)
+        self.pushed.adopt(name, None)
 
     # -- statistics ---------------------------------------------------------------------------
 

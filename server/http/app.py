@@ -8,6 +8,8 @@ errors are ``{"error": "..."}`` with the status each ``ServerError`` carries, un
 
 from __future__ import annotations
 
+import base64
+import binascii
 import gzip
 import logging
 import re
@@ -253,7 +255,10 @@ class HttpApp:
                 if key == "config":
                     config = value
                 elif key.startswith("file:"):
-                    files[key] = value.encode()
+                    try:  # HTTP carries file contents base64-encoded, as tritonclient sends them
+                        files[key] = base64.b64decode(value, validate=True)
+                    except binascii.Error:
+                        raise InvalidArgument(f"load parameter '{key}' is not valid base64") from None
             await self.core.load_model(model_name, config, files or None)
         else:
             unload_dependents = parameters.get("unload_dependents", False)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from protos import model_config_pb2
 from server.backends.base import ServerServices
+from server.core.canary import CanaryRouter, canary_router
 from server.core.errors import (
     InvalidArgument,
     ModelLoadError,
@@ -23,7 +24,7 @@ from server.core.errors import (
     ServerError,
     Unavailable,
 )
-from server.core.loader import LoadResult, load_model
+from server.core.loader import LoadResult, close_instances, load_model
 from server.core.model import ModelVersion
 from server.core.options import CoreOptions, ModelControlMode
 from server.core.rate_limiter import RateLimiter
@@ -50,6 +51,7 @@ class ModelEntry:
     fingerprint: tuple[tuple[str, int, int], ...] = ()
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     attempted: bool = False  # a load was tried (strict readiness counts these models)
+    canary: CanaryRouter | None = None  # splits requests that name no version (canary_weights)
 
     def latest_ready(self) -> ModelVersion | None:
         if not self.versions:
@@ -78,6 +80,10 @@ class ModelManager:
         entry = self._entries.get(name)
         if entry is None:
             raise ModelNotFound(f"Request for unknown model: '{name}' is not found")
+        if (not version or version == "-1") and entry.canary is not None:
+            chosen = entry.versions.get(entry.canary.pick())
+            if chosen is not None:
+                return chosen
         if not version or version == "-1":
             model = entry.latest_ready()
             if model is None:
@@ -200,7 +206,17 @@ class ModelManager:
                     entry.unavailable = dict(result.failed)
                     entry.state, entry.reason = UNAVAILABLE, reasons
                 raise ModelLoadError(f"failed to load '{name}': {reasons}")
+            try:
+                canary = canary_router(result.config, set(result.versions))
+            except ServerError as exc:
+                for loaded in result.versions.values():
+                    close_instances(loaded.instances)
+                self._record_failure(entry, was_serving, exc.message)
+                raise ModelLoadError(f"failed to load '{name}': {exc.message}") from None
             await self._swap_in(entry, result)
+            entry.canary = canary
+            if canary is not None:
+                logger.info("'%s': canary routing %s", name, canary.describe())
         logger.info("loaded '%s' versions %s", name, sorted(result.versions))
 
     def _model_dir(self, name: str) -> Path:
@@ -258,6 +274,7 @@ class ModelManager:
             entry.versions = {}
             entry.unavailable = {version: "unloaded" for version in old_versions}
             entry.state, entry.reason = UNAVAILABLE, "unloaded"
+            entry.canary = None
             for model in old_versions.values():
                 await model.retire()
         logger.info("unloaded '%s'", name)

@@ -223,12 +223,12 @@ def load_model(
             for spec in specs:
                 instances.append(backend.create_instance(config, files, spec))
         except ServerError as exc:
-            _close_all(instances)
+            close_instances(instances)
             result.failed[version] = exc.message
             logger.error("failed to load '%s' version %d: %s", name, version, exc.message)
             continue
         except Exception as exc:
-            _close_all(instances)
+            close_instances(instances)
             result.failed[version] = f"{type(exc).__name__}: {exc}"
             logger.exception("failed to load '%s' version %d", name, version)
             continue
@@ -237,7 +237,7 @@ def load_model(
     return result
 
 
-def _close_all(instances: list[ModelInstance | RequestLevelInstance]) -> None:
+def close_instances(instances: list[ModelInstance | RequestLevelInstance]) -> None:
     for instance in instances:
         try:
             instance.close()

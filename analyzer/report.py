@@ -6,8 +6,10 @@ from __future__ import annotations
 import csv
 import json
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from analyzer.goals import Goals, Measurement
 from analyzer.precision import PrecisionCheck
@@ -197,6 +199,35 @@ def write_recommendation(outcome: Outcome, model_file: Path | None, directory: P
     return folder
 
 
+def _plot_configs(
+    axis: Any, shown: list[Reading], chosen_key: str | None, x: Callable[[Measurement], float]
+) -> None:
+    """A line per config through its measurements in concurrency order; the chosen one drawn bold."""
+    for reading in shown:
+        points = sorted(reading.measurements, key=lambda m: m.concurrency)
+        style = {"linewidth": 3, "zorder": 3} if reading.candidate.key == chosen_key else {"alpha": 0.7}
+        axis.plot(
+            [x(m) for m in points],
+            [m.throughput for m in points],
+            marker="o",
+            label=reading.candidate.label,
+            **style,
+        )
+
+
+def _save(figure: Any, axis: Any, title: str, path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    axis.set_ylabel("throughput (infer/s)")
+    axis.set_title(title)
+    axis.grid(True, alpha=0.3)
+    axis.legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
+
+
 def write_plots(outcome: Outcome, directory: Path) -> list[Path]:
     import matplotlib
 
@@ -210,19 +241,9 @@ def write_plots(outcome: Outcome, directory: Path) -> list[Path]:
     )
     shown = readings[:12]  # a legend of more lines is unreadable; the CSV has them all
     chosen_key = outcome.chosen.candidate.key if outcome.chosen else None
-    paths = []
 
     figure, axis = plt.subplots(figsize=(9, 6))
-    for reading in shown:
-        points = sorted(reading.measurements, key=lambda m: m.concurrency)
-        style = {"linewidth": 3, "zorder": 3} if reading.candidate.key == chosen_key else {"alpha": 0.7}
-        axis.plot(
-            [goals.latency(m) / 1000 for m in points],
-            [m.throughput for m in points],
-            marker="o",
-            label=reading.candidate.label,
-            **style,
-        )
+    _plot_configs(axis, shown, chosen_key, lambda m: goals.latency(m) / 1000)
     front = pareto_front([m for r in readings for m in r.measurements], goals)
     if front:
         axis.plot(
@@ -235,37 +256,24 @@ def write_plots(outcome: Outcome, directory: Path) -> list[Path]:
     if goals.latency_limit_us is not None:
         axis.axvline(goals.latency_limit_us / 1000, color="red", linestyle=":", label="latency target")
     axis.set_xlabel(f"{goals.latency_metric} latency (ms)")
-    axis.set_ylabel("throughput (infer/s)")
-    axis.set_title(f"{outcome.model}: throughput vs {goals.latency_metric} latency per config")
-    axis.grid(True, alpha=0.3)
-    axis.legend(fontsize=7)
-    figure.tight_layout()
-    paths.append(directory / "throughput_vs_latency.png")
-    figure.savefig(paths[-1], dpi=110)
-    plt.close(figure)
+    latency = _save(
+        figure,
+        axis,
+        f"{outcome.model}: throughput vs {goals.latency_metric} latency per config",
+        directory / "throughput_vs_latency.png",
+    )
 
     figure, axis = plt.subplots(figsize=(9, 6))
-    for reading in shown:
-        points = sorted(reading.measurements, key=lambda m: m.concurrency)
-        style = {"linewidth": 3, "zorder": 3} if reading.candidate.key == chosen_key else {"alpha": 0.7}
-        axis.plot(
-            [m.concurrency for m in points],
-            [m.throughput for m in points],
-            marker="o",
-            label=reading.candidate.label,
-            **style,
-        )
+    _plot_configs(axis, shown, chosen_key, lambda m: m.concurrency)
     axis.set_xscale("log", base=2)
     axis.set_xlabel("client concurrency")
-    axis.set_ylabel("throughput (infer/s)")
-    axis.set_title(f"{outcome.model}: throughput vs concurrency per config")
-    axis.grid(True, alpha=0.3)
-    axis.legend(fontsize=7)
-    figure.tight_layout()
-    paths.append(directory / "throughput_vs_concurrency.png")
-    figure.savefig(paths[-1], dpi=110)
-    plt.close(figure)
-    return paths
+    concurrency = _save(
+        figure,
+        axis,
+        f"{outcome.model}: throughput vs concurrency per config",
+        directory / "throughput_vs_concurrency.png",
+    )
+    return [latency, concurrency]
 
 
 def write_markdown(outcome: Outcome, directory: Path, plots: list[Path]) -> Path:

@@ -33,6 +33,7 @@ from analyzer.report import Outcome, summary
 from analyzer.search import Mode
 from analyzer.session import MeasureSettings
 from analyzer.space import PRECISIONS, Candidate, SearchSpace, SpaceLimits
+from cli.console import make_console
 from perf.errors import OptionError
 from perf.options import Protocol
 from perf.ranges import concurrency_levels
@@ -100,13 +101,6 @@ def _goals(
         max_gpu_memory_bytes=parse_size_bytes(max_gpu_memory, "--max-gpu-memory") if max_gpu_memory else None,
         objective=objective,
     )
-
-
-def _console(stderr: bool) -> Console:
-    console = Console(stderr=stderr, highlight=False)
-    if not console.is_terminal:
-        console.width = 160  # logs and CI: whole rows, not 80 columns of wrapped cells
-    return console
 
 
 class ConsoleObserver(Observer):
@@ -248,7 +242,7 @@ def analyze_command(
     quiet: bool = typer.Option(False, "-q", "--quiet", help="No line per measurement."),
 ) -> None:
     """Find the config.pbtxt that serves MODEL best on this machine within the latency target."""
-    err, out = _console(stderr=True), _console(stderr=json_output)
+    err, out = make_console(stderr=True), make_console(stderr=json_output)
     observer = ConsoleObserver(err, quiet or json_output)
     try:
         goals = _goals(

@@ -27,8 +27,8 @@ import sys
 from pathlib import Path
 
 import typer
-from rich.console import Console
 
+from cli.console import make_console
 from perf.errors import OptionError, PerfError
 from perf.options import (
     Distribution,
@@ -49,13 +49,6 @@ from perf.schedule import read_intervals
 
 EXIT_GATE_FAILED = 1
 EXIT_UNSTABLE = 3
-
-
-def _console(stderr: bool) -> Console:
-    console = Console(stderr=stderr, highlight=False)
-    if not console.is_terminal:
-        console.width = 160  # logs and CI: the whole table, not 80 columns of ellipses
-    return console
 
 
 def _headers(values: list[str]) -> tuple[tuple[str, str], ...]:
@@ -172,7 +165,7 @@ def perf_command(
     verbose: bool = typer.Option(False, "-v", "--verbose", help="Print every measurement window."),
 ) -> None:
     """Measure throughput and latency of a model at increasing load, as perf_analyzer does."""
-    out, err = _console(stderr=json_output), _console(stderr=True)
+    out, err = make_console(stderr=json_output), make_console(stderr=True)
     try:
         if service_kind != "triton":
             raise OptionError(

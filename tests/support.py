@@ -11,6 +11,7 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -216,3 +217,11 @@ def int_inputs(batch: int = 1) -> tuple[np.ndarray, np.ndarray]:
     first = np.arange(16 * batch, dtype=np.int32).reshape(batch, 16)
     second = np.ones((batch, 16), dtype=np.int32)
     return first, second
+
+
+def simple_inputs(client_module: Any, data: np.ndarray) -> list[Any]:
+    """INPUT0 and INPUT1 of the add/sub model, both ``data``, for tritonclient.http or .grpc."""
+    inputs = [client_module.InferInput(name, list(data.shape), "INT32") for name in ("INPUT0", "INPUT1")]
+    for tensor in inputs:
+        tensor.set_data_from_numpy(data)
+    return inputs

@@ -14,7 +14,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tests.support import SIMPLE_CONFIG, ServerProcess, write_simple
+from tests.support import SIMPLE_CONFIG, ServerProcess, simple_inputs, write_simple
 
 CANARY = (
     SIMPLE_CONFIG
@@ -32,12 +32,7 @@ def _successes(client: httpclient.InferenceServerClient) -> dict[str, int]:
 
 def _send(client: httpclient.InferenceServerClient, count: int, version: str = "") -> None:
     data = np.ones((1, 16), np.int32)
-    inputs = [
-        httpclient.InferInput("INPUT0", [1, 16], "INT32"),
-        httpclient.InferInput("INPUT1", [1, 16], "INT32"),
-    ]
-    for tensor in inputs:
-        tensor.set_data_from_numpy(data)
+    inputs = simple_inputs(httpclient, data)
     for _ in range(count):
         client.infer("simple", inputs, model_version=version)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import tritonclient.http as httpclient
 
-from tests.support import SIMPLE_CONFIG, ServerProcess, write_simple
+from tests.support import SIMPLE_CONFIG, ServerProcess, simple_inputs, write_simple
 
 CLIENT_THREADS = 4
 
@@ -31,12 +31,7 @@ class Traffic:
     def _run(self) -> None:
         client = httpclient.InferenceServerClient(self.url)
         data = np.arange(16, dtype=np.int32).reshape(1, 16)
-        inputs = [
-            httpclient.InferInput("INPUT0", [1, 16], "INT32"),
-            httpclient.InferInput("INPUT1", [1, 16], "INT32"),
-        ]
-        for tensor in inputs:
-            tensor.set_data_from_numpy(data)
+        inputs = simple_inputs(httpclient, data)
         while not self._stop.is_set():
             try:
                 result = client.infer(self.model, inputs).as_numpy("OUTPUT0")

@@ -13,7 +13,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tests.support import ServerProcess, add_sub_model, save_onnx, write_simple
+from tests.support import ServerProcess, add_sub_model, save_onnx, simple_inputs, write_simple
 
 CONFIG = {
     "name": "pushed",
@@ -50,12 +50,7 @@ def explicit_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[
 
 def _infer_http(client: httpclient.InferenceServerClient, model: str) -> np.ndarray:
     a = np.arange(16, dtype=np.int32).reshape(1, 16)
-    inputs = [
-        httpclient.InferInput("INPUT0", [1, 16], "INT32"),
-        httpclient.InferInput("INPUT1", [1, 16], "INT32"),
-    ]
-    for tensor in inputs:
-        tensor.set_data_from_numpy(a)
+    inputs = simple_inputs(httpclient, a)
     result = client.infer(model, inputs).as_numpy("OUTPUT0")
     assert result is not None
     return result
@@ -83,12 +78,7 @@ def test_a_model_pushed_over_grpc_serves(
     client.load_model("pushed_grpc", config=json.dumps(config), files={"file:1/model.onnx": onnx_bytes})
     assert client.is_model_ready("pushed_grpc")
     a = np.ones((1, 16), np.int32)
-    inputs = [
-        grpcclient.InferInput("INPUT0", [1, 16], "INT32"),
-        grpcclient.InferInput("INPUT1", [1, 16], "INT32"),
-    ]
-    for tensor in inputs:
-        tensor.set_data_from_numpy(a)
+    inputs = simple_inputs(grpcclient, a)
     assert (client.infer("pushed_grpc", inputs).as_numpy("OUTPUT1") == 0).all()
 
 

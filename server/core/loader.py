@@ -22,6 +22,7 @@ from server.core.errors import ModelConfigError, ModelLoadError, ServerError
 from server.core.model_config import read_config_file
 from server.core.options import CoreOptions
 from server.core.repository import version_folders
+from server.core.warmup import run_warmup
 
 logger = logging.getLogger("trt.loader")
 
@@ -222,6 +223,7 @@ def load_model(
                 instances.extend(instance_copies(ensemble))  # type: ignore[arg-type]
             for spec in specs:
                 instances.append(backend.create_instance(config, files, spec))
+            run_warmup(config, list(instances), model_dir, version)
         except ServerError as exc:
             close_instances(instances)
             result.failed[version] = exc.message

@@ -1,0 +1,102 @@
+"""Triton's ``model_warmup``: requests run on every instance before a version goes ready, so the first
+client request does not pay for lazy initialization. A warm-up that fails fails the load, as in Triton.
+
+Tensor backends (ONNX Runtime, PyTorch, TensorRT) are warmed instance by instance. Request-level
+instances (Python models, ensembles) are not: they run on the server's event loop, which a load in a
+worker thread cannot borrow; a config asking for it gets a warning."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+
+from protos import model_config_pb2
+from server.core.datatypes import config_to_wire, deserialize_bytes_tensor, element_count, wire_to_numpy
+from server.core.errors import ModelConfigError, ModelLoadError
+
+logger = logging.getLogger("trt.loader")
+
+WARMUP_FOLDER = "warmup"  # where input_data_file names a file, as in Triton
+
+
+def _input(
+    name: str,
+    spec: model_config_pb2.ModelWarmup.Input,
+    batch_size: int,
+    batched: bool,
+    model_dir: Path,
+    rng: np.random.Generator,
+) -> np.ndarray:
+    datatype = config_to_wire(model_config_pb2.DataType.Name(spec.data_type))
+    if datatype in ("INVALID", "BF16"):
+        raise ModelConfigError(f"model_warmup input '{name}': data_type {datatype} cannot be warmed up")
+    shape = ((max(1, batch_size),) if batched else ()) + tuple(int(d) for d in spec.dims)
+    if any(d < 0 for d in shape):
+        raise ModelConfigError(f"model_warmup input '{name}': dims must be fixed, got {list(spec.dims)}")
+    kind = spec.WhichOneof("input_data_type")
+    if datatype == "BYTES":
+        if kind == "input_data_file":
+            raw = _read_file(name, spec.input_data_file, model_dir)
+            return deserialize_bytes_tensor(raw, element_count(shape), name).reshape(shape)
+        return np.full(shape, b"", dtype=object)  # zero and random data alike: empty strings
+    dtype = wire_to_numpy(datatype)
+    if kind == "input_data_file":
+        raw = _read_file(name, spec.input_data_file, model_dir)
+        expected = element_count(shape) * dtype.itemsize
+        if len(raw) != expected:
+            raise ModelConfigError(
+                f"model_warmup input '{name}': {spec.input_data_file} holds {len(raw)} bytes, "
+                f"shape {list(shape)} of {datatype} needs {expected}"
+            )
+        return np.frombuffer(raw, dtype=dtype).reshape(shape)
+    if kind == "random_data":
+        if dtype == np.bool_:
+            return rng.integers(0, 2, shape).astype(np.bool_)
+        if np.issubdtype(dtype, np.floating):
+            return rng.standard_normal(shape).astype(dtype)
+        return rng.integers(0, 16, shape).astype(dtype)
+    return np.zeros(shape, dtype=dtype)
+
+
+def _read_file(name: str, relative: str, model_dir: Path) -> bytes:
+    folder = (model_dir / WARMUP_FOLDER).resolve()
+    path = (folder / relative).resolve()
+    if not path.is_relative_to(folder):
+        raise ModelConfigError(
+            f"model_warmup input '{name}': input_data_file '{relative}' must be inside {WARMUP_FOLDER}/"
+        )
+    if not path.is_file():
+        raise ModelConfigError(f"model_warmup input '{name}': no file {WARMUP_FOLDER}/{relative}")
+    return path.read_bytes()
+
+
+def run_warmup(
+    config: model_config_pb2.ModelConfig, instances: list[object], model_dir: Path, version: int
+) -> None:
+    """Run each configured warm-up ``count`` times on every tensor-backend instance."""
+    if not config.model_warmup:
+        return
+    tensor_instances = [i for i in instances if hasattr(i, "execute")]
+    if len(tensor_instances) < len(instances):
+        logger.warning(
+            "'%s': model_warmup runs on tensor backends only; Python and ensemble skipped", config.name
+        )
+    rng = np.random.default_rng(0)
+    outputs = [output.name for output in config.output]
+    for warmup in config.model_warmup:
+        inputs = {
+            name: _input(name, spec, warmup.batch_size, config.max_batch_size > 0, model_dir, rng)
+            for name, spec in warmup.inputs.items()
+        }
+        for instance in tensor_instances:
+            for _ in range(max(1, warmup.count)):
+                try:
+                    instance.execute(inputs, outputs)
+                except Exception as exc:
+                    raise ModelLoadError(f"model_warmup '{warmup.name}' failed: {exc}") from None
+        logger.info(
+            "'%s' version %d: warm-up '%s' ran %d time(s) on %d instance(s)",
+            config.name, version, warmup.name, max(1, warmup.count), len(tensor_instances),
+        )  # fmt: skip

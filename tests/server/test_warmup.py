@@ -1,0 +1,60 @@
+"""Triton's model_warmup: run on every instance before the version goes ready; a failing warm-up fails
+the load with a message, and the other models keep loading."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import tritonclient.http as httpclient
+
+from tests.support import SIMPLE_CONFIG, ServerProcess, simple_inputs, write_simple
+
+WARMUP = """
+instance_group [ { kind: KIND_CPU count: 2 } ]
+model_warmup [ {
+  name: "first_request"
+  batch_size: 4
+  count: 3
+  inputs { key: "INPUT0" value { data_type: TYPE_INT32 dims: [ 16 ] zero_data: true } }
+  inputs { key: "INPUT1" value { data_type: TYPE_INT32 dims: [ 16 ] INPUT1_DATA } }
+} ]
+"""
+
+
+def _config(input1_data: str, input0: str = "INPUT0") -> str:
+    base = SIMPLE_CONFIG.replace("instance_group [ { kind: KIND_CPU count: 1 } ]", "")
+    return base + WARMUP.replace("INPUT1_DATA", input1_data).replace('key: "INPUT0"', f'key: "{input0}"')
+
+
+def test_warmups_run_on_every_instance_and_broken_ones_fail_only_their_model(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    write_simple(repo, "random_warm", _config("random_data: true"))
+    file_warm = write_simple(repo, "file_warm", _config('input_data_file: "input1.bin"'))
+    (file_warm / "warmup").mkdir()
+    (file_warm / "warmup" / "input1.bin").write_bytes(np.arange(64, dtype=np.int32).tobytes())
+    write_simple(repo, "wrong_name", _config("zero_data: true", input0="NOPE"))
+    escape = write_simple(repo, "escaping_file", _config('input_data_file: "../../secret.bin"'))
+    (escape.parent / "secret.bin").write_bytes(np.zeros(64, np.int32).tobytes())
+    short = write_simple(repo, "short_file", _config('input_data_file: "input1.bin"'))
+    (short / "warmup").mkdir()
+    (short / "warmup" / "input1.bin").write_bytes(b"\x00" * 10)
+
+    server = ServerProcess([repo], ["--exit-on-error=false"]).start(tmp_path)
+    try:
+        client = httpclient.InferenceServerClient(server.http_url)
+        for model in ("random_warm", "file_warm"):
+            assert client.is_model_ready(model)
+            data = np.arange(16, dtype=np.int32).reshape(1, 16)
+            assert (
+                client.infer(model, simple_inputs(httpclient, data)).as_numpy("OUTPUT0") == 2 * data
+            ).all()
+        index = {row["name"]: row for row in client.get_model_repository_index()}
+        assert "model_warmup 'first_request' failed" in index["wrong_name"]["reason"]
+        assert "must be inside warmup/" in index["escaping_file"]["reason"]
+        assert "holds 10 bytes" in index["short_file"]["reason"]
+        log = server.log()
+        assert "'random_warm' version 1: warm-up 'first_request' ran 3 time(s) on 2 instance(s)" in log
+        assert "'file_warm' version 1: warm-up 'first_request' ran 3 time(s) on 2 instance(s)" in log
+    finally:
+        server.stop()

@@ -41,6 +41,7 @@ class Traffic:
             except Exception as exc:  # every failure is what this test is about
                 with self._lock:
                     self.failures.append(f"{type(exc).__name__}: {exc}")
+        client.close()  # here: the client's gevent pool cannot be closed from another thread later
 
     def __enter__(self) -> Traffic:
         for thread in self._threads:

@@ -105,6 +105,9 @@ def _prepare_scratch(
             )
     names = {"fp32": request.model}
     for precision, check in checks.items():
+        if precision == "trt_fp16":
+            names[precision] = request.model  # the FP32 file, with the accelerator in its config
+            continue
         if precision == "fp32" or not check.accepted or check.path is None:
             continue
         names[precision] = f"{request.model}__{precision}"
@@ -206,7 +209,7 @@ def apply_recommendation(outcome: Outcome, model_dir: Path, model_file: Path | N
         shutil.copyfile(config_path, model_dir / "config.pbtxt.orig")
     precision = outcome.chosen.candidate.precision
     variant = outcome.precisions[precision].path
-    if precision != "fp32" and variant is not None and model_file is not None:
+    if precision not in ("fp32", "trt_fp16") and variant is not None and model_file is not None:
         versions = [int(p.name) for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit()]
         new_version = model_dir / str(max(versions, default=0) + 1)
         new_version.mkdir()

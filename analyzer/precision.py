@@ -1,10 +1,12 @@
 """Reduced-precision variants of a model, and the accuracy guard that decides whether one may be served.
 
-ONNX models only: FP16 through ONNX Runtime's float16 converter (inputs and outputs stay FP32, so the
-config and clients do not change) and INT8 through its dynamic quantization (weights INT8, activations
-quantized at run time). Each variant's outputs on the same sample inputs are compared with FP32's; the
-error is the largest absolute difference relative to the largest FP32 magnitude of that output, so values
-near zero do not inflate it.
+ONNX models: FP16 through ONNX Runtime's float16 converter (inputs and outputs stay FP32, so the config
+and clients do not change) and INT8 through its dynamic quantization (weights INT8, activations quantized
+at run time). TorchScript models: FP16 (see ``analyzer.torch_precision``).
+
+Each variant's outputs on the same sample inputs are compared with FP32's; the error is the largest
+absolute difference relative to the largest FP32 magnitude of that output, so values near zero do not
+inflate it.
 """
 
 from __future__ import annotations
@@ -18,10 +20,12 @@ import numpy as np
 
 from protos import model_config_pb2
 from server.core.datatypes import config_to_wire, wire_to_numpy
+from server.core.devices import gpu_count
 
 logger = logging.getLogger("trt.analyze")
 
 ONNX_PLATFORM = "onnxruntime_onnx"
+TORCH_PLATFORM = "pytorch_libtorch"
 
 
 @dataclass(frozen=True)
@@ -42,21 +46,36 @@ class PrecisionCheck:
 
 
 def available_precisions(platform: str) -> tuple[str, ...]:
-    """What this machine can make for ``platform``: ONNX gets all three; other platforms serve FP32."""
+    """What this machine can make for ``platform``: ONNX all three, TorchScript FP16, others FP32."""
+    if platform == TORCH_PLATFORM:
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            return ("fp32",)
+        return ("fp32", "fp16")
     if platform != ONNX_PLATFORM:
         return ("fp32",)
+    # The TensorRT execution provider needs no converted file: FP32 served with precision_mode FP16.
+    tensorrt = ("trt_fp16",) if gpu_count() else ()
     try:
         import onnx  # noqa: F401  (the converters need it)
     except ImportError:
-        return ("fp32",)
-    return ("fp32", "fp16", "int8")
+        return ("fp32", *tensorrt)
+    return ("fp32", "fp16", "int8", *tensorrt)
 
 
 def make_variant(source: Path, precision: str, destination: Path) -> None:
     """Write ``source`` (an FP32 ONNX file) converted to ``precision`` at ``destination``."""
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    if source.suffix == ".pt":
+        if precision != "fp16":
+            raise ValueError(f"no {precision} conversion for TorchScript")
+        from analyzer.torch_precision import make_fp16_variant
+
+        make_fp16_variant(source, destination)
+        return
     import onnx
 
-    destination.parent.mkdir(parents=True, exist_ok=True)
     if precision == "fp16":
         from onnxruntime.transformers.float16 import convert_float_to_float16
 
@@ -97,7 +116,33 @@ def sample_inputs(config: model_config_pb2.ModelConfig, batch: int, seed: int = 
     return inputs
 
 
-def _run(path: Path, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def _run_torch(
+    path: Path, config: model_config_pb2.ModelConfig, inputs: dict[str, np.ndarray]
+) -> dict[str, np.ndarray]:
+    """Outputs by config name, with tensors fed to ``forward()`` by the PyTorch backend's own rules."""
+    import torch
+
+    from server.backends.pytorch import ForwardSignature, plan_call
+
+    module = torch.jit.load(str(path), map_location="cpu").eval()
+    plan = plan_call(
+        [t.name for t in config.input],
+        [t.name for t in config.input if t.optional],
+        [t.name for t in config.output],
+        ForwardSignature.of(module),
+    )
+    tensors = {name: torch.from_numpy(inputs[name]) for name in plan.inputs}
+    with torch.inference_mode():
+        result = module(**tensors) if plan.keyword else module(*tensors.values())
+    values = result if isinstance(result, tuple | list) else (result,)
+    return {name: values[position].numpy() for name, position in plan.outputs.items()}
+
+
+def _run(
+    path: Path, config: model_config_pb2.ModelConfig, inputs: dict[str, np.ndarray]
+) -> dict[str, np.ndarray]:
+    if path.suffix == ".pt":
+        return _run_torch(path, config, inputs)
     import onnxruntime
 
     options = onnxruntime.SessionOptions()
@@ -127,12 +172,14 @@ def check_precisions(
 ) -> dict[str, PrecisionCheck]:
     """Make each reduced-precision variant of ``source`` and judge it against FP32 on sample inputs."""
     checks = {"fp32": PrecisionCheck("fp32", source, 0.0, True)}
-    wanted = [p for p in precisions if p != "fp32"]
+    wanted = [p for p in precisions if p not in ("fp32", "trt_fp16")]
+    if "trt_fp16" in precisions:  # judged by TensorRT at build time, not measurable without a GPU here
+        checks["trt_fp16"] = PrecisionCheck("trt_fp16", source, float("nan"), True, "TensorRT EP, FP16")
     if not wanted:
         return checks
     try:
         inputs = sample_inputs(config, batch=max(1, min(8, config.max_batch_size)))
-        reference = _run(source, inputs)
+        reference = _run(source, config, inputs)
     except Exception as exc:  # a model the converters cannot read is served in FP32 only
         for precision in wanted:
             checks[precision] = PrecisionCheck(precision, None, float("nan"), False, f"no reference: {exc}")
@@ -141,7 +188,7 @@ def check_precisions(
         destination = workdir / precision / source.name
         try:
             make_variant(source, precision, destination)
-            error = relative_error(reference, _run(destination, inputs))
+            error = relative_error(reference, _run(destination, config, inputs))
         except Exception as exc:
             logger.info("%s variant failed: %s", precision, exc)
             checks[precision] = PrecisionCheck(

@@ -18,7 +18,7 @@ from analyzer.deployment import Deployment, ScratchServer
 from analyzer.errors import AnalyzeError
 from analyzer.goals import Measurement
 from analyzer.precision import PrecisionCheck
-from analyzer.space import THREAD_PARAMETER, Candidate
+from analyzer.space import TENSORRT_FP16, THREAD_PARAMETER, Candidate
 from perf.errors import PerfError
 from perf.options import PerfOptions, Protocol
 from perf.profiler import SilentProgress, run_profile
@@ -155,6 +155,12 @@ class AnalysisSession:
         group = config.instance_group.add()
         group.count = candidate.instances
         group.kind = model_config_pb2.ModelInstanceGroup.Kind.Value(candidate.kind)
+        accelerators = config.optimization.execution_accelerators.gpu_execution_accelerator
+        if candidate.precision == TENSORRT_FP16:
+            del accelerators[:]
+            accelerator = accelerators.add()
+            accelerator.name = "tensorrt"
+            accelerator.parameters["precision_mode"] = "FP16"
         parameter = THREAD_PARAMETER.get(config.platform or config.backend)
         if parameter:
             if candidate.threads:

@@ -13,7 +13,9 @@ THREAD_PARAMETER = {
     "onnxruntime_onnx": "intra_op_thread_count",
     "pytorch_libtorch": "INTRA_OP_THREAD_COUNT",
 }
-PRECISIONS = ("fp32", "fp16", "int8")
+PRECISIONS = ("fp32", "fp16", "int8", "trt_fp16")
+# Served from the FP32 file through ONNX Runtime's TensorRT execution provider in FP16 (GPU only).
+TENSORRT_FP16 = "trt_fp16"
 
 
 @dataclass(frozen=True, order=True)
@@ -130,7 +132,10 @@ class SearchSpace:
         )
 
     def allows(self, candidate: Candidate) -> bool:
-        """Instances x threads may not oversubscribe the cores (a thread count of 0 adapts by itself)."""
+        """Instances x threads may not oversubscribe the cores (a thread count of 0 adapts by itself);
+        the TensorRT execution provider exists on GPU instances only."""
+        if candidate.precision == TENSORRT_FP16 and candidate.kind != "KIND_GPU":
+            return False
         return not (candidate.kind == "KIND_CPU" and candidate.threads * candidate.instances > self.cores)
 
     def all(self) -> list[Candidate]:

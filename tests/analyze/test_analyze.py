@@ -227,3 +227,23 @@ def test_url_tunes_a_running_server_and_restores_its_model(tmp_path: Path) -> No
         assert client.is_model_ready("mlp")
     finally:
         server.stop()
+
+
+def test_torchscript_models_get_a_guarded_fp16_variant(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    source = tmp_path / "mlp_pt" / "1" / "model.pt"
+    source.parent.mkdir(parents=True)
+    torch.jit.script(model).save(str(source))
+    config = parse_config_text(
+        'name: "mlp_pt" platform: "pytorch_libtorch" max_batch_size: 8 '
+        'input [ { name: "INPUT__0" data_type: TYPE_FP32 dims: [ 16 ] } ] '
+        'output [ { name: "OUTPUT__0" data_type: TYPE_FP32 dims: [ 4 ] } ]'
+    )
+    loose = check_precisions(source, config, ("fp32", "fp16"), tmp_path / "v", 0.5)
+    strict = check_precisions(source, config, ("fp32", "fp16"), tmp_path / "w", 1e-9)
+    assert loose["fp16"].accepted and 0 < loose["fp16"].max_rel_error < 0.05
+    assert not strict["fp16"].accepted
+    variant = torch.jit.load(str(loose["fp16"].path))
+    out = variant(torch.ones(2, 16))
+    assert out.dtype == torch.float32 and out.shape == (2, 4)  # the config's FP32 tensors still fit

@@ -101,3 +101,34 @@ def test_the_space_never_oversubscribes_the_cores() -> None:
     )  # fmt: skip
     pairs = sorted((c.instances, c.threads) for c in space.all())
     assert pairs == [(1, 1), (1, 2), (2, 1)]
+
+
+def test_tensorrt_fp16_is_a_gpu_config_of_the_fp32_file() -> None:
+    from pathlib import Path
+
+    from analyzer.session import AnalysisSession, Checkpoint, MeasureSettings
+    from server.core.model_config import parse_config_text
+
+    base = parse_config_text(
+        'name: "m" platform: "onnxruntime_onnx" max_batch_size: 8 '
+        'input [ { name: "x" data_type: TYPE_FP32 dims: [ 4 ] } ] '
+        'output [ { name: "y" data_type: TYPE_FP32 dims: [ 4 ] } ]'
+    )
+    session = AnalysisSession(
+        "m",
+        None,
+        base,
+        {},
+        MeasureSettings(),
+        Checkpoint(Path("unused"), ""),
+        None,
+        {},  # type: ignore[arg-type]
+    )
+    candidate = Candidate(precision="trt_fp16", max_batch_size=8, instances=1, kind="KIND_GPU")
+    config = session.config_for(candidate)
+    (accelerator,) = config.optimization.execution_accelerators.gpu_execution_accelerator
+    assert accelerator.name == "tensorrt" and accelerator.parameters["precision_mode"] == "FP16"
+    assert config.instance_group[0].kind == config.instance_group[0].KIND_GPU
+    space = _space()
+    assert not space.allows(Candidate(precision="trt_fp16", kind="KIND_CPU"))
+    assert space.allows(candidate)

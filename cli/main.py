@@ -6,6 +6,7 @@ import typer
 
 from cli.analyze import analyze_command
 from cli.perf import perf_command
+from cli.repo import repo_app
 from cli.serve import serve_command
 
 app = typer.Typer(
@@ -19,6 +20,7 @@ app.command("serve", help="Serve a Triton model repository (HTTP 8000, gRPC 8001
     serve_command
 )
 app.command("perf", help="Load-test a model as perf_analyzer does (same flags and CSV).")(perf_command)
+app.add_typer(repo_app, name="repo")
 app.command("analyze", help="Find the config.pbtxt that serves a model best within a latency target.")(
     analyze_command
 )

@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from cli.flags import parse_backend_config, parse_bool
+from server.core.object_store import is_remote
 from server.core.options import CoreOptions, ModelControlMode
 from server.core.rate_limiter import parse_rate_limit_resources
 from server.core.response_cache import parse_cache_config
@@ -24,7 +25,10 @@ _LOG_FORMAT = "%(levelname).1s%(asctime)s.%(msecs)03d %(process)d %(name)s] %(me
 
 def serve_command(
     model_repository: list[str] = typer.Option(
-        None, "--model-repository", "--model-store", help="Model repository folder; repeat for several."
+        None,
+        "--model-repository",
+        "--model-store",
+        help="Model repository folder or s3://bucket/path; repeat for several.",
     ),
     http_port: int = typer.Option(8000, "--http-port"),
     grpc_port: int = typer.Option(8001, "--grpc-port"),
@@ -71,7 +75,7 @@ def serve_command(
         auto_complete = auto_complete and not parse_bool(strict_model_config, "--strict-model-config")
     default_batch = backend_settings.get("", {}).get("default-max-batch-size", "4")
     core = CoreOptions(
-        model_repositories=tuple(Path(p) for p in (model_repository or ["model_repository"])),
+        model_repositories=tuple(_repository(p) for p in (model_repository or ["model_repository"])),
         model_control_mode=model_control_mode,
         load_models=tuple(load_model or ()),
         repository_poll_secs=repository_poll_secs,
@@ -103,6 +107,10 @@ def serve_command(
 
     code = _run(serve(options, on_ready))
     raise typer.Exit(code)
+
+
+def _repository(location: str) -> str | Path:
+    return location if is_remote(location) else Path(location)
 
 
 def _cache_bytes(values: list[str]) -> int | None:

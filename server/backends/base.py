@@ -58,8 +58,24 @@ class ModelFiles:
         """The model file, which must exist (a folder is accepted where a backend takes one)."""
         path = self.artifact(config, default_filename)
         if not path.exists():
-            raise ModelLoadError(f"model file not found: {path}")
+            raise ModelLoadError(f"model file not found: {path}{self._misnamed_hint(path)}")
         return path
+
+    def _misnamed_hint(self, expected: Path) -> str:
+        """Name the file that is there instead, and the two ways to make it the model file."""
+        try:
+            present = sorted(p.name for p in self.version_dir.iterdir() if not p.name.startswith("."))
+        except OSError:
+            return f"; version folder {self.version_dir} cannot be read"
+        if not present:
+            return f"; version {self.version} is empty: put {expected.name} in {self.version_dir}"
+        alike = [name for name in present if Path(name).suffix == expected.suffix]
+        if alike:
+            return (
+                f"; found {alike[0]}: rename it to {expected.name} or set "
+                f'default_model_filename: "{alike[0]}" in config.pbtxt'
+            )
+        return f"; version {self.version} holds {', '.join(present[:5])}"
 
 
 class ModelInstance(Protocol):

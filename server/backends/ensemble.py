@@ -29,42 +29,50 @@ def step_order(config: model_config_pb2.ModelConfig) -> list[int]:
     """Steps in an order where each one's inputs already exist; refuses graphs that cannot run."""
     steps = list(config.ensemble_scheduling.step)
     if not steps:
-        raise ModelConfigError("an ensemble needs ensemble_scheduling with at least one step")
+        raise ModelConfigError(
+            "an ensemble needs ensemble_scheduling with at least one step", "ensemble_scheduling"
+        )
     available = {tensor.name for tensor in config.input}
     producers: dict[str, int] = {}
     for index, step in enumerate(steps):
         if not step.model_name:
-            raise ModelConfigError(f"ensemble step {index} names no model_name")
+            raise ModelConfigError(
+                f"ensemble step {index} names no model_name", f"ensemble_scheduling.step[{index}]"
+            )
         for tensor in step.output_map.values():
             if tensor in producers or tensor in available:
-                raise ModelConfigError(f"ensemble tensor '{tensor}' is produced more than once")
+                raise ModelConfigError(
+                    f"ensemble tensor '{tensor}' is produced more than once",
+                    f"ensemble_scheduling.step[{index}].output_map",
+                )
             producers[tensor] = index
     order: list[int] = []
     remaining = list(range(len(steps)))
     while remaining:
         ready = [i for i in remaining if all(t in available for t in steps[i].input_map.values())]
         if not ready:
-            missing = sorted(
-                {
-                    t
-                    for i in remaining
-                    for t in steps[i].input_map.values()
-                    if t not in available and t not in producers
-                }
+            for index in remaining:
+                for key, tensor in steps[index].input_map.items():
+                    if tensor not in available and tensor not in producers:
+                        raise ModelConfigError(
+                            f"ensemble tensor '{tensor}' is consumed by step {index} "
+                            f"('{steps[index].model_name}') but no ensemble input or step output produces it",
+                            f"ensemble_scheduling.step[{index}].input_map[{key}]",
+                        )
+            names = ", ".join(f"'{steps[i].model_name}'" for i in remaining)
+            raise ModelConfigError(
+                f"the ensemble's steps {names} form a cycle: each waits for a tensor another produces",
+                f"ensemble_scheduling.step[{remaining[0]}]",
             )
-            if missing:
-                raise ModelConfigError(
-                    f"ensemble tensor '{missing[0]}' is consumed by step '{steps[remaining[0]].model_name}' "
-                    "but no ensemble input or step output produces it"
-                )
-            raise ModelConfigError("the ensemble's steps form a cycle")
         for index in ready:
             order.append(index)
             remaining.remove(index)
             available.update(steps[index].output_map.values())
     for output in config.output:
         if output.name not in available:
-            raise ModelConfigError(f"ensemble output '{output.name}' is not produced by any step")
+            raise ModelConfigError(
+                f"ensemble output '{output.name}' is not produced by any step", f"output[{output.name}]"
+            )
     return order
 
 

@@ -216,6 +216,11 @@ def _load(path: Path, device: torch.device) -> Any:
     return module.eval()
 
 
+def forward_signature(path: Path) -> ForwardSignature:
+    """What forward() of a TorchScript file takes and returns (``trt repo add`` names the inputs to give)."""
+    return ForwardSignature.of(_load(path, _CPU))
+
+
 def _incomplete(config: model_config_pb2.ModelConfig) -> list[str]:
     problems = [f"no {kind}s listed" for kind in ("input", "output") if not getattr(config, kind)]
     for kind, tensors in (("input", config.input), ("output", config.output)):

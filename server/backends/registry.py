@@ -6,6 +6,7 @@ tensorrt) affects only the models that use it, with a message naming the extra t
 
 from __future__ import annotations
 
+import difflib
 import importlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,24 +51,46 @@ def resolve_entry(config: model_config_pb2.ModelConfig, version_dirs: list[Path]
         entry = _BY_NAME.get(config.backend)
         if entry is None:
             raise ModelConfigError(
-                f"unknown backend '{config.backend}'; supported backends: {', '.join(sorted(_BY_NAME))}"
+                f"unknown backend '{config.backend}'{_suggestion(config.backend)}; supported backends: "
+                f"{', '.join(sorted(_BY_NAME))}",
+                "backend",
             )
         if config.platform and config.platform != entry.platform:
             raise ModelConfigError(
                 f"backend '{config.backend}' does not match platform '{config.platform}'"
-                f" (expected platform '{entry.platform}' or none)"
+                f" (expected platform '{entry.platform}' or none)",
+                "platform",
             )
     elif config.platform:
         entry = _BY_PLATFORM.get(config.platform)
         if entry is None:
             known = ", ".join(sorted(_BY_PLATFORM))
-            raise ModelConfigError(f"unknown platform '{config.platform}'; supported platforms: {known}")
+            raise ModelConfigError(
+                f"unknown platform '{config.platform}'{_suggestion(config.platform)}; supported platforms: "
+                f"{known}",
+                "platform",
+            )
     else:
         entry = _detect_from_files(config, version_dirs)
     config.backend = entry.name
     if entry.platform:
         config.platform = entry.platform
     return entry
+
+
+def _suggestion(wrong: str) -> str:
+    """The platform or backend line that was probably meant: a backend name written as a platform
+    (``platform: "onnxruntime"``) is the most common slip."""
+    lowered = wrong.lower()
+    for entry in _ENTRIES:
+        aliases = {entry.name, entry.platform, *entry.platform.split("_")} - {""}
+        if lowered in aliases or any(alias.startswith(lowered) for alias in aliases if len(lowered) >= 4):
+            if entry.platform:
+                return f' (did you mean platform: "{entry.platform}" or backend: "{entry.name}"?)'
+            return f' (did you mean backend: "{entry.name}"? Python models have no platform)'
+    names = [*_BY_NAME, *_BY_PLATFORM]
+    close = difflib.get_close_matches(lowered, names, n=1, cutoff=0.6)
+    return f' (did you mean "{close[0]}"?)' if close else ""
 
 
 def _detect_from_files(config: model_config_pb2.ModelConfig, version_dirs: list[Path]) -> BackendEntry:

@@ -148,6 +148,7 @@ class ModelManager:
 
     async def start(self) -> dict[str, str]:
         """Load what the control mode says to load at start-up; return failures by model name."""
+        await self.refresh_repository()
         self.repository.check_roots()
         mode = self.options.model_control_mode
         if mode == ModelControlMode.EXPLICIT:
@@ -224,7 +225,7 @@ class ModelManager:
         if location is None:
             raise ModelLoadError(
                 f"failed to load '{name}', failed to poll from model repository: no model folder named "
-                f"'{name}' in {', '.join(map(str, self.repository.roots))}"
+                f"'{name}' in {self.repository.describe()}"
             )
         if location.duplicate_of is not None:
             reason = (
@@ -297,8 +298,13 @@ class ModelManager:
             except Exception:
                 logger.exception("polling the model repository failed")
 
+    async def refresh_repository(self) -> None:
+        """Mirror remote repositories again (a no-op for local folders)."""
+        await asyncio.to_thread(self.repository.refresh)
+
     async def poll_once(self) -> None:
         """Load new or changed models, unload removed ones."""
+        await self.refresh_repository()
         on_disk = self.repository.scan()
         for name, location in on_disk.items():
             entry = self._entries.get(name)

@@ -17,7 +17,7 @@ from server.backends.base import InstanceSpec, ModelFiles, ModelInstance, Reques
 from server.backends.ensemble import instance_copies
 from server.backends.registry import ENSEMBLE_PLATFORM, get_backend, resolve_entry
 from server.core import devices
-from server.core.datatypes import WIRE_DATATYPES, config_to_wire
+from server.core.config_rules import check_config
 from server.core.errors import ModelConfigError, ModelLoadError, ServerError
 from server.core.model_config import read_config_file
 from server.core.options import CoreOptions
@@ -59,7 +59,8 @@ def read_model_config(name: str, model_dir: Path, override: Config | None = None
     if config.name and config.name != name:
         raise ModelConfigError(
             f"config.pbtxt names the model '{config.name}' but its folder is '{name}'; "
-            "they must match (or leave 'name' out)"
+            "they must match (or leave 'name' out)",
+            "name",
         )
     config.name = name
     return config
@@ -75,7 +76,8 @@ def select_versions(config: Config, available: dict[int, Path]) -> list[int]:
         missing = [v for v in wanted if v not in available]
         if missing:
             raise ModelConfigError(
-                f"version_policy asks for version(s) {missing} but the model folder has {sorted(available)}"
+                f"version_policy asks for version(s) {missing} but the model folder has {sorted(available)}",
+                "version_policy",
             )
         return wanted
     count = policy.latest.num_versions if choice == "latest" else 1
@@ -85,7 +87,18 @@ def select_versions(config: Config, available: dict[int, Path]) -> list[int]:
 def complete_config(
     name: str, model_dir: Path, options: CoreOptions, override: Config | None = None
 ) -> tuple[Config, list[int], dict[int, Path]]:
-    """The effective config (as ``/config`` shows it) and the versions to load."""
+    """The effective config (as ``/config`` shows it) and the versions to load; raises on the first
+    rule the config breaks."""
+    config, versions, available = effective_config(name, model_dir, options, override)
+    check_config(config)
+    return config, versions, available
+
+
+def effective_config(
+    name: str, model_dir: Path, options: CoreOptions, override: Config | None = None
+) -> tuple[Config, list[int], dict[int, Path]]:
+    """The config after auto-complete and defaults, not yet checked against the rules (``trt repo
+    validate`` reports every broken rule rather than the first)."""
     config = read_model_config(name, model_dir, override)
     available = version_folders(model_dir)
     if not available:
@@ -101,11 +114,11 @@ def complete_config(
     if config.model_transaction_policy.decoupled and entry.name != "python":
         raise ModelConfigError(
             f"model_transaction_policy decoupled needs a backend that can send many responses per request "
-            f"(python); '{entry.name}' answers each request once"
+            f"(python); '{entry.name}' answers each request once",
+            "model_transaction_policy",
         )
     if entry.name != ENSEMBLE_PLATFORM:  # an ensemble runs in its steps' instances, not its own
         fill_instance_groups(config, entry.name)
-    check_config(config)
     return config, versions, available
 
 
@@ -139,33 +152,6 @@ def fill_instance_groups(config: Config, backend_name: str) -> None:
             group.count = 1
 
 
-def check_config(config: Config) -> None:
-    if config.max_batch_size < 0:
-        raise ModelConfigError(f"max_batch_size must be 0 or more, got {config.max_batch_size}")
-    if not config.input:
-        raise ModelConfigError("the model has no inputs in its config and none could be auto-completed")
-    if not config.output:
-        raise ModelConfigError("the model has no outputs in its config and none could be auto-completed")
-    for kind, tensors in (("input", config.input), ("output", config.output)):
-        names: set[str] = set()
-        for tensor in tensors:
-            if not tensor.name:
-                raise ModelConfigError(f"an {kind} in the config has no name")
-            if tensor.name in names:
-                raise ModelConfigError(f"{kind} '{tensor.name}' is listed twice in the config")
-            names.add(tensor.name)
-            wire = config_to_wire(model_config_pb2.DataType.Name(tensor.data_type))
-            if wire not in WIRE_DATATYPES:
-                raise ModelConfigError(f"{kind} '{tensor.name}' has no valid data_type (e.g. TYPE_FP32)")
-            if not tensor.dims and not tensor.HasField("reshape"):
-                raise ModelConfigError(
-                    f"{kind} '{tensor.name}' has no dims; give at least one dimension "
-                    "(use reshape: {{ shape: [ ] }} for a scalar per batch item)"
-                )
-            if any(d < -1 or d == 0 for d in tensor.dims):
-                raise ModelConfigError(f"{kind} '{tensor.name}' has invalid dims {list(tensor.dims)}")
-
-
 def read_labels(config: Config, model_dir: Path) -> dict[str, tuple[str, ...]]:
     labels: dict[str, tuple[str, ...]] = {}
     for output in config.output:
@@ -174,7 +160,10 @@ def read_labels(config: Config, model_dir: Path) -> dict[str, tuple[str, ...]]:
             try:
                 labels[output.name] = tuple(path.read_text(encoding="utf-8").splitlines())
             except OSError as exc:
-                raise ModelConfigError(f"output '{output.name}': cannot read labels {path}: {exc}") from None
+                raise ModelConfigError(
+                    f"output '{output.name}': cannot read labels {path}: {exc.strerror or exc}",
+                    f"output[{output.name}].label_filename",
+                ) from None
     return labels
 
 

@@ -9,6 +9,8 @@ strings protobuf's JSON mapping would give.
 
 from __future__ import annotations
 
+import difflib
+import re
 from pathlib import Path
 from typing import Any
 
@@ -44,13 +46,69 @@ _NUMERIC_INT64_PATHS: tuple[tuple[str, ...], ...] = (
 
 
 def parse_config_text(text: str, source: str = "config.pbtxt") -> model_config_pb2.ModelConfig:
-    """Parse protobuf text format; errors name the file, line and column."""
+    """Parse protobuf text format; errors name the file, line and column, and suggest the name meant
+    when a field or enum value is misspelt."""
     config = ModelConfig()
     try:
         text_format.Parse(text, config)
     except text_format.ParseError as exc:
-        raise ModelConfigError(f"{source}:{exc}") from None
+        line, column = exc.GetLine(), exc.GetColumn()
+        reason = str(exc).split(" : ", 1)[-1] if line is not None else str(exc)
+        where = f"{source}:{line}:{column}" if line is not None else source
+        raise ModelConfigError(f"{where}: {reason}{_did_you_mean(reason)}", line=line) from None
     return config
+
+
+_UNKNOWN_FIELD = re.compile(r'Message type "inference\.(\w+)" has no field named "(\w+)"')
+_UNKNOWN_ENUM = re.compile(r'Enum type "inference\.([\w.]+)" has no value named (\w+)')
+
+
+# Data type names people write from other frameworks; string similarity alone would pick wrong ones.
+_DATA_TYPE_ALIASES = {
+    "TYPE_FLOAT": "TYPE_FP32", "TYPE_FLOAT32": "TYPE_FP32", "TYPE_FLOAT16": "TYPE_FP16",
+    "TYPE_HALF": "TYPE_FP16", "TYPE_DOUBLE": "TYPE_FP64", "TYPE_FLOAT64": "TYPE_FP64",
+    "TYPE_BYTES": "TYPE_STRING", "TYPE_STR": "TYPE_STRING", "TYPE_INT": "TYPE_INT32",
+    "TYPE_LONG": "TYPE_INT64", "TYPE_BFLOAT16": "TYPE_BF16",
+}  # fmt: skip
+
+
+def _did_you_mean(reason: str) -> str:
+    """Triton's parser says what is wrong; add the name that was probably meant."""
+    candidates: list[str] = []
+    if match := _UNKNOWN_FIELD.search(reason):
+        message = model_config_pb2.DESCRIPTOR.message_types_by_name.get(match.group(1))
+        message = message or _nested_message(match.group(1))
+        if message is not None:
+            candidates = [field.name for field in message.fields]
+        wrong = match.group(2)
+    elif match := _UNKNOWN_ENUM.search(reason):
+        if match.group(2).upper() in _DATA_TYPE_ALIASES:
+            return f' (did you mean "{_DATA_TYPE_ALIASES[match.group(2).upper()]}"?)'
+        enum = _enum_named(match.group(1))
+        candidates = [value.name for value in enum.values] if enum is not None else []
+        wrong = match.group(2)
+    else:
+        return ""
+    close = difflib.get_close_matches(wrong, candidates, n=1, cutoff=0.6)
+    return f' (did you mean "{close[0]}"?)' if close else ""
+
+
+def _nested_message(name: str) -> Any:
+    for message in model_config_pb2.DESCRIPTOR.message_types_by_name.values():
+        for nested in message.nested_types:
+            if nested.name == name:
+                return nested
+    return None
+
+
+def _enum_named(dotted: str) -> Any:
+    parts = dotted.split(".")
+    if len(parts) == 1:
+        return model_config_pb2.DESCRIPTOR.enum_types_by_name.get(parts[0])
+    message = model_config_pb2.DESCRIPTOR.message_types_by_name.get(parts[0])
+    for part in parts[1:-1]:
+        message = message.nested_types_by_name.get(part) if message is not None else None
+    return message.enum_types_by_name.get(parts[-1]) if message is not None else None
 
 
 def read_config_file(path: Path) -> model_config_pb2.ModelConfig:

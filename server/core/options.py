@@ -15,7 +15,8 @@ class ModelControlMode(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class CoreOptions:
-    model_repositories: tuple[Path, ...] = (Path("model_repository"),)
+    # Folders, or object-store paths (s3://, gs://, as://) mirrored into a local cache.
+    model_repositories: tuple[str | Path, ...] = (Path("model_repository"),)
     model_control_mode: ModelControlMode = ModelControlMode.NONE
     load_models: tuple[str, ...] = ()  # explicit mode; "*" means all
     repository_poll_secs: float = 15.0

@@ -3,6 +3,9 @@
 ``<repo>/<model>/config.pbtxt`` and numbered version folders ``<repo>/<model>/<N>/``. Folders whose
 names are not numbers, or that start with "0", are not versions (Triton ignores them too). A model
 name found in more than one repository is ambiguous and is not served.
+
+A repository is a local folder or a remote one (``s3://...``), which ``server.core.object_store``
+mirrors into a local folder; everything past ``refresh`` reads folders either way.
 """
 
 from __future__ import annotations
@@ -11,8 +14,36 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from server.core.errors import ModelLoadError
+from server.core.object_store import RemoteRepository, is_remote
+
+
+class RepositorySource(Protocol):
+    root: Path  # the folder models are read from
+
+    def sync(self) -> tuple[int, int]: ...
+
+    def display(self, local: Path) -> str: ...
+
+
+class LocalRepository:
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+
+    def __str__(self) -> str:
+        return str(self.root)
+
+    def sync(self) -> tuple[int, int]:
+        return 0, 0  # a local folder is always current
+
+    def display(self, local: Path) -> str:
+        return str(local)
+
+
+def open_source(location: str | Path) -> RepositorySource:
+    return RemoteRepository(str(location)) if is_remote(location) else LocalRepository(location)
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,13 +54,29 @@ class ModelLocation:
 
 
 class ModelRepository:
-    def __init__(self, roots: Sequence[Path]) -> None:
-        self.roots = tuple(Path(root) for root in roots)
+    def __init__(self, locations: Sequence[str | Path]) -> None:
+        self.sources = [open_source(location) for location in locations]
+        self.roots = tuple(source.root for source in self.sources)
+
+    def refresh(self) -> None:
+        """Bring remote repositories' mirrors up to date (blocking: run it in a thread)."""
+        for source in self.sources:
+            source.sync()
 
     def check_roots(self) -> None:
-        for root in self.roots:
-            if not root.is_dir():
-                raise ModelLoadError(f"model repository '{root}' does not exist or is not a directory")
+        for source in self.sources:
+            if not source.root.is_dir():
+                raise ModelLoadError(f"model repository '{source}' does not exist or is not a directory")
+
+    def display(self, local: Path) -> str:
+        """A local path as the user knows it (remote paths for files of a remote repository)."""
+        for source in self.sources:
+            if local == source.root or source.root in local.parents:
+                return source.display(local)
+        return str(local)
+
+    def describe(self) -> str:
+        return ", ".join(str(source) for source in self.sources)
 
     def scan(self) -> dict[str, ModelLocation]:
         found: dict[str, ModelLocation] = {}

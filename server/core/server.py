@@ -67,7 +67,10 @@ class InferenceServer:
 
     async def start(self) -> dict[str, str]:
         """Load the start-up models; with --exit-on-error, any failure stops the server."""
-        failures = await self.models.start()
+        try:
+            failures = await self.models.start()
+        except ModelLoadError as exc:  # the repository itself is unreadable: nothing can be served
+            raise StartupError(exc.message) from None
         if failures and self.options.exit_on_error:
             raise StartupError(
                 "failed to load all models: "
@@ -177,6 +180,8 @@ class InferenceServer:
             except ModelLoadError as exc:
                 raise ModelLoadError(f"failed to load '{name}': {exc.message}") from None
         folder = self.pushed.stage(name, files) if files else None
+        if folder is None:
+            await self.models.refresh_repository()  # as Triton, a load reads the repository anew
         try:
             await self.models.load(name, override, folder)
         except BaseException:

@@ -72,6 +72,24 @@ def _read_file(name: str, relative: str, model_dir: Path) -> bytes:
     return path.read_bytes()
 
 
+def warmup_samples(
+    config: model_config_pb2.ModelConfig, model_dir: Path
+) -> list[tuple[model_config_pb2.ModelWarmup, dict[str, np.ndarray]]]:
+    """Each configured warm-up with the inputs it sends (files read and checked, nothing run)."""
+    rng = np.random.default_rng(0)
+    samples = []
+    for index, warmup in enumerate(config.model_warmup):
+        try:
+            inputs = {
+                name: _input(name, spec, warmup.batch_size, config.max_batch_size > 0, model_dir, rng)
+                for name, spec in warmup.inputs.items()
+            }
+        except ModelConfigError as exc:
+            raise ModelConfigError(exc.message, f"model_warmup[{warmup.name or index}]") from None
+        samples.append((warmup, inputs))
+    return samples
+
+
 def run_warmup(
     config: model_config_pb2.ModelConfig, instances: list[object], model_dir: Path, version: int
 ) -> None:
@@ -83,13 +101,8 @@ def run_warmup(
         logger.warning(
             "'%s': model_warmup runs on tensor backends only; Python and ensemble skipped", config.name
         )
-    rng = np.random.default_rng(0)
     outputs = [output.name for output in config.output]
-    for warmup in config.model_warmup:
-        inputs = {
-            name: _input(name, spec, warmup.batch_size, config.max_batch_size > 0, model_dir, rng)
-            for name, spec in warmup.inputs.items()
-        }
+    for warmup, inputs in warmup_samples(config, model_dir):
         for instance in tensor_instances:
             for _ in range(max(1, warmup.count)):
                 try:

@@ -1,0 +1,279 @@
+"""``trt repo add``: put a model file into a repository with a complete config.pbtxt read from it.
+
+The file is staged in a scratch folder inside the repository, its config is built and checked there
+by the same backend code that loads it in ``trt serve`` (auto-complete, the config rules, the
+backend's check of the config against the file), and only then moved into place. Nothing in the
+repository changes when any of that fails.
+
+- ``.onnx``: inputs, outputs, dtypes, dims and the batch dimension come from the file.
+- ``.pt`` (TorchScript): the file records no shapes; inputs come from ``--input``, outputs from
+  running the model on zeros (``server.repo.torchscript_probe``) unless ``--output`` gives them.
+- ``.plan`` (TensorRT): from the engine's I/O tensors (needs ``trt[tensorrt]``).
+- ``model.py``: from ``auto_complete_config`` when it has one, else ``--input``/``--output``.
+
+A new version of an existing model keeps that model's config.pbtxt when the new file fits it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from protos import model_config_pb2
+from server.backends.base import ModelFiles
+from server.backends.registry import BackendEntry, get_backend, resolve_entry
+from server.core.config_rules import check_config
+from server.core.errors import InvalidArgument, ModelConfigError
+from server.core.model_config import config_to_text, read_config_file
+from server.core.repository import version_folders
+from server.repo.tensor_spec import TensorSpec
+
+Config = model_config_pb2.ModelConfig
+DEFAULT_MAX_BATCH_SIZE = 4  # what Triton's auto-complete picks (--backend-config=default-max-batch-size)
+_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+# File suffix -> (backend, platform, file name in the version folder).
+_FORMATS = {
+    ".onnx": ("onnxruntime", "onnxruntime_onnx", "model.onnx"),
+    ".pt": ("pytorch", "pytorch_libtorch", "model.pt"),
+    ".pth": ("pytorch", "pytorch_libtorch", "model.pt"),
+    ".torchscript": ("pytorch", "pytorch_libtorch", "model.pt"),
+    ".plan": ("tensorrt", "tensorrt_plan", "model.plan"),
+    ".engine": ("tensorrt", "tensorrt_plan", "model.plan"),
+    ".py": ("python", "", "model.py"),
+}
+
+
+class RepoError(InvalidArgument):
+    """A ``trt repo`` command cannot do what was asked; the message says why and what to do."""
+
+
+@dataclass(frozen=True, slots=True)
+class AddOptions:
+    name: str | None = None
+    version: int | None = None
+    max_batch_size: int | None = None
+    dynamic_batching: bool | None = None  # None: as auto-complete decides
+    instances: int | None = None
+    kind: str | None = None  # "cpu" or "gpu"
+    inputs: tuple[TensorSpec, ...] = ()
+    outputs: tuple[TensorSpec, ...] = ()
+    force: bool = False
+
+    def shapes_config(self) -> bool:
+        """Whether the options say something about the config (so an existing one would change)."""
+        settings = (self.max_batch_size, self.dynamic_batching, self.instances, self.kind)
+        return any(value is not None for value in settings) or bool(self.inputs or self.outputs)
+
+
+@dataclass(frozen=True, slots=True)
+class AddResult:
+    model: str
+    version: int
+    model_dir: Path
+    model_file: Path
+    config_path: Path
+    config_written: bool  # False when the model's existing config.pbtxt was kept
+    config: Config
+
+
+def add_model(source: Path, repository: Path, options: AddOptions) -> AddResult:
+    if not source.is_file():
+        raise RepoError(f"no model file at {source}")
+    if source.suffix.lower() not in _FORMATS:
+        raise RepoError(
+            f"cannot tell the format of '{source.name}': trt repo add takes .onnx, .pt (TorchScript), "
+            ".plan (TensorRT) or model.py"
+        )
+    backend_name, platform, filename = _FORMATS[source.suffix.lower()]
+    name = options.name or default_name(source)
+    if not valid_model_name(name):
+        raise RepoError(f"'{name}' cannot be a model name: use letters, digits, '_', '-' and '.'")
+    model_dir = repository / name
+    existing = version_folders(model_dir)
+    version = options.version or max(existing, default=0) + 1
+    if version < 1:
+        raise RepoError("versions start at 1")
+    if version in existing and not options.force:
+        raise RepoError(
+            f"model '{name}' already has version {version} ({model_dir / str(version)}); pass --force to "
+            "replace it, or --version to choose another"
+        )
+    config_path = model_dir / "config.pbtxt"
+    keep_config = config_path.is_file() and not options.shapes_config()
+    if config_path.is_file() and not keep_config and not options.force:
+        raise RepoError(
+            f"{config_path} exists and the options given would change it; pass --force to replace it "
+            "(the old one is kept as config.pbtxt.orig)"
+        )
+    repository.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".trt-add-", dir=repository))
+    try:
+        staged_version = staging / str(version)
+        staged_version.mkdir()
+        staged_file = staged_version / filename
+        shutil.copy2(source, staged_file)
+        files = ModelFiles(name, version, model_dir, staged_version)
+        if keep_config:
+            config = read_config_file(config_path)
+            try:
+                _checked(config, files)
+            except ModelConfigError as exc:
+                if not options.force:
+                    raise RepoError(
+                        f"the new file does not fit {config_path}: {exc.message}; pass --force to write a "
+                        "new config from the file (the old one is kept as config.pbtxt.orig)"
+                    ) from None
+                keep_config = False
+        if not keep_config:
+            config = new_config(name, backend_name, platform, staged_file, files, options)
+        _move_into_place(staged_version, model_dir / str(version))
+        if not keep_config:
+            _write_config(config_path, config, source.name)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return AddResult(
+        name, version, model_dir, model_dir / str(version) / filename, config_path, not keep_config, config
+    )
+
+
+def valid_model_name(name: str) -> bool:
+    """Names that stay one folder inside the repository (no separators, no '..')."""
+    return bool(_NAME.match(name))
+
+
+def default_name(source: Path) -> str:
+    """The file's stem, or its folder's name for the conventional ``model.*`` files."""
+    if source.stem != "model":
+        return source.stem
+    for folder in (source.parent, source.parent.parent):
+        if folder.name and not folder.name.isdigit():
+            return folder.name
+    raise RepoError(f"cannot name the model from '{source}': give --name")
+
+
+def new_config(
+    name: str, backend_name: str, platform: str, model_file: Path, files: ModelFiles, options: AddOptions
+) -> Config:
+    config = Config(name=name, backend=backend_name, platform=platform)
+    if options.max_batch_size is not None:
+        if options.max_batch_size < 0:
+            raise RepoError("--max-batch-size must be 0 or more")
+        config.max_batch_size = options.max_batch_size
+    _add_tensors(config.input, options.inputs)
+    _add_tensors(config.output, options.outputs)
+    if backend_name == "pytorch":
+        _complete_torchscript(config, model_file, options)
+    elif backend_name == "python" and not options.inputs and not _has_auto_complete(model_file):
+        raise RepoError(
+            "model.py has no auto_complete_config(), so its tensors cannot be read from it: give each with "
+            "--input NAME:TYPE:DIMS and --output NAME:TYPE:DIMS"
+        )
+    if options.dynamic_batching is True:
+        config.dynamic_batching.SetInParent()
+    if options.instances is not None or options.kind is not None:
+        group = config.instance_group.add()
+        group.count = options.instances or 1
+        group.kind = _kind(options.kind)
+    if options.dynamic_batching and options.max_batch_size == 0:
+        raise RepoError("--dynamic-batching needs a batch dimension: give --max-batch-size N (N > 0)")
+    # Auto-complete picks this batch size for a model that can batch: an explicit 0 must stay 0.
+    batch_size = DEFAULT_MAX_BATCH_SIZE if options.max_batch_size is None else options.max_batch_size
+    get_backend(_backend_entry(config, files)).auto_complete(config, files, batch_size)
+    if config.max_batch_size == 0 or options.dynamic_batching is False:
+        config.ClearField("dynamic_batching")
+    if options.dynamic_batching and config.max_batch_size == 0:
+        raise RepoError("--dynamic-batching needs a model that batches: give --max-batch-size N (N > 0)")
+    _checked(config, files)
+    return config
+
+
+def _checked(config: Config, files: ModelFiles) -> None:
+    """The loader's checks, on a copy completed as the server would complete it."""
+    effective = Config()
+    effective.CopyFrom(config)
+    entry = _backend_entry(effective, files)
+    backend = get_backend(entry)
+    backend.auto_complete(effective, files, DEFAULT_MAX_BATCH_SIZE)
+    check_config(effective)
+    backend.validate(effective, files)
+
+
+def _backend_entry(config: Config, files: ModelFiles) -> BackendEntry:
+    return resolve_entry(config, [files.version_dir])
+
+
+def _complete_torchscript(config: Config, model_file: Path, options: AddOptions) -> None:
+    if not options.inputs:
+        from server.backends.pytorch import forward_signature
+
+        signature = forward_signature(model_file)
+        arguments = [a.name for a in signature.arguments or [] if not a.has_default]
+        example = " ".join(f"--input INPUT__{i}:FP32:DIMS" for i in range(len(arguments))) or "--input ..."
+        raise RepoError(
+            f"a TorchScript file records no tensor types or shapes: give each input of {signature.text} with "
+            f"--input NAME:TYPE:DIMS (e.g. {example}); outputs are read by running the model"
+        )
+    if options.outputs:
+        return  # every tensor stated: taken as written
+    from server.repo.torchscript_probe import probe_outputs
+
+    result = probe_outputs(model_file, options.inputs, try_batching=options.max_batch_size != 0)
+    if options.max_batch_size is None:
+        config.max_batch_size = DEFAULT_MAX_BATCH_SIZE if result.batches else 0
+        if result.batches and options.dynamic_batching is None:
+            config.dynamic_batching.SetInParent()  # as auto-complete does for a batching model
+    elif options.max_batch_size > 0 and not result.batches:
+        raise RepoError(
+            f"--max-batch-size {options.max_batch_size}: the model's outputs do not follow a batch dimension "
+            "added to its inputs; use --max-batch-size 0"
+        )
+    _add_tensors(config.output, result.outputs)
+
+
+def _has_auto_complete(model_py: Path) -> bool:
+    return "auto_complete_config" in model_py.read_text(encoding="utf-8", errors="replace")
+
+
+def _add_tensors(tensors: object, specs: tuple[TensorSpec, ...]) -> None:
+    for spec in specs:
+        tensor = tensors.add()  # type: ignore[attr-defined]
+        tensor.name = spec.name
+        tensor.data_type = model_config_pb2.DataType.Value(spec.data_type)
+        tensor.dims.extend(spec.dims)
+
+
+def _kind(kind: str | None) -> int:
+    kinds = {
+        None: model_config_pb2.ModelInstanceGroup.KIND_AUTO,
+        "auto": model_config_pb2.ModelInstanceGroup.KIND_AUTO,
+        "cpu": model_config_pb2.ModelInstanceGroup.KIND_CPU,
+        "gpu": model_config_pb2.ModelInstanceGroup.KIND_GPU,
+    }
+    if kind not in kinds:
+        raise RepoError(f"--kind takes cpu or gpu, got '{kind}'")
+    return kinds[kind]
+
+
+def _move_into_place(staged_version: Path, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if target.exists():
+        retired = target.with_name(f".{target.name}.replaced")
+        shutil.rmtree(retired, ignore_errors=True)
+        os.replace(target, retired)
+        os.replace(staged_version, target)
+        shutil.rmtree(retired, ignore_errors=True)
+    else:
+        os.replace(staged_version, target)
+
+
+def _write_config(path: Path, config: Config, source_name: str) -> None:
+    if path.exists():
+        shutil.copy2(path, path.with_name("config.pbtxt.orig"))
+    text = f"# Written by `trt repo add` from {source_name}; edit freely.\n" + config_to_text(config)
+    temporary = path.with_name(".config.pbtxt.tmp")
+    temporary.write_text(text, encoding="utf-8")
+    os.replace(temporary, path)

@@ -139,7 +139,7 @@ def free_port() -> int:
 class ServerProcess:
     """``trt serve`` in a subprocess on free loopback ports."""
 
-    repositories: list[Path]
+    repositories: list[Path | str]  # folders or s3:// paths
     extra_args: list[str] = field(default_factory=list)
     http_port: int = field(default_factory=free_port)
     grpc_port: int = field(default_factory=free_port)

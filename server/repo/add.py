@@ -185,6 +185,8 @@ def new_config(
     get_backend(_backend_entry(config, files)).auto_complete(config, files, batch_size)
     if config.max_batch_size == 0 or options.dynamic_batching is False:
         config.ClearField("dynamic_batching")
+    elif options.dynamic_batching is None and config.WhichOneof("scheduling_choice") is None:
+        config.dynamic_batching.SetInParent()  # a model that batches gets a batcher unless told not to
     if options.dynamic_batching and config.max_batch_size == 0:
         raise RepoError("--dynamic-batching needs a model that batches: give --max-batch-size N (N > 0)")
     _checked(config, files)
@@ -224,8 +226,6 @@ def _complete_torchscript(config: Config, model_file: Path, options: AddOptions)
     result = probe_outputs(model_file, options.inputs, try_batching=options.max_batch_size != 0)
     if options.max_batch_size is None:
         config.max_batch_size = DEFAULT_MAX_BATCH_SIZE if result.batches else 0
-        if result.batches and options.dynamic_batching is None:
-            config.dynamic_batching.SetInParent()  # as auto-complete does for a batching model
     elif options.max_batch_size > 0 and not result.batches:
         raise RepoError(
             f"--max-batch-size {options.max_batch_size}: the model's outputs do not follow a batch dimension "

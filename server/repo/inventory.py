@@ -14,6 +14,8 @@ from server.core.loader import effective_config, read_model_config
 from server.core.options import CoreOptions
 from server.core.repository import ModelRepository, version_folders
 from server.repo.add import RepoError
+from server.repo.findings import Severity
+from server.repo.validate import ModelCheck
 
 Config = model_config_pb2.ModelConfig
 
@@ -47,29 +49,27 @@ def open_repository(locations: Sequence[str | Path]) -> ModelRepository:
 
 
 def list_models(locations: Sequence[str | Path]) -> list[ModelSummary]:
+    """Each model as the server would load it; ``error`` is the first problem validate would report."""
     repository = open_repository(locations)
     options = CoreOptions(model_repositories=tuple(repository.roots))
     summaries: list[ModelSummary] = []
     for name, location in sorted(repository.scan().items()):
-        versions = sorted(version_folders(location.path))
-        try:
-            config, served, _ = effective_config(name, location.path, options)
-            error = ""
-        except ServerError as exc:
-            config, served, error = _raw_config(name, location.path), [], exc.message
+        checked = ModelCheck(location, repository, options).run()
+        config = checked.config or _raw_config(name, location.path)
+        errors = [f.message for f in checked.report.findings if f.severity == Severity.ERROR]
         summaries.append(
             ModelSummary(
                 name=name,
                 path=repository.display(location.path),
-                versions=versions,
-                served_versions=served,
+                versions=sorted(version_folders(location.path)),
+                served_versions=checked.report.versions,
                 backend=config.backend or config.platform,
                 inputs=[_describe(t) for t in config.input],
                 outputs=[_describe(t) for t in config.output],
                 max_batch_size=config.max_batch_size,
                 batching=describe_batching(config),
                 instances=_describe_instances(config),
-                error=error,
+                error=errors[0] if errors else "",
             )
         )
     return summaries

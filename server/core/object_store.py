@@ -59,20 +59,23 @@ class RemoteLocation:
     scheme: str  # "s3", "gs", "as", ...
     path: str  # bucket/prefix, no scheme, no trailing slash
     endpoint_url: str | None = None  # an S3-compatible store named in the path
+    account: str | None = None  # Azure: Triton's as://account/container/path names the account
 
     @classmethod
     def parse(cls, uri: str) -> RemoteLocation:
         scheme, _, rest = uri.partition("://")
         if scheme not in _SCHEMES:
             raise ModelLoadError(f"'{uri}' is not an object-store path (s3://, gs:// or as://)")
-        endpoint = None
+        endpoint = account = None
         if scheme == "s3" and (match := _ENDPOINT_IN_PATH.match(rest)):
             endpoint = f"{match.group(1) or 'http'}://{match.group(2)}"
             rest = match.group(3)
+        if scheme == "as":
+            account, _, rest = rest.strip("/").partition("/")
         path = rest.strip("/")
         if not path:
-            raise ModelLoadError(f"'{uri}' names no bucket")
-        return cls(uri.rstrip("/"), scheme, path, endpoint)
+            raise ModelLoadError(f"'{uri}' names no bucket or container")
+        return cls(uri.rstrip("/"), scheme, path, endpoint, account or None)
 
 
 class RemoteRepository:
@@ -103,6 +106,8 @@ class RemoteRepository:
                 import fsspec
 
                 options: dict[str, Any] = {}
+                if self.location.account:
+                    options["account_name"] = self.location.account
                 if protocol == "s3":
                     endpoint = (
                         self.location.endpoint_url

@@ -18,7 +18,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from server.core.object_store import RemoteRepository
+from server.core.object_store import RemoteLocation, RemoteRepository
 from tests.repo.catalogue import ADD_SUB
 from tests.repo.test_validate import run_trt
 from tests.support import ServerProcess, free_port, int_inputs, simple_inputs, write_simple
@@ -225,3 +225,20 @@ def test_the_mirror_downloads_only_what_changed(bucket: str, tmp_path: Path) -> 
     assert (mirror.root / "simple" / "labels.txt").read_text() == "relabelled\n"
     assert not (mirror.root / "other" / "config.pbtxt").exists()
     assert (mirror.root / "other" / "1" / "model.onnx").stat().st_mtime_ns == untouched
+
+
+@pytest.mark.parametrize(
+    ("uri", "path", "endpoint", "account"),
+    [
+        ("s3://bucket/models/", "bucket/models", None, None),
+        ("s3://10.0.0.1:9000/bucket/models", "bucket/models", "http://10.0.0.1:9000", None),
+        ("s3://https://store:9443/bucket/models", "bucket/models", "https://store:9443", None),
+        ("as://account/container/models", "container/models", None, "account"),
+        ("gs://bucket/models", "bucket/models", None, None),
+    ],
+)
+def test_object_store_paths_as_triton_writes_them(
+    uri: str, path: str, endpoint: str | None, account: str | None
+) -> None:
+    location = RemoteLocation.parse(uri)
+    assert (location.path, location.endpoint_url, location.account) == (path, endpoint, account)

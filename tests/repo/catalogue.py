@@ -148,6 +148,29 @@ ensemble_scheduling {
 }
 """
 
+ENSEMBLE_CYCLE = """platform: "ensemble"
+max_batch_size: 8
+input [ { name: "A" data_type: TYPE_INT32 dims: [ 16 ] } ]
+output [ { name: "SUM" data_type: TYPE_INT32 dims: [ 16 ] } ]
+ensemble_scheduling {
+  step [
+    {
+      model_name: "simple"
+      input_map { key: "INPUT0" value: "A" }
+      input_map { key: "INPUT1" value: "Y" }
+      output_map { key: "OUTPUT0" value: "X" }
+    },
+    {
+      model_name: "simple"
+      input_map { key: "INPUT0" value: "X" }
+      input_map { key: "INPUT1" value: "A" }
+      output_map { key: "OUTPUT0" value: "Y" }
+      output_map { key: "OUTPUT1" value: "SUM" }
+    }
+  ]
+}
+"""
+
 CATALOGUE: list[Fault] = [
     Fault("syntax_error", "error", "Couldn't parse integer: oops", "config.pbtxt", 2,
           onnx_model('platform: "onnxruntime_onnx"\nmax_batch_size: oops\n')),
@@ -220,6 +243,8 @@ CATALOGUE: list[Fault] = [
     Fault("ensemble_dtype_mismatch", "error",
           "ensemble tensor 'A' comes from the ensemble input as TYPE_FP32, but input 'INPUT0' of step 0 ('simple') "
           "takes TYPE_INT32", "config.pbtxt", 10, config_only(ENSEMBLE_HEAD % ("TYPE_FP32", "simple", "INPUT0", "A"))),
+    Fault("ensemble_cycle", "error", "the ensemble's steps 'simple', 'simple' form a cycle", "config.pbtxt", 7,
+          config_only(ENSEMBLE_CYCLE)),
     Fault("ensemble_tensor_never_produced", "error",
           "ensemble tensor 'B' is consumed by step 0 ('simple') but no ensemble input or step output produces it",
           "config.pbtxt", 11, config_only(ENSEMBLE_HEAD % ("TYPE_INT32", "simple", "INPUT0", "B"))),

@@ -120,7 +120,98 @@ def read_config_file(path: Path) -> model_config_pb2.ModelConfig:
 
 
 def config_to_text(config: model_config_pb2.ModelConfig) -> str:
-    return text_format.MessageToString(config)
+    """config.pbtxt as Triton's own examples write it: repeated values in brackets (``dims: [ 16 ]``,
+    ``input [ { ... }, { ... } ]``), fields in the order the proto declares them."""
+    lines: list[str] = []
+    _write_message(config, lines, "")
+    return "\n".join(lines) + "\n"
+
+
+# Fields printed even at their default: a sequence control's kind is what the entry is about, and
+# CONTROL_SEQUENCE_START is enum value 0, which proto3 would leave out.
+_ALWAYS_PRINTED = {"inference.ModelSequenceBatching.Control": "kind"}
+
+
+def _fields(message: Any) -> list[tuple[Any, Any]]:
+    fields = list(message.ListFields())
+    always = _ALWAYS_PRINTED.get(message.DESCRIPTOR.full_name)
+    if always and all(field.name != always for field, _ in fields):
+        field = message.DESCRIPTOR.fields_by_name[always]
+        fields.append((field, getattr(message, always)))
+        fields.sort(key=lambda item: item[0].number)
+    return fields
+
+
+def _write_message(message: Any, lines: list[str], indent: str) -> None:
+    for field, value in _fields(message):
+        if field.message_type is not None and field.message_type.GetOptions().map_entry:
+            for key in sorted(value):
+                entry = field.message_type._concrete_class(key=key, value=value[key])
+                _write_block(field.name, entry, lines, indent)
+        elif field.label == FieldDescriptor.LABEL_REPEATED:
+            if field.type == FieldDescriptor.TYPE_MESSAGE:
+                lines.append(f"{indent}{field.name} [")
+                for index, item in enumerate(value):
+                    lines.append(f"{indent}  {{")
+                    _write_message(item, lines, indent + "    ")
+                    lines.append(f"{indent}  }}" + ("," if index < len(value) - 1 else ""))
+                lines.append(f"{indent}]")
+            else:
+                items = ", ".join(_scalar(field, item) for item in value)
+                lines.append(f"{indent}{field.name}: [ {items} ]")
+        elif field.type == FieldDescriptor.TYPE_MESSAGE:
+            _write_block(field.name, value, lines, indent)
+        else:
+            lines.append(f"{indent}{field.name}: {_scalar(field, value)}")
+
+
+def _write_block(name: str, message: Any, lines: list[str], indent: str) -> None:
+    """A message on one line when it is short and flat (``parameters { key: "a" value { ... } }``)."""
+    compact = _one_line(message)
+    if compact is not None and len(indent) + len(name) + len(compact) < 100:
+        lines.append(f"{indent}{name} {{ {compact} }}" if compact else f"{indent}{name} {{ }}")
+        return
+    lines.append(f"{indent}{name} {{")
+    _write_message(message, lines, indent + "  ")
+    lines.append(f"{indent}}}")
+
+
+def _one_line(message: Any) -> str | None:
+    parts: list[str] = []
+    for field, value in _fields(message):
+        if field.type == FieldDescriptor.TYPE_MESSAGE:
+            if field.label == FieldDescriptor.LABEL_REPEATED:
+                return None
+            inner = _one_line(value)
+            if inner is None:
+                return None
+            parts.append(f"{field.name} {{ {inner} }}" if inner else f"{field.name} {{ }}")
+        elif field.label == FieldDescriptor.LABEL_REPEATED:
+            parts.append(f"{field.name}: [ {', '.join(_scalar(field, item) for item in value)} ]")
+        else:
+            parts.append(f"{field.name}: {_scalar(field, value)}")
+    return " ".join(parts)
+
+
+def _scalar(field: Any, value: Any) -> str:
+    if field.type == FieldDescriptor.TYPE_ENUM:
+        return str(field.enum_type.values_by_number[value].name)
+    if field.type == FieldDescriptor.TYPE_BOOL:
+        return "true" if value else "false"
+    if field.type in (FieldDescriptor.TYPE_STRING, FieldDescriptor.TYPE_BYTES):
+        text = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+        return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+    return text_format.MessageToString(_single(field, value), as_one_line=True).split(":", 1)[1].strip()
+
+
+def _single(field: Any, value: Any) -> Any:
+    """A one-field message holding ``value``, so protobuf prints the number (floats, int64) its way."""
+    holder = field.containing_type._concrete_class()
+    if field.label == FieldDescriptor.LABEL_REPEATED:
+        getattr(holder, field.name).append(value)
+    else:
+        setattr(holder, field.name, value)
+    return holder
 
 
 def config_to_dict(config: model_config_pb2.ModelConfig) -> dict[str, Any]:

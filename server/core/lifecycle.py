@@ -24,13 +24,14 @@ from server.core.errors import (
     ServerError,
     Unavailable,
 )
-from server.core.loader import LoadResult, close_instances, load_model
+from server.core.loader import LoadResult, close_instances, load_model, read_model_config
 from server.core.model import ModelVersion
 from server.core.options import CoreOptions, ModelControlMode
 from server.core.rate_limiter import RateLimiter
 from server.core.repository import ModelRepository, fingerprint
 from server.core.response_cache import ResponseCache
 from server.core.types import RepositoryIndexEntry
+from server.core.warmup import warm_request_level
 
 logger = logging.getLogger("trt.lifecycle")
 
@@ -159,6 +160,14 @@ class ModelManager:
                 wanted = list(self.repository.scan())
         else:
             wanted = list(self.repository.scan())
+        failures = await self._load_in_dependency_order(wanted)
+        if mode == ModelControlMode.POLL:
+            self._poller = asyncio.create_task(self._poll_forever(), name="trt-repository-poll")
+        return failures
+
+    async def _load_in_dependency_order(self, names: list[str]) -> dict[str, str]:
+        """Load models concurrently in waves, each ensemble after the models its steps run (as Triton
+        does), so an ensemble's warm-up finds them serving. Returns failures by model name."""
         failures: dict[str, str] = {}
 
         async def load_one(name: str) -> None:
@@ -167,10 +176,26 @@ class ModelManager:
             except ServerError as exc:
                 failures[name] = exc.message
 
-        await asyncio.gather(*(load_one(name) for name in wanted))
-        if mode == ModelControlMode.POLL:
-            self._poller = asyncio.create_task(self._poll_forever(), name="trt-repository-poll")
+        pending = {name: self._step_models(name) for name in names}
+        while pending:
+            ready = [name for name, needs in pending.items() if not needs & pending.keys()]
+            if not ready:  # steps that run each other: load them together and let them say why
+                ready = list(pending)
+            await asyncio.gather(*(load_one(name) for name in ready))
+            for name in ready:
+                del pending[name]
         return failures
+
+    def _step_models(self, name: str) -> set[str]:
+        """The models an ensemble's steps run (empty for other models and unreadable configs)."""
+        location = self.repository.locate(name)
+        if location is None:
+            return set()
+        try:
+            config = read_model_config(name, location.path)
+        except ServerError:
+            return set()
+        return {step.model_name for step in config.ensemble_scheduling.step} - {name}
 
     async def load(
         self,
@@ -201,6 +226,7 @@ class ModelManager:
                 logger.exception("loading '%s' failed unexpectedly", name)
                 self._record_failure(entry, was_serving, f"{type(exc).__name__}: {exc}")
                 raise ModelLoadError(f"failed to load '{name}': {type(exc).__name__}: {exc}") from None
+            await self._warm_request_level(result)
             if not result.versions:
                 reasons = "; ".join(f"version {v}: {r}" for v, r in sorted(result.failed.items()))
                 if not was_serving:
@@ -219,6 +245,23 @@ class ModelManager:
             if canary is not None:
                 logger.info("'%s': canary routing %s", name, canary.describe())
         logger.info("loaded '%s' versions %s", name, sorted(result.versions))
+
+    @staticmethod
+    async def _warm_request_level(result: LoadResult) -> None:
+        """Warm Python and ensemble instances on the loop (tensor backends were warmed while loading);
+        a version whose warm-up fails is dropped, as one whose load failed."""
+        for version, loaded in list(result.versions.items()):
+            try:
+                await warm_request_level(result.config, loaded.instances, loaded.files.model_dir, version)
+            except ServerError as exc:
+                for instance in {id(i): i for i in loaded.instances}.values():
+                    if hasattr(instance, "aclose"):
+                        await instance.aclose()  # finalize() runs, as on any unload
+                    else:
+                        instance.close()
+                del result.versions[version]
+                result.failed[version] = exc.message
+                logger.error("failed to load '%s' version %d: %s", result.config.name, version, exc.message)
 
     def _model_dir(self, name: str) -> Path:
         location = self.repository.locate(name)
@@ -306,14 +349,12 @@ class ModelManager:
         """Load new or changed models, unload removed ones."""
         await self.refresh_repository()
         on_disk = self.repository.scan()
-        for name, location in on_disk.items():
-            entry = self._entries.get(name)
-            if entry is not None and entry.fingerprint == fingerprint(location.path):
-                continue
-            try:
-                await self.load(name)
-            except ServerError as exc:
-                logger.error("%s", exc.message)
+        changed = [
+            name
+            for name, location in on_disk.items()
+            if (entry := self._entries.get(name)) is None or entry.fingerprint != fingerprint(location.path)
+        ]
+        await self._load_in_dependency_order(changed)  # each failure is logged by load()
         for name in set(self._entries) - set(on_disk):
             if self._entries[name].versions:
                 await self.unload(name)

@@ -1,20 +1,25 @@
 """Triton's ``model_warmup``: requests run on every instance before a version goes ready, so the first
 client request does not pay for lazy initialization. A warm-up that fails fails the load, as in Triton.
 
-Tensor backends (ONNX Runtime, PyTorch, TensorRT) are warmed instance by instance. Request-level
-instances (Python models, ensembles) are not: they run on the server's event loop, which a load in a
-worker thread cannot borrow; a config asking for it gets a warning."""
+Tensor backends (ONNX Runtime, PyTorch, TensorRT) are warmed instance by instance in the loading
+thread (``run_warmup``). Request-level instances (Python models, ensembles) run on the event loop, so
+the lifecycle warms them there (``warm_request_level``) after the threaded load and before the new
+version is swapped in: a reload still serves only warmed versions. Decoupled models answer through a
+response sender, not a return value, and are not warmed (a warning says so)."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 
 from protos import model_config_pb2
+from server.backends.base import BackendRequest, RequestLevelInstance
 from server.core.datatypes import config_to_wire, deserialize_bytes_tensor, element_count, wire_to_numpy
-from server.core.errors import ModelConfigError, ModelLoadError
+from server.core.errors import ModelConfigError, ModelLoadError, ServerError
 
 logger = logging.getLogger("trt.loader")
 
@@ -97,10 +102,8 @@ def run_warmup(
     if not config.model_warmup:
         return
     tensor_instances = [i for i in instances if hasattr(i, "execute")]
-    if len(tensor_instances) < len(instances):
-        logger.warning(
-            "'%s': model_warmup runs on tensor backends only; Python and ensemble skipped", config.name
-        )
+    if not tensor_instances:
+        return  # request-level instances: warm_request_level, on the event loop
     outputs = [output.name for output in config.output]
     for warmup, inputs in warmup_samples(config, model_dir):
         for instance in tensor_instances:
@@ -112,4 +115,33 @@ def run_warmup(
         logger.info(
             "'%s' version %d: warm-up '%s' ran %d time(s) on %d instance(s)",
             config.name, version, warmup.name, max(1, warmup.count), len(tensor_instances),
+        )  # fmt: skip
+
+
+async def warm_request_level(
+    config: model_config_pb2.ModelConfig, instances: Sequence[object], model_dir: Path, version: int
+) -> None:
+    """Run each warm-up ``count`` times on every request-level instance (Python models, ensembles)."""
+    # An ensemble lists one stateless runner many times over: each distinct instance is warmed once.
+    distinct = {id(i): i for i in instances if hasattr(i, "execute_requests")}
+    targets = [cast(RequestLevelInstance, i) for i in distinct.values()]
+    if not config.model_warmup or not targets:
+        return
+    if config.model_transaction_policy.decoupled:
+        logger.warning("'%s': model_warmup is not run for decoupled models", config.name)
+        return
+    outputs = tuple(output.name for output in config.output)
+    for warmup, inputs in warmup_samples(config, model_dir):
+        for instance in targets:
+            for count in range(max(1, warmup.count)):
+                request = BackendRequest(f"warmup-{warmup.name}-{count}", dict(inputs), outputs, {})
+                try:
+                    (response,) = await instance.execute_requests([request])
+                except ServerError as exc:
+                    raise ModelLoadError(f"model_warmup '{warmup.name}' failed: {exc.message}") from None
+                if response.error is not None:
+                    raise ModelLoadError(f"model_warmup '{warmup.name}' failed: {response.error.message}")
+        logger.info(
+            "'%s' version %d: warm-up '%s' ran %d time(s) on %d instance(s)",
+            config.name, version, warmup.name, max(1, warmup.count), len(targets),
         )  # fmt: skip

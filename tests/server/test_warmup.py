@@ -58,3 +58,74 @@ def test_warmups_run_on_every_instance_and_broken_ones_fail_only_their_model(tmp
         assert "'file_warm' version 1: warm-up 'first_request' ran 3 time(s) on 2 instance(s)" in log
     finally:
         server.stop()
+
+
+COUNTER_PY = """import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.calls = 0
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            self.calls += 1
+            if REFUSE:
+                error = pb_utils.TritonError("refusing warm-up data")
+                responses.append(pb_utils.InferenceResponse(error=error))
+            else:
+                calls = np.array([self.calls], dtype=np.int32)
+                responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("CALLS", calls)]))
+        return responses
+"""
+
+COUNTER_CONFIG = """backend: "python"
+input [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "CALLS" data_type: TYPE_INT32 dims: [ 1 ] } ]
+instance_group [ { kind: KIND_CPU count: 1 } ]
+model_warmup [ { name: "w" count: 3 inputs { key: "X" value { data_type: TYPE_FP32 dims: [ 1 ] zero_data: true } } } ]
+"""
+
+ENSEMBLE_CONFIG = """platform: "ensemble"
+max_batch_size: 8
+input [ { name: "A" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "B" data_type: TYPE_INT32 dims: [ 16 ] } ]
+output [ { name: "SUM" data_type: TYPE_INT32 dims: [ 16 ] } ]
+ensemble_scheduling { step [ { model_name: "simple" model_version: -1
+  input_map { key: "INPUT0" value: "A" } input_map { key: "INPUT1" value: "B" }
+  output_map { key: "OUTPUT0" value: "SUM" } } ] }
+model_warmup [ { name: "through_steps" batch_size: 2 count: 2
+  inputs { key: "A" value { data_type: TYPE_INT32 dims: [ 16 ] zero_data: true } }
+  inputs { key: "B" value { data_type: TYPE_INT32 dims: [ 16 ] random_data: true } } } ]
+"""
+
+
+def _python_model(repo: Path, name: str, refuse: bool) -> None:
+    (repo / name / "1").mkdir(parents=True)
+    (repo / name / "1" / "model.py").write_text(COUNTER_PY.replace("REFUSE", str(refuse)))
+    (repo / name / "config.pbtxt").write_text(COUNTER_CONFIG)
+
+
+def test_python_models_and_ensembles_are_warmed_before_they_serve(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    _python_model(repo, "counter", refuse=False)
+    _python_model(repo, "refuses_warmup", refuse=True)
+    write_simple(repo, "simple", SIMPLE_CONFIG)
+    (repo / "pipeline" / "1").mkdir(parents=True)
+    (repo / "pipeline" / "config.pbtxt").write_text(ENSEMBLE_CONFIG)
+    server = ServerProcess([repo], ["--exit-on-error=false"]).start(tmp_path)
+    try:
+        client = httpclient.InferenceServerClient(server.http_url)
+        x = httpclient.InferInput("X", [1], "FP32")
+        x.set_data_from_numpy(np.ones(1, np.float32))
+        assert client.infer("counter", [x]).as_numpy("CALLS").tolist() == [4]  # three warm-ups came first
+        index = {row["name"]: row for row in client.get_model_repository_index()}
+        assert index["refuses_warmup"]["state"] == "UNAVAILABLE"
+        assert "model_warmup 'w' failed: refusing warm-up data" in index["refuses_warmup"]["reason"]
+        assert client.is_model_ready("pipeline")
+        stats = client.get_inference_statistics("simple")["model_stats"][0]
+        assert stats["inference_count"] == 4  # the ensemble's two warm-ups of batch 2 ran through its step
+        assert "'pipeline' version 1: warm-up 'through_steps' ran 2 time(s) on 1 instance(s)" in server.log()
+    finally:
+        server.stop()

@@ -169,11 +169,12 @@ class ModelCheck:
                 "layout",
             )
             return self.result
-        if not self._read_config() or not self._check_versions():
+        readable, written = self._read_config()
+        if not readable or not self._check_versions():
             return self.result
-        try:
+        try:  # the parsed file goes in as the loader's override, so it is read once
             config, versions, available = effective_config(
-                self.location.name, self.location.path, self.options
+                self.location.name, self.location.path, self.options, written
             )
         except ServerError as exc:
             self.add_error(exc)
@@ -187,21 +188,21 @@ class ModelCheck:
         self._check_settings(config)
         return self.result
 
-    def _read_config(self) -> bool:
+    def _read_config(self) -> tuple[bool, Config | None]:
+        """(whether validation can go on, the parsed config.pbtxt or None when there is none)."""
         if not self.config_path.exists():
-            return True  # Triton auto-completes a missing config; the backend says if it cannot
+            return True, None  # Triton auto-completes a missing config; the backend says if it cannot
         try:
             text = self.config_path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             self.add(Severity.ERROR, f"cannot read config.pbtxt: {exc}", "config")
-            return False
+            return False, None
         self.result.lines = ConfigLines(text)
         try:
-            parse_config_text(text, self.repository.display(self.config_path))
+            return True, parse_config_text(text, self.repository.display(self.config_path))
         except ModelConfigError as exc:
             self.add(Severity.ERROR, exc.message, "config", line=exc.line)
-            return False
-        return True
+            return False, None
 
     def _check_versions(self) -> bool:
         model_dir = self.location.path

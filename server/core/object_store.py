@@ -23,6 +23,7 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -87,6 +88,9 @@ class RemoteRepository:
         label = re.sub(r"[^A-Za-z0-9_.-]+", "_", self.location.path)[-40:]
         self.root = (cache or cache_root() / "repositories") / f"{label}-{digest}"
         self._fs: Any = None
+        # Loads may ask for syncs concurrently; one sync's sweep of stale files must not meet another's
+        # half-downloaded ones.
+        self._syncing = threading.Lock()
 
     def __str__(self) -> str:
         return self.location.uri
@@ -125,6 +129,10 @@ class RemoteRepository:
 
     def sync(self) -> tuple[int, int]:
         """Bring the mirror up to date; return (files downloaded, files removed)."""
+        with self._syncing:
+            return self._sync()
+
+    def _sync(self) -> tuple[int, int]:
         fs = self.filesystem()
         try:
             listing = fs.find(self.location.path, withdirs=True, detail=True)

@@ -242,3 +242,14 @@ def test_object_store_paths_as_triton_writes_them(
 ) -> None:
     location = RemoteLocation.parse(uri)
     assert (location.path, location.endpoint_url, location.account) == (path, endpoint, account)
+
+
+def test_concurrent_syncs_of_one_mirror_do_not_trip_over_each_other(bucket: str, tmp_path: Path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    upload(local_repo(tmp_path, "a", "b", "c"), bucket, "models")
+    mirror = RemoteRepository(f"s3://{bucket}/models", cache=tmp_path / "mirror")
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda _: mirror.sync(), range(4)))
+    assert sorted(results) == [(0, 0), (0, 0), (0, 0), (9, 0)]
+    assert sorted(p.name for p in mirror.root.iterdir()) == [".trt-mirror.json", "a", "b", "c"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 import time
 from multiprocessing.connection import Connection
 from typing import Any
@@ -12,6 +13,7 @@ from typing import Any
 from perf.options import LoadKind, Protocol
 from perf.schedule import arrivals
 from perf.transport import ConnectionLost, RequestFailed
+from perf.worker.grpc_callbacks import CallbackLoop
 from perf.worker.plan import LoadAssignment, SourceFactory, WorkerPlan
 from perf.worker.records import Recorder
 from perf.worker.sources import RequestCycle, SequenceSource
@@ -24,11 +26,14 @@ MAX_OPEN_LOOP_LANES = 4096
 class AsyncRunner:
     def __init__(self, plan: WorkerPlan, conn: Connection) -> None:
         self.plan, self.conn = plan, conn
-        self.recorder = Recorder(plan.index, threaded=False)
+        # Closed-loop gRPC records from the callbacks' threads while the loop takes windows.
+        self.recorder = Recorder(plan.index, threaded=self._chains_callbacks())
         self.sources = SourceFactory(plan)
         self.tasks: set[asyncio.Task[Any]] = set()
         self.stopping = False
         self.channel: Any = None
+        self.callbacks: CallbackLoop | None = None  # closed-loop gRPC unary: see perf.worker.grpc_callbacks
+        self.sources_lock = threading.Lock()  # callbacks draw sequence steps from two threads
         self.done: asyncio.Future[None] | None = None
         self.fatal: str | None = None  # an unexpected client error, reported at the next flush
 
@@ -64,8 +69,9 @@ class AsyncRunner:
         except EOFError:
             command, argument = "stop", None
         if command == "flush":
-            if self.fatal is not None:
-                self.conn.send(("error", self.fatal))
+            fatal = self.fatal or (self.callbacks.fatal if self.callbacks is not None else None)
+            if fatal is not None:
+                self.conn.send(("error", fatal))
             else:
                 self.conn.send(("part", self.recorder.take()))
         elif command == "load":
@@ -162,7 +168,14 @@ class AsyncRunner:
         self.stopping = False
         self.lanes: list[tuple[Any, Source]] = []
         self.load_tasks: list[asyncio.Task[Any]] = []
-        if assignment.kind is LoadKind.CONCURRENCY:
+        if assignment.kind is LoadKind.CONCURRENCY and self._chains_callbacks():
+            self.callbacks = CallbackLoop(
+                self.plan.host, self.plan.port, self.plan.timeout_s, self.recorder, self._next_locked
+            )
+            slots = range(assignment.slot_offset, assignment.slot_offset + assignment.slots)
+            self.lanes = [(self._client(), self.sources.source(slot)) for slot in slots]
+            self.callbacks.start([source for _, source in self.lanes])
+        elif assignment.kind is LoadKind.CONCURRENCY:
             for slot in range(assignment.slots):
                 self.load_tasks.append(
                     self._spawn(self._closed_slot(assignment.slot_offset + slot, self.lanes))
@@ -174,9 +187,20 @@ class AsyncRunner:
         await asyncio.sleep(0)
         self.conn.send(("loaded", None))
 
+    def _chains_callbacks(self) -> bool:
+        return self.plan.protocol is Protocol.GRPC and not self.plan.streaming
+
+    def _next_locked(self, source: Source) -> bytes:
+        with self.sources_lock:
+            return source.next()
+
     async def _wind_down(self) -> None:
         """Stop the current level: let in-flight requests finish, end open sequences, close clients."""
         self.stopping = True
+        if self.callbacks is not None:
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(None, self.callbacks.stop, self.plan.timeout_s)
+            self.callbacks = None
         tasks = [t for t in self.tasks if t is not asyncio.current_task()]
         if tasks:
             _, pending = await asyncio.wait(tasks, timeout=self.plan.timeout_s)

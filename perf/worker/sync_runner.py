@@ -1,5 +1,7 @@
 """The blocking worker (``--sync``, perf_analyzer's default): one thread per concurrency slot, each with
-one request in flight; open loop: a pool of ``--max-threads`` threads sharing the arrival schedule."""
+one request in flight; open loop: a pool of ``--max-threads`` threads sharing the arrival schedule.
+Closed-loop gRPC unary slots chain completion callbacks instead of blocking a thread each
+(``perf.worker.grpc_callbacks``): the same load, at a fraction of the client's CPU."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from perf.options import LoadKind, Protocol
 from perf.schedule import arrivals
 from perf.transport import ConnectionLost, RequestFailed
 from perf.worker.async_runner import LATE_S
+from perf.worker.grpc_callbacks import CallbackLoop
 from perf.worker.plan import LoadAssignment, SourceFactory, WorkerPlan
 from perf.worker.records import Recorder
 from perf.worker.sources import RequestCycle, SequenceSource
@@ -27,6 +30,7 @@ class SyncRunner:
         self.ids_lock = threading.Lock()  # sequence ids are shared by the threads of this worker
         self.stop_event = threading.Event()
         self.threads: list[threading.Thread] = []
+        self.callbacks: CallbackLoop | None = None
         self.channel: Any = None
         self.fatal: str | None = None
         if plan.protocol is Protocol.GRPC:
@@ -44,8 +48,9 @@ class SyncRunner:
             except EOFError:
                 command, argument = "stop", None
             if command == "flush":
-                if self.fatal is not None:
-                    self.conn.send(("error", self.fatal))
+                fatal = self.fatal or (self.callbacks.fatal if self.callbacks is not None else None)
+                if fatal is not None:
+                    self.conn.send(("error", fatal))
                 else:
                     self.conn.send(("part", self.recorder.take()))
             elif command == "load":
@@ -131,7 +136,14 @@ class SyncRunner:
         self._wind_down()
         self.stop_event = threading.Event()
         targets: list[tuple[Callable[..., None], tuple[Any, ...]]]
-        if assignment.kind is LoadKind.CONCURRENCY:
+        if assignment.kind is LoadKind.CONCURRENCY and self._chains_callbacks():
+            self.callbacks = CallbackLoop(
+                self.plan.host, self.plan.port, self.plan.timeout_s, self.recorder, self._next
+            )
+            slots = range(assignment.slot_offset, assignment.slot_offset + assignment.slots)
+            self.callbacks.start([self._source(slot) for slot in slots])
+            targets = []
+        elif assignment.kind is LoadKind.CONCURRENCY:
             targets = [(self._closed_slot, (assignment.slot_offset + s,)) for s in range(assignment.slots)]
         elif assignment.schedule is None:
             targets = []
@@ -152,8 +164,17 @@ class SyncRunner:
             if self.fatal is None:
                 self.fatal = f"{type(error).__name__}: {error}"
 
+    def _chains_callbacks(self) -> bool:
+        return self.plan.protocol is Protocol.GRPC and not self.plan.streaming
+
     def _wind_down(self) -> None:
         self.stop_event.set()
+        if self.callbacks is not None:
+            self.callbacks.stop(self.plan.timeout_s)
+            client = self._client()
+            for slot in self.callbacks.slots:
+                self._finish(client, slot.source)
+            self.callbacks = None
         for thread in self.threads:
             thread.join(self.plan.timeout_s)
         self.threads = []

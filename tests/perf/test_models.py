@@ -38,7 +38,7 @@ def test_string_model(perf_server: ServerProcess, protocol: str) -> None:
     assert result["server"]["batch_sizes"] == {"2": result["server"]["execution_count"]}
 
 
-@pytest.mark.parametrize(("protocol", "mode"), [("http", "--async"), ("grpc", "--sync")])
+@pytest.mark.parametrize(("protocol", "mode"), [("http", "--async"), ("grpc", "--sync"), ("grpc", "--async")])
 def test_sequence_model(perf_server: ServerProcess, protocol: str, mode: str) -> None:
     # The server refuses a request of an unknown sequence without sequence_start, or one without an id:
     # any mistake in what trt perf sends shows up as errors here.

@@ -3,7 +3,9 @@
 Both servers load one repository holding Triton's own `add_sub` example (identical model.py). For
 each server and concurrency, NVIDIA's perf_analyzer (HTTP, binary tensors) measures throughput and
 p99; the server's CPU time (its process and every model process under it) divided by the requests
-it answered (statistics extension) gives CPU per request. One run, same machine: compare ratios.
+it answered (statistics extension) gives CPU per request, and the share of it spent in the model
+processes (trt's model process, Triton's python stub) is shown apart. One run, same machine:
+compare ratios.
 
 Needs the peers (../shared/PEERS.md):  WITH_PY_PEERS=0 bash ../shared/peers/setup.sh /tmp/trt-peers
 
@@ -23,6 +25,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import psutil
 from rich.console import Console
 from rich.table import Table
 
@@ -32,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from _common import free_port, measured_with_perf_analyzer  # noqa: E402
+from _common import answered_requests, free_port, measured_with_perf_analyzer  # noqa: E402
 
 from tests.backends.python_models import ADD_SUB, ADD_SUB_CONFIG  # noqa: E402
 
@@ -56,6 +59,11 @@ def wait_ready(port: int, process: subprocess.Popen[bytes], timeout: float = 90)
         except OSError:
             time.sleep(0.3)
     raise SystemExit("server did not become ready")
+
+
+def _cpu_seconds(process: psutil.Process) -> float:
+    times = process.cpu_times()
+    return float(times.user + times.system)
 
 
 def main() -> None:
@@ -96,6 +104,8 @@ def main() -> None:
             try:
                 wait_ready(ports[0], process)
                 for concurrency in levels:
+                    root = psutil.Process(process.pid)
+                    own_before, count_before = _cpu_seconds(root), answered_requests(ports[0], "add_sub")
                     result = measured_with_perf_analyzer(
                         perf_analyzer,
                         "add_sub",
@@ -106,6 +116,10 @@ def main() -> None:
                         concurrency,
                         args.interval_ms,
                     )
+                    count = answered_requests(ports[0], "add_sub") - count_before
+                    own_us = (_cpu_seconds(root) - own_before) / max(count, 1) * 1e6
+                    model_us = max(result["server_cpu_us_per_request"] - own_us, 0.0)
+                    result["model_cpu_us_per_request"] = model_us
                     rows.append({"server": name, "concurrency": concurrency, **result})
             finally:
                 process.terminate()
@@ -116,11 +130,13 @@ def main() -> None:
         shutil.rmtree(repo, ignore_errors=True)
 
     table = Table(title="Python-backend add_sub under perf_analyzer (HTTP, binary), one run")
-    for column in ("server", "concurrency", "infer/s", "p99 (us)", "server CPU/req (us)"):
+    columns = ("server", "concurrency", "infer/s", "p99 (us)", "server CPU/req (us)", "of it, model process")
+    for column in columns:
         table.add_column(column, justify="right")
     for row in rows:
         table.add_row(str(row["server"]), str(row["concurrency"]), f"{row['throughput']:,.0f}",
-                      f"{row['p99_us']:,.0f}", f"{row['server_cpu_us_per_request']:,.0f}")  # fmt: skip
+                      f"{row['p99_us']:,.0f}", f"{row['server_cpu_us_per_request']:,.0f}",
+                      f"{row['model_cpu_us_per_request']:,.0f}")  # fmt: skip
     ratios = Table(title="trt / Triton")
     for column in ("concurrency", "throughput ratio", "p99 ratio", "CPU/req ratio"):
         ratios.add_column(column, justify="right")

@@ -113,7 +113,12 @@ class BackendResponse:
 class RequestLevelInstance(Protocol):
     """An instance that takes whole requests (a list of them per execution) and answers each one,
     possibly with an error for some and outputs for others. ``execute_requests`` runs on the event
-    loop and must not block it."""
+    loop and must not block it.
+
+    An instance may also offer ``start_requests(requests, done)``, which starts an execution and
+    returns at once, calling ``done(responses, None)`` or ``done(None, error)`` on the loop when it
+    ends; the request scheduler prefers it, as it saves a task and two loop passes per execution
+    (the Python backend offers it)."""
 
     async def execute_requests(self, requests: list[BackendRequest]) -> list[BackendResponse]: ...
 

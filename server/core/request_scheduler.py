@@ -12,6 +12,7 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 
 from server.backends.base import BackendRequest, BackendResponse, RequestLevelInstance
 from server.core.errors import ServerError
@@ -66,9 +67,32 @@ class RequestScheduler:
                 batch.append(item)
                 total += item.batch_size
             self._stats.pending -= len(batch)
+            start = getattr(instance, "start_requests", None)
+            if start is not None:  # no task per execution: the instance calls back when it ends
+                done = partial(self._finish, instance, batch, total, time.perf_counter_ns())
+                start([item.request for item in batch], done)
+                continue
             task = asyncio.ensure_future(self._run_batch(instance, batch, total))
             self._running.add(task)
             task.add_done_callback(self._running.discard)
+
+    def _finish(
+        self,
+        instance: RequestLevelInstance,
+        batch: list[_Waiting],
+        total: int,
+        started: int,
+        responses: list[BackendResponse] | None,
+        error: BaseException | None,
+    ) -> None:
+        self._idle.append(instance)
+        self._dispatch()
+        if error is not None or responses is None:
+            for item in batch:
+                if not item.future.done():
+                    item.future.set_exception(error or ServerError("the execution ended without responses"))
+            return
+        self._record(batch, total, started, responses)
 
     async def _run_batch(self, instance: RequestLevelInstance, batch: list[_Waiting], total: int) -> None:
         started = time.perf_counter_ns()
@@ -88,6 +112,11 @@ class RequestScheduler:
             # The instance is busy until its execution ends, whoever stopped waiting for it.
             self._idle.append(instance)
             self._dispatch()
+        self._record(batch, total, started, responses)
+
+    def _record(
+        self, batch: list[_Waiting], total: int, started: int, responses: list[BackendResponse]
+    ) -> None:
         elapsed = time.perf_counter_ns() - started
         self._stats.record_execution(total, 0, elapsed, 0)
         for item, response in zip(batch, responses, strict=True):

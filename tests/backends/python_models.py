@@ -197,3 +197,59 @@ class TritonPythonModel:
     def execute(self, requests):
         return []
 """
+
+# Answers every input back as OUT_<name>, whatever its type or size.
+ECHO = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [
+            pb_utils.InferenceResponse([pb_utils.Tensor("OUT_" + t.name(), t.as_numpy()) for t in request.inputs()])
+            for request in requests
+        ]
+"""
+
+# Decoupled: COUNT responses sent from inside execute() as fast as it can, then the final flag.
+MANY_RESPONSES = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            count = int(pb_utils.get_input_tensor_by_name(request, "COUNT").as_numpy()[0])
+            sender = request.get_response_sender()
+            for index in range(count):
+                sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("INDEX", np.array([index], dtype=np.int32))]))
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+"""
+
+# Many BLS calls at once with asyncio: answers arrive for several waiting threads at a time.
+CONCURRENT_BLS = """
+import asyncio
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    async def execute(self, requests):
+        responses = []
+        for request in requests:
+            count = int(pb_utils.get_input_tensor_by_name(request, "COUNT").as_numpy()[0])
+            calls = [
+                pb_utils.InferenceRequest(
+                    model_name="echo", requested_output_names=["Y"],
+                    inputs=[pb_utils.Tensor("X", np.full(64, index, dtype=np.int64))],
+                ).async_exec()
+                for index in range(count)
+            ]
+            answers = await asyncio.gather(*calls)
+            firsts = [int(pb_utils.get_output_tensor_by_name(a, "Y").as_numpy()[0]) for a in answers]
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("FIRSTS", np.array(firsts, dtype=np.int64))]))
+        return responses
+"""

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import glob
 import json
+import mmap
 import os
 import signal
 import subprocess
@@ -19,6 +22,10 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from server.backends.base import BackendRequest, BackendResponse
+from server.backends.python.instance import ModelProcessDied, PythonModelInstance
+from server.backends.python.stub import _ipc
+from server.core.types import InferenceRequest, InferenceResponse, OutputTensor
 from tests.backends import python_models as models
 from tests.support import ServerProcess, int_inputs, write_simple
 
@@ -283,3 +290,178 @@ def test_a_packed_environment_is_unpacked_once_into_the_cache(tmp_path: Path) ->
         assert sorted(p.name for p in (repo / "packed").iterdir()) == ["1", "config.pbtxt", "env.tar.gz"]
     finally:
         proc.stop()
+
+
+# -- the channel between the server and a model's process, driven without a server ---------------
+
+
+def test_a_ring_keeps_order_across_its_end_spills_big_messages_and_says_when_it_is_full() -> None:
+    prefix = f"trt_test_{os.getpid()}_"
+    with mmap.mmap(-1, _ipc.Ring.bytes_needed(1024)) as buffer:
+        ring = _ipc.Ring(buffer, 0, 1024, prefix)
+        for round_ in range(50):  # crosses the end of the ring many times
+            assert ring.put(("message", round_, "x" * (round_ * 7 % 200)))
+            assert ring.get() == ("message", round_, "x" * (round_ * 7 % 200))
+        assert ring.get() is _ipc.EMPTY
+        big = np.arange(10_000, dtype=np.int64)  # over max_message: a segment of its own
+        assert ring.put(("big", big))
+        assert len(glob.glob(f"/dev/shm/{prefix}*")) == 1
+        _, received = ring.get()
+        np.testing.assert_array_equal(received, big)
+        assert glob.glob(f"/dev/shm/{prefix}*") == []  # the reader unlinked it
+        accepted = 0
+        while ring.put(("fill", accepted)):
+            accepted += 1
+        assert 5 < accepted < 40
+        assert [ring.get()[1] for _ in range(accepted)] == list(range(accepted))
+        assert ring.empty()
+        ring.close()
+
+
+def test_the_fenced_ring_other_architectures_use_carries_messages_between_threads(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """x86 needs no fences; aarch64 and POWER do. Both sides fence at once here, from two threads."""
+    fences = []
+
+    def counting_fence() -> None:
+        fences.append(1)
+        _ipc._lock_fence()
+
+    monkeypatch.setattr(_ipc, "_fence", counting_fence)
+    received: list[object] = []
+    with mmap.mmap(-1, _ipc.Ring.bytes_needed(256)) as buffer:
+        ring = _ipc.Ring(buffer, 0, 256, f"trt_test_{os.getpid()}_fence_")
+
+        def consume() -> None:
+            while len(received) < 2000:
+                message = ring.get()
+                if message is not _ipc.EMPTY:
+                    received.append(message)
+
+        consumer = threading.Thread(target=consume)
+        consumer.start()
+        for number in range(2000):
+            while not ring.put(number):
+                pass  # full: the consumer is behind
+        consumer.join(30)
+        ring.close()
+    assert received == list(range(2000))
+    assert len(fences) >= 4 * 2000  # two on each put, two on each get
+
+
+def _instance(tmp_path: Path, source: str, config: dict[str, object], **sizes: int) -> PythonModelInstance:
+    (tmp_path / "1").mkdir(exist_ok=True)
+    (tmp_path / "1" / "model.py").write_text(source)
+    args = {
+        "model_config": json.dumps({"name": "m", **config}),
+        "model_instance_kind": "CPU",
+        "model_instance_name": "m_0",
+        "model_instance_device_id": "0",
+        "model_repository": str(tmp_path),
+        "model_version": "1",
+        "model_name": "m",
+    }
+    return PythonModelInstance(
+        sys.executable, tmp_path / "1" / "model.py", args, None, [tmp_path / "1"], **sizes
+    )
+
+
+def test_tensors_larger_than_the_arena_and_the_rings_cross_both_ways(tmp_path: Path) -> None:
+    instance = _instance(tmp_path, models.ECHO, {}, arena_bytes=4096, ring_bytes=4096)
+    tag = instance._tag
+    small = np.arange(8, dtype=np.float32)
+    big = np.random.default_rng(0).random((300, 1000), dtype=np.float32)  # 1.2 MB
+    text = np.array([b"a", b"\x00b" * 5000, "caf\u00e9".encode()], dtype=np.object_)
+
+    async def scenario() -> list[BackendResponse]:
+        try:
+            answers = []
+            for inputs in ({"S": small, "B": big, "T": text}, {"S": small}, {"B": big}):
+                names = tuple(f"OUT_{name}" for name in inputs)
+                answers += await instance.execute_requests([BackendRequest("", inputs, names, {})])
+            assert glob.glob(f"/dev/shm/{tag}_x*") == []
+            return answers
+        finally:
+            await instance.aclose()
+
+    first, second, third = asyncio.run(scenario())
+    np.testing.assert_array_equal(first.outputs["OUT_S"], small)
+    np.testing.assert_array_equal(first.outputs["OUT_B"], big)
+    assert list(first.outputs["OUT_T"]) == list(text)
+    np.testing.assert_array_equal(second.outputs["OUT_S"], small)
+    np.testing.assert_array_equal(third.outputs["OUT_B"], big)
+    assert glob.glob(f"/dev/shm/{tag}*") == []
+
+
+def test_a_model_that_sends_faster_than_its_ring_drains_waits_and_loses_nothing(tmp_path: Path) -> None:
+    instance = _instance(tmp_path, models.MANY_RESPONSES, {}, ring_bytes=4096)
+    received: list[int] = []
+    finals: list[bool] = []
+
+    def on_response(answer: BackendResponse | None, final: bool) -> None:
+        if answer is not None:
+            received.append(int(answer.outputs["INDEX"][0]))
+        finals.append(final)
+
+    async def scenario() -> None:
+        try:
+            request = BackendRequest("", {"COUNT": np.array([3000], dtype=np.int32)}, ("INDEX",), {})
+            request.on_response = on_response
+            await instance.execute_requests([request])
+        finally:
+            await instance.aclose()
+
+    asyncio.run(scenario())
+    assert received == list(range(3000))
+    assert finals[-1] and not any(finals[:-1])
+
+
+def test_a_dead_process_fails_what_it_held_and_is_restarted(tmp_path: Path) -> None:
+    instance = _instance(tmp_path, models.BATCH_ERRORS, {})
+    value = {"VALUE": np.array([[4]], dtype=np.int32)}
+
+    async def scenario() -> tuple[int, BackendResponse]:
+        try:
+            first = instance.pid
+            in_flight = asyncio.ensure_future(
+                instance.execute_requests([BackendRequest("", value, ("DOUBLE",), {})])
+            )
+            await asyncio.sleep(0.1)
+            os.kill(first, signal.SIGKILL)
+            with pytest.raises(ModelProcessDied, match="exited"):
+                await in_flight
+            [answer] = await instance.execute_requests([BackendRequest("", value, ("DOUBLE", "PID"), {})])
+            return first, answer
+        finally:
+            await instance.aclose()
+
+    first, answer = asyncio.run(scenario())
+    assert answer.outputs["DOUBLE"][0][0] == 8
+    assert answer.outputs["PID"][0][0] != first
+
+
+class _EchoServices:
+    """The server as BLS sees it: answers model 'echo' with its input, a little later."""
+
+    async def infer(self, request: InferenceRequest) -> InferenceResponse:
+        await asyncio.sleep(0.001)
+        data = request.inputs[0].data
+        assert data is not None
+        return InferenceResponse("echo", "1", request.id, [OutputTensor("Y", "INT64", data.shape, data)])
+
+
+def test_many_bls_answers_at_once_reach_their_callers_through_a_small_ring(tmp_path: Path) -> None:
+    instance = _instance(tmp_path, models.CONCURRENT_BLS, {}, ring_bytes=4096)
+    instance.services = _EchoServices()
+
+    async def scenario() -> list[BackendResponse]:
+        try:
+            count = {"COUNT": np.array([60], dtype=np.int32)}
+            return await instance.execute_requests([BackendRequest("", count, ("FIRSTS",), {})])
+        finally:
+            await instance.aclose()
+
+    [answer] = asyncio.run(scenario())
+    assert answer.error is None, answer.error
+    assert list(answer.outputs["FIRSTS"]) == list(range(60))

@@ -1,23 +1,28 @@
-"""One instance of a Python model: a child process, its shared-memory arenas and its connection.
+"""One instance of a Python model: a child process, its shared-memory arenas and its rings.
 
-The event loop reads the connection with ``add_reader`` (no thread hop). Inputs are written into
-the input arena, outputs read back from the output arena; BYTES tensors travel in the frames. A
-child that dies fails the requests it held and is started again; requests that arrive meanwhile
-wait for the new one.
+Messages cross through two shared-memory rings (``_ipc.Ring``), each message announced on an
+eventfd; the event loop waits on the model's eventfd with ``add_reader`` (no thread hop). Inputs
+are written into the input arena, outputs read back from the output arena; BYTES tensors travel
+in the messages. The socket that carried start-up stays open to tell each side when the other
+exits: a child that dies fails the requests it held and is started again; requests that arrive
+meanwhile wait for the new one.
 """
 
 from __future__ import annotations
 
 import asyncio
+import glob
 import logging
 import os
 import secrets
 import socket
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from multiprocessing import shared_memory
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from server.backends.base import BackendRequest, BackendResponse, ServerServices
 from server.backends.python.stub import _ipc
@@ -36,6 +41,7 @@ logger = logging.getLogger("trt.backends.python")
 
 STUB = Path(__file__).resolve().parent / "stub" / "trt_python_stub.py"
 ARENA_BYTES = 16 * 1024 * 1024
+RING_BYTES = 1 << 20  # per direction; a message over a quarter of it spills into a segment of its own
 START_TIMEOUT_S = 120.0
 
 # pb_utils.TritonError codes <-> the core's errors.
@@ -55,17 +61,27 @@ class ModelProcessDied(ServerError):
     """The model's process exited while it held the request."""
 
 
-@dataclass
+# Called once per execution, from the event loop: (responses, None) or (None, the error).
+ExecutionDone = Callable[[list[BackendResponse] | None, BaseException | None], None]
+
+
+@dataclass(slots=True)
 class _Execution:
-    future: asyncio.Future[list[BackendResponse]]
+    done: ExecutionDone
     count: int
-    responses: list[list[BackendResponse]] = field(default_factory=list)
+    responses: list[list[BackendResponse]]
+    streams: list[Any]  # per request: its on_response callback or None
     finals: set[int] = field(default_factory=set)
     returned: bool = False  # execute() has returned (with None: answers come through senders)
-    streams: list[Any] = field(default_factory=list)  # per request: its on_response callback or None
+    settled: bool = False
+
+    def settle(self, answers: list[BackendResponse] | None, error: BaseException | None = None) -> None:
+        if not self.settled:
+            self.settled = True
+            self.done(answers, error)
 
     def settle_if_complete(self) -> None:
-        if self.future.done() or not self.returned or len(self.finals) < self.count:
+        if self.settled or not self.returned or len(self.finals) < self.count:
             return
         answers = []
         for index, responses in enumerate(self.responses):
@@ -77,22 +93,33 @@ class _Execution:
                 )
             else:
                 answers.append(responses[0])
-        self.future.set_result(answers)
+        self.settle(answers)
 
 
 class PythonModelInstance:
     def __init__(self, python: str, model_py: Path, args: dict[str, str], services: ServerServices | None,
-                 extra_path: list[Path]) -> None:  # fmt: skip
+                 extra_path: list[Path], arena_bytes: int = ARENA_BYTES,
+                 ring_bytes: int = RING_BYTES) -> None:  # fmt: skip
         self.python = python
         self.model_py = model_py
         self.args = args
         self.services = services
         self.extra_path = extra_path
-        tag = f"trt_{os.getpid()}_{secrets.token_hex(4)}"
-        self._input_memory = shared_memory.SharedMemory(name=f"{tag}_in", create=True, size=ARENA_BYTES)
-        self._output_memory = shared_memory.SharedMemory(name=f"{tag}_out", create=True, size=ARENA_BYTES)
-        self._input_arena = _ipc.Arena(self._input_memory.name, ARENA_BYTES)
-        self._output_arena = _ipc.Arena(self._output_memory.name, ARENA_BYTES)
+        self._tag = tag = f"trt_{os.getpid()}_{secrets.token_hex(4)}"
+        self._arena_bytes = arena_bytes
+        self._ring_bytes = ring_bytes
+        control_bytes = 2 * _ipc.Ring.bytes_needed(ring_bytes)
+        self._memories = [
+            shared_memory.SharedMemory(name=f"{tag}_in", create=True, size=arena_bytes),
+            shared_memory.SharedMemory(name=f"{tag}_out", create=True, size=arena_bytes),
+            shared_memory.SharedMemory(name=f"{tag}_ctl", create=True, size=control_bytes),
+        ]
+        self._input_arena = _ipc.Arena(f"{tag}_in", arena_bytes)
+        self._output_arena = _ipc.Arena(f"{tag}_out", arena_bytes)
+        self._control = _ipc.map_segment(f"{tag}_ctl", control_bytes)
+        self._outbox, self._inbox = _ipc.ring_pair(self._control, ring_bytes, f"{tag}_x")
+        self._backlog: list[Any] = []  # messages waiting for room in the outbox (rare)
+        self._to_model = self._to_server = -1  # eventfds
         self._executions: dict[int, _Execution] = {}
         self._next_execution = 0
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -113,67 +140,95 @@ class PythonModelInstance:
 
     def _start_process(self) -> None:
         """Start the child and run ``initialize`` (blocking: called from a loader thread)."""
+        self._outbox.reset()
+        self._inbox.reset()
+        to_model, to_server = os.eventfd(0), os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         parent, child = socket.socketpair()
         env = dict(os.environ)
         paths = [str(STUB.parent), *(str(p) for p in self.extra_path)]
         env["PYTHONPATH"] = os.pathsep.join(paths + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
         try:
             self._process = subprocess.Popen(
-                [self.python, str(STUB), "--fd", str(child.fileno())], pass_fds=(child.fileno(),), env=env
+                [self.python, str(STUB), "--fd", str(child.fileno())],
+                pass_fds=(child.fileno(), to_model, to_server),
+                env=env,
             )
         except OSError as exc:
             parent.close()
+            os.close(to_model)
+            os.close(to_server)
             raise ModelLoadError(f"cannot start the Python model process with {self.python}: {exc}") from None
         finally:
             child.close()
         parent.settimeout(START_TIMEOUT_S)
-        arenas = ((self._input_memory.name, ARENA_BYTES), (self._output_memory.name, ARENA_BYTES))
+        channel = {
+            "segment": f"{self._tag}_ctl",
+            "size": 2 * _ipc.Ring.bytes_needed(self._ring_bytes),
+            "capacity": self._ring_bytes,
+            "spill_prefix": f"{self._tag}_x",
+            "wait_fd": to_model,
+            "wake_fd": to_server,
+        }
+        arenas = ((f"{self._tag}_in", self._arena_bytes), (f"{self._tag}_out", self._arena_bytes))
         try:
-            parent.sendall(_ipc.encode_frame(("init", self.args, str(self.model_py), *arenas)))
+            parent.sendall(_ipc.encode_frame(("init", self.args, str(self.model_py), *arenas, channel)))
             frames = _ipc.BlockingFrameSource(parent)
             reply = frames.next()
             while reply[0] == "log":  # initialize() may log before it finishes
                 self._dispatch(reply)
                 reply = frames.next()
         except (OSError, EOFError) as exc:
-            self._process.kill()
-            parent.close()
-            raise ModelLoadError(
-                f"the Python model process exited during start-up ({exc}); see the log for its output"
-            ) from None
+            reply = ("init_error", f"the Python model process exited during start-up ({exc})", "")
         if reply[0] != "ready":
             self._process.kill()
+            self._process.wait()
             parent.close()
-            logger.error("initialize() of %s failed:\n%s", self.model_py, reply[2])
-            raise ModelLoadError(f"initialize() failed: {reply[1]}")
+            os.close(to_model)
+            os.close(to_server)
+            if reply[2]:
+                logger.error("initialize() of %s failed:\n%s", self.model_py, reply[2])
+                raise ModelLoadError(f"initialize() failed: {reply[1]}")
+            raise ModelLoadError(f"{reply[1]}; see the log for its output")
         parent.setblocking(False)
         self._sock = parent
-        self._frames = _ipc.FrameReader()
-        self._loop = None  # the reader is attached on first use, from the event loop
+        self._late_frames = _ipc.FrameReader()
+        self._to_model, self._to_server = to_model, to_server
+        self._loop = None  # the readers are attached on first use, from the event loop
 
     def _attach(self) -> None:
-        loop = asyncio.get_running_loop()
         if self._loop is None:
-            self._loop = loop
-            loop.add_reader(self._sock.fileno(), self._on_readable)
+            loop = self._loop = asyncio.get_running_loop()
+            loop.add_reader(self._to_server, self._on_messages)
+            loop.add_reader(self._sock.fileno(), self._on_socket)
 
-    def _on_readable(self) -> None:
+    def _on_messages(self) -> None:
         try:
-            data = self._sock.recv(1 << 20)
+            os.eventfd_read(self._to_server)
+        except BlockingIOError:
+            pass
+        inbox, empty = self._inbox, _ipc.EMPTY
+        message = inbox.get()
+        while message is not empty:
+            self._dispatch(message)
+            message = inbox.get()
+
+    def _on_socket(self) -> None:
+        try:
+            data = self._sock.recv(4096)
         except BlockingIOError:
             return
         except OSError:
             data = b""
-        if not data:
+        if not data:  # it exited
             self._on_death()
             return
-        for message in self._frames.feed(data):
+        for message in self._late_frames.feed(data):  # sent before it switched to the rings
             self._dispatch(message)
 
     def _on_death(self) -> None:
         assert self._loop is not None
-        self._loop.remove_reader(self._sock.fileno())
-        self._sock.close()
+        self._on_messages()  # what it sent before it died still counts
+        self._disconnect()
         code = self._process.poll()  # None if it closed the socket but has not exited yet
         if self._closed:
             return
@@ -185,15 +240,34 @@ class PythonModelInstance:
             f"the Python model process (pid {pid}) exited with code {code} before answering; "
             "it is being restarted"
         )
-        for execution in self._executions.values():
-            if not execution.future.done():
-                execution.future.set_exception(error)
+        for execution in list(self._executions.values()):
+            execution.settle(None, error)
         self._executions.clear()
-        self._loop = None
+        self._backlog.clear()
+        self._remove_spills()
         self._restarting = asyncio.get_running_loop().create_future()
         task = asyncio.get_running_loop().create_task(self._restart(self._restarting))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    def _disconnect(self) -> None:
+        """Stop watching the child and close this side of its connection."""
+        if self._loop is not None:
+            self._loop.remove_reader(self._to_server)
+            self._loop.remove_reader(self._sock.fileno())
+            self._loop = None
+        self._sock.close()
+        for fd in (self._to_model, self._to_server):
+            if fd >= 0:
+                os.close(fd)
+        self._to_model = self._to_server = -1
+
+    def _remove_spills(self) -> None:
+        for path in glob.glob(f"/dev/shm/{self._tag}_x*"):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
 
     async def _restart(self, done: asyncio.Future[None]) -> None:
         try:
@@ -226,7 +300,7 @@ class PythonModelInstance:
             if final:
                 execution.finals.add(index)
             execution.settle_if_complete()
-            if execution.future.done():
+            if execution.settled:
                 self._executions.pop(number, None)
         elif kind == "bls":
             task = asyncio.get_running_loop().create_task(self._bls(message[1], message[2]))
@@ -249,7 +323,7 @@ class PythonModelInstance:
             if payload.get("traceback"):
                 logger.debug("execute() of %s raised:\n%s", self.model_py, payload["traceback"])
             error = _ERRORS_BY_CODE.get(code, ServerError)(message)
-            execution.future.set_result([BackendResponse({}, error=error) for _ in range(execution.count)])
+            execution.settle([BackendResponse({}, error=error) for _ in range(execution.count)])
         elif payload["responses"] is None:
             execution.returned = True
             execution.settle_if_complete()
@@ -258,8 +332,8 @@ class PythonModelInstance:
             for index, stream in enumerate(execution.streams):
                 if stream is not None:  # a decoupled model that returned its responses anyway
                     stream(answers[index], True)
-            execution.future.set_result(answers)
-        if execution.future.done():
+            execution.settle(answers)
+        if execution.settled:
             self._executions.pop(number, None)
 
     def _response(self, described: dict[str, Any], copy: bool) -> BackendResponse:
@@ -302,74 +376,97 @@ class PythonModelInstance:
         except Exception as exc:
             logger.exception("BLS call from %s failed", self.model_py)
             answers = [{"error": (f"{type(exc).__name__}: {exc}", 1)}]
-        if self._loop is not None and not self._closed:
-            await self._send(("bls_result", call, answers))
+        if not self._closed:
+            self._post(("bls_result", call, answers))
 
-    async def _send(self, message: Any) -> None:
-        assert self._loop is not None
-        frame = _ipc.encode_frame(message)
-        try:
-            sent = self._sock.send(frame)  # nearly always all of it: the socket buffer is large
-        except BlockingIOError:
-            sent = 0
-        if sent < len(frame):
-            await self._loop.sock_sendall(self._sock, frame[sent:])
+    def _post(self, message: Any) -> None:
+        """Send ``message`` to the child: into its ring, then a wake-up on its eventfd."""
+        if self._to_model < 0:
+            return  # no child (it died; the requests it held have failed)
+        if self._backlog or not self._outbox.put(message):
+            self._backlog.append(message)
+            if len(self._backlog) == 1:
+                asyncio.get_running_loop().call_later(0.001, self._flush_backlog)
+            return
+        os.eventfd_write(self._to_model, 1)
+
+    def _flush_backlog(self) -> None:
+        while self._backlog and self._to_model >= 0 and self._outbox.put(self._backlog[0]):
+            self._backlog.pop(0)
+            os.eventfd_write(self._to_model, 1)
+        if self._backlog and self._to_model >= 0:
+            asyncio.get_running_loop().call_later(0.001, self._flush_backlog)
 
     # -- the RequestLevelInstance interface -----------------------------------------------------
 
     async def execute_requests(self, requests: list[BackendRequest]) -> list[BackendResponse]:
-        if self._closed:
-            raise Unavailable("the model is unloading")
+        future: asyncio.Future[list[BackendResponse]] = asyncio.get_running_loop().create_future()
+
+        def done(answers: list[BackendResponse] | None, error: BaseException | None) -> None:
+            if not future.done():
+                if error is not None:
+                    future.set_exception(error)
+                else:
+                    future.set_result(cast(list[BackendResponse], answers))
+
+        self.start_requests(requests, done)
+        return await future
+
+    def start_requests(self, requests: list[BackendRequest], done: ExecutionDone) -> None:
+        """``execute_requests`` without a coroutine: the execution is on its way to the model when
+        this returns, and ``done`` is called from the event loop when it ends (a scheduler saves a
+        task and two trips through the loop per execution)."""
+        if self._closed:  # answered from the loop: a scheduler may call again from ``done``
+            asyncio.get_running_loop().call_soon(done, None, Unavailable("the model is unloading"))
+            return
         if self._restarting is not None:
-            await asyncio.shield(self._restarting)
-        self._attach()
-        self._input_arena.reset()
+            self._restarting.add_done_callback(partial(self._after_restart, requests, done))
+            return
+        if self._loop is None:
+            self._attach()
+        arena = self._input_arena
+        arena.reset()
+        pack = _ipc.pack_tensors
         metas = [
-            {
-                "id": r.id,
-                "inputs": _ipc.pack_tensors(r.inputs, self._input_arena),
-                "outputs": list(r.requested_outputs),
-                "parameters": r.parameters,
-                "correlation_id": r.correlation_id,
-                "flags": r.flags,
-            }
+            (r.id, pack(r.inputs, arena), r.requested_outputs, r.parameters, r.correlation_id, r.flags)
             for r in requests
         ]
         number = self._next_execution
         self._next_execution += 1
-        assert self._loop is not None
-        execution = _Execution(
-            self._loop.create_future(),
-            len(requests),
-            [[] for _ in requests],
-            streams=[r.on_response for r in requests],
+        self._executions[number] = _Execution(
+            done, len(requests), [[] for _ in requests], [r.on_response for r in requests]
         )
-        self._executions[number] = execution
-        await self._send(("execute", number, metas))
-        return await execution.future
+        self._post(("execute", number, metas))
+
+    def _after_restart(
+        self, requests: list[BackendRequest], done: ExecutionDone, restart: asyncio.Future[None]
+    ) -> None:
+        if restart.cancelled():
+            done(None, Unavailable("the Python model process was not restarted"))
+        elif restart.exception() is not None:
+            done(None, restart.exception())
+        else:
+            self.start_requests(requests, done)
 
     async def aclose(self) -> None:
         """Run the model's finalize(), stop the process and free the arenas."""
         if self._closed:
             return
         self._closed = True
-        if self._loop is not None:
+        if self._restarting is not None:
             try:
-                await self._send(("finalize",))
-            except OSError:
+                await asyncio.shield(self._restarting)
+            except Exception:
                 pass
-            self._loop.remove_reader(self._sock.fileno())
-        else:
-            try:
-                self._sock.setblocking(True)
-                self._sock.sendall(_ipc.encode_frame(("finalize",)))
-            except OSError:
-                pass
+        self._post(("finalize",))
         try:
             await asyncio.wait_for(asyncio.to_thread(self._process.wait), timeout=10)
         except TimeoutError:
             self._process.kill()
-        self._sock.close()
+            await asyncio.to_thread(self._process.wait)
+        if self._loop is not None and self._to_server >= 0:
+            self._on_messages()  # the last log lines of finalize()
+        self._disconnect()
         self._release_memory()
 
     def close(self) -> None:
@@ -378,12 +475,23 @@ class PythonModelInstance:
         if getattr(self, "_process", None) is not None and self._process.poll() is None:
             self._process.kill()
             self._process.wait()
+        if getattr(self, "_sock", None) is not None:
+            if self._loop is not None and self._loop.is_closed():
+                self._loop = None
+            self._disconnect()
         self._release_memory()
 
     def _release_memory(self) -> None:
+        self._remove_spills()
+        for ring in (self._outbox, self._inbox):
+            ring.close()
         for arena in (self._input_arena, self._output_arena):
             arena.close()
-        for memory in (self._input_memory, self._output_memory):
+        try:
+            self._control.close()
+        except BufferError:
+            pass
+        for memory in self._memories:
             try:
                 memory.close()
                 memory.unlink()

@@ -1,26 +1,63 @@
-"""Frames and tensors between the server and a Python model's process.
+"""Messages and tensors between the server and a Python model's process.
 
 Imported by both sides: as ``server.backends.python.stub._ipc`` in the server and as ``_ipc`` in the
 model process (whose ``sys.path`` holds only this folder and the model's own environment). It uses
 nothing but the standard library and numpy, so it runs under whatever interpreter the model's
 ``EXECUTION_ENV_PATH`` names.
 
-A frame is a 4-byte little-endian length followed by a pickle. Fixed-size tensors travel through a
-shared-memory arena written at offsets; only (name, datatype, shape, offset, size) cross the socket.
-BYTES tensors and tensors that do not fit the arena are pickled into the frame.
+After start-up, messages (pickles) travel through two single-producer single-consumer rings in a
+shared-memory segment, one per direction, and each message is announced by writing to an eventfd:
+one cheap system call per side and message, no socket buffers, and no spurious wake-ups (reading a
+unix socket wakes its writer's waiters). A message too big for its ring travels in a segment of its
+own ("spill"), which the reader unlinks. Fixed-size tensors travel through a shared-memory arena
+written at offsets; only (name, datatype, shape, offset) cross in the message. BYTES tensors and
+tensors that do not fit the arena are pickled into the message. The socket that started the
+process stays open only so that each side sees the other exit.
+
+The rings need a reader that sees the new tail to see the bytes before it, and a writer that sees
+the new head to find the reader done with the bytes behind it. x86 orders stores (and loads) that
+way by itself; elsewhere (aarch64, POWER) ``_fence`` puts a full barrier between the two, made by
+handing a held lock back and forth (an unlock then a lock, which those mutexes order). Aligned 8-byte
+stores of the head and tail are atomic on both. Only the x86 path has run here.
 """
 
 from __future__ import annotations
 
+import ctypes
+import math
 import mmap
 import os
 import pickle
+import platform
 import struct
+import sys
+import threading
 from typing import Any
 
 import numpy as np
 
+
+def _lock_fence() -> None:
+    """A full memory barrier on the calling thread: an unlock followed by a lock of a lock it holds."""
+    lock = getattr(_FENCE_LOCKS, "lock", None)
+    if lock is None:
+        lock = _FENCE_LOCKS.lock = threading.Lock()
+        lock.acquire()
+    lock.release()
+    lock.acquire()
+
+
+def _no_fence() -> None:
+    pass
+
+
+_FENCE_LOCKS = threading.local()  # one held lock per thread: threads fence independently
+# x86 keeps stores in order and loads in order: no fence is needed there.
+_fence = _no_fence if platform.machine().lower() in ("x86_64", "amd64", "i386", "i686") else _lock_fence
+
 _LENGTH = struct.Struct("<I")
+_WRAP = 0xFFFFFFFF  # in a ring: the next message starts at the beginning of the data
+_SPILL = 0xFFFFFFFE  # in a ring: the message is in a segment of its own, named by what follows
 PICKLE_PROTOCOL = 5
 
 # Wire datatype names for numpy dtypes; object arrays are BYTES.
@@ -77,11 +114,178 @@ class BlockingFrameSource:
 
     def next(self) -> Any:
         while not self._ready:
-            data = self._sock.recv(1 << 20)
+            data = self._sock.recv(65536)
             if not data:
                 raise EOFError("the other side closed the connection")
             self._ready = self._reader.feed(data)
         return self._ready.pop(0)
+
+
+class Ring:
+    """A single-producer, single-consumer queue of pickled messages in shared memory.
+
+    The head (read position) and tail (write position) count bytes since the start and never
+    wrap; each message is a 4-byte length and the pickle, padded to 8 bytes. A message that would
+    cross the end is preceded by a wrap mark; one larger than ``max_message`` is written to a
+    segment of its own (``spill_prefix`` + a counter) and only its name crosses the ring.
+    """
+
+    HEADER = 128  # tail at 0, head at 64: separate cache lines
+
+    def __init__(self, buffer: mmap.mmap, offset: int, capacity: int, spill_prefix: str = "") -> None:
+        if capacity & (capacity - 1) or capacity < 64:
+            raise ValueError("the ring's capacity must be a power of two")
+        self._map = buffer
+        self._tail = ctypes.c_uint64.from_buffer(buffer, offset)
+        self._head = ctypes.c_uint64.from_buffer(buffer, offset + 64)
+        self._data = offset + self.HEADER
+        self._capacity = capacity
+        self._mask = capacity - 1
+        self.max_message = capacity // 4
+        self._spill_prefix = spill_prefix
+        self._spills = 0
+
+    @staticmethod
+    def bytes_needed(capacity: int) -> int:
+        return Ring.HEADER + capacity
+
+    def reset(self) -> None:
+        self._tail.value = 0
+        self._head.value = 0
+
+    def empty(self) -> bool:
+        return self._head.value == self._tail.value
+
+    def put(self, message: Any) -> bool:
+        """Append ``message``; False if the ring has no room for it now (the reader is behind)."""
+        payload = pickle.dumps(message, protocol=PICKLE_PROTOCOL)
+        if len(payload) <= self.max_message:
+            return self._put(len(payload), payload)
+        name = f"{self._spill_prefix}{self._spills + 1}"
+        mark = _LENGTH.pack(len(name)) + name.encode()
+        if not self._room(self._size_on_ring(len(mark))):
+            return False  # checked first: a spill written must reach the ring
+        self._spills += 1
+        _write_spill(name, payload)
+        return self._put(_SPILL, mark)
+
+    @staticmethod
+    def _size_on_ring(size: int) -> int:
+        return (size + 11) & ~7  # a 4-byte mark or length first, padded to 8
+
+    def _room(self, need: int) -> bool:
+        tail = self._tail.value
+        index = tail & self._mask
+        skip = self._capacity - index if index + need > self._capacity else 0
+        return self._capacity - (tail - self._head.value) >= skip + need
+
+    def _put(self, mark: int, payload: bytes) -> bool:
+        size = len(payload)
+        tail = self._tail.value
+        index = tail & self._mask
+        need = (size + 11) & ~7
+        skip = self._capacity - index if index + need > self._capacity else 0
+        if self._capacity - (tail - self._head.value) < skip + need:
+            return False
+        _fence()  # the reader finished with the bytes behind the head before they are overwritten
+        start = self._data + index
+        if skip:
+            _LENGTH.pack_into(self._map, start, _WRAP)
+            start = self._data
+        _LENGTH.pack_into(self._map, start, mark)
+        self._map[start + 4 : start + 4 + size] = payload
+        _fence()
+        self._tail.value = tail + skip + need  # published last: the reader trusts what is before it
+        return True
+
+    def get(self) -> Any:
+        """The next message, or ``EMPTY``."""
+        head = self._head.value
+        if head == self._tail.value:
+            return EMPTY
+        _fence()  # the bytes before the tail just seen are read only after it
+        index = head & self._mask
+        (mark,) = _LENGTH.unpack_from(self._map, self._data + index)
+        if mark == _WRAP:
+            head += self._capacity - index
+            index = 0
+            (mark,) = _LENGTH.unpack_from(self._map, self._data)
+        start = self._data + 4 + index
+        if mark == _SPILL:
+            (size,) = _LENGTH.unpack_from(self._map, start)
+            name = bytes(self._map[start + 4 : start + 4 + size]).decode()
+            _fence()
+            self._head.value = head + self._size_on_ring(4 + size)
+            return _read_spill(name)
+        with memoryview(self._map) as view:
+            message = pickle.loads(view[start : start + mark])
+        _fence()  # done with the bytes before handing their space back
+        self._head.value = head + self._size_on_ring(mark)
+        return message
+
+    def close(self) -> None:
+        del self._tail, self._head
+
+
+def _write_spill(name: str, payload: bytes) -> None:
+    fd = os.open(f"/dev/shm/{name}", os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with memoryview(payload) as view:
+            written = 0
+            while written < len(view):
+                written += os.write(fd, view[written:])
+    finally:
+        os.close(fd)
+
+
+def _read_spill(name: str) -> Any:
+    path = f"/dev/shm/{name}"
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.unlink(path)
+        with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as mapped, memoryview(mapped) as view:
+            return pickle.loads(view)
+    finally:
+        os.close(fd)
+
+
+_ONE = (1).to_bytes(8, sys.byteorder)
+
+
+def wake(eventfd: int) -> None:
+    """Announce a message on an eventfd (``os.eventfd_write`` needs Python 3.10; this does not)."""
+    os.write(eventfd, _ONE)
+
+
+def wait(eventfd: int) -> None:
+    """Block until something was announced on ``eventfd`` (and take every announcement so far)."""
+    os.read(eventfd, 8)
+
+
+def map_segment(name: str, size: int) -> mmap.mmap:
+    fd = os.open(f"/dev/shm/{name}", os.O_RDWR)
+    try:
+        return mmap.mmap(fd, size)
+    finally:
+        os.close(fd)
+
+
+def ring_pair(buffer: mmap.mmap, capacity: int, spill_prefix: str) -> tuple[Ring, Ring]:
+    """The two rings of a control segment: (server to model, model to server). Each side names its
+    own spills: ``spill_prefix`` + "s" from the server, + "m" from the model."""
+    size = Ring.bytes_needed(capacity)
+    return (
+        Ring(buffer, 0, capacity, spill_prefix + "s"),
+        Ring(buffer, size, capacity, spill_prefix + "m"),
+    )
+
+
+class _Empty:
+    def __repr__(self) -> str:
+        return "EMPTY"
+
+
+EMPTY: Any = _Empty()
 
 
 class Arena:
@@ -90,30 +294,26 @@ class Arena:
     def __init__(self, name: str, size: int) -> None:
         self.name = name
         self.size = size
-        fd = os.open(f"/dev/shm/{name}", os.O_RDWR)
-        try:
-            self._map = mmap.mmap(fd, size)
-        finally:
-            os.close(fd)
+        self._map = map_segment(name, size)
         self._used = 0
 
     def reset(self) -> None:
         self._used = 0
 
     def put(self, array: np.ndarray) -> tuple[int, int] | None:
-        """Copy ``array`` in; return (offset, nbytes), or None if it does not fit."""
+        """Copy ``array`` (C-contiguous) in; return (offset, nbytes), or None if it does not fit."""
         nbytes = array.nbytes
         offset = (self._used + 63) & ~63  # cache-line aligned
         if offset + nbytes > self.size:
             return None
         if nbytes:
-            target = np.ndarray(array.shape, dtype=array.dtype, buffer=self._map, offset=offset)
-            np.copyto(target, array, casting="no")
+            self._map[offset : offset + nbytes] = array.data  # a slice copy: cheaper than numpy's copyto
         self._used = offset + nbytes
         return offset, nbytes
 
     def view(self, datatype: str, shape: tuple[int, ...], offset: int) -> np.ndarray:
-        return np.ndarray(shape, dtype=WIRE_TO_NUMPY[datatype], buffer=self._map, offset=offset)
+        array = np.frombuffer(self._map, WIRE_TO_NUMPY[datatype], math.prod(shape), offset)
+        return array if len(shape) == 1 else array.reshape(shape)
 
     def close(self) -> None:
         try:
@@ -128,7 +328,8 @@ def pack_tensors(tensors: dict[str, np.ndarray], arena: Arena | None) -> list[tu
     for name, array in tensors.items():
         datatype = wire_datatype(array)
         if datatype != "BYTES" and arena is not None:
-            array = np.ascontiguousarray(array)
+            if not array.flags.c_contiguous:
+                array = np.ascontiguousarray(array)
             placed = arena.put(array)
             if placed is not None:
                 packed.append(("shm", name, datatype, array.shape, placed[0]))

@@ -87,6 +87,14 @@ class Tensor:
         self._name = name
         self._data = data
 
+    @classmethod
+    def _wrap(cls, name: str, data: np.ndarray) -> Tensor:
+        """A tensor around an array the model process received (no checks: it is one already)."""
+        tensor = cls.__new__(cls)
+        tensor._name = name
+        tensor._data = data
+        return tensor
+
     def name(self) -> str:
         return self._name
 
@@ -233,6 +241,33 @@ class InferenceRequest:
             json.loads(parameters) if isinstance(parameters, str) else dict(parameters or {})
         )
         self._sender: InferenceResponseSender | None = None
+        self._origin: tuple[int, int] | None = None  # (execution, index) of a request sent to execute
+
+    @classmethod
+    def _received(
+        cls,
+        inputs: list[Tensor],
+        request_id: str,
+        requested_output_names: list[str],
+        parameters: dict[str, Any],
+        correlation_id: int | str,
+        flags: int,
+        origin: tuple[int, int],
+    ) -> InferenceRequest:
+        """A request as ``execute`` receives it, built without the constructor's conversions."""
+        request = cls.__new__(cls)
+        request.model_name = ""
+        request._requested_output_names = requested_output_names
+        request._inputs = inputs
+        request._request_id = request_id
+        request._correlation_id = correlation_id
+        request._model_version = -1
+        request._flags = flags
+        request._timeout = 0
+        request._parameters = parameters
+        request._sender = None
+        request._origin = origin
+        return request
 
     def inputs(self) -> list[Tensor]:
         return self._inputs
@@ -260,7 +295,9 @@ class InferenceRequest:
 
     def get_response_sender(self) -> InferenceResponseSender:
         if self._sender is None:
-            raise TritonModelException("this request has no response sender (it was not sent to execute)")
+            if self._origin is None:
+                raise TritonModelException("this request has no response sender (it was not sent to execute)")
+            self._sender = InferenceResponseSender(*self._origin)
         return self._sender
 
     def is_cancelled(self) -> bool:

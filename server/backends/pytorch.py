@@ -291,12 +291,13 @@ class PyTorchBackend:
 
 
 def _plan(config: model_config_pb2.ModelConfig, signature: ForwardSignature) -> CallPlan:
-    return plan_call(
-        [t.name for t in config.input],
-        [t.name for t in config.input if t.optional],
-        [t.name for t in config.output],
-        signature,
-    )
+    # A sequence model's control and state tensors are fed and read by the sequence batcher.
+    sequence = config.sequence_batching
+    inputs = [t.name for t in config.input]
+    inputs += [c.name for c in sequence.control_input] + [s.input_name for s in sequence.state]
+    outputs = [t.name for t in config.output]
+    outputs += [s.output_name for s in sequence.state if s.output_name not in outputs]
+    return plan_call(inputs, [t.name for t in config.input if t.optional], outputs, signature)
 
 
 def _device(spec: InstanceSpec) -> torch.device:

@@ -11,11 +11,15 @@ Queue policies as Triton's: ``max_queue_size`` refuses a request at once when it
 ``allow_timeout_override``) rejects one that waits too long, or with ``timeout_action: DELAY`` lets
 it wait on. ``priority_levels``: level 1 is served first; a request's ``priority`` parameter picks its
 level (0 or none: ``default_priority_level``). Batches form within one level.
+
+``preserve_ordering``: with several instances a later batch can finish first; its responses are
+then held until every request taken into a batch before it has its response, as Triton does.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections import deque
 from collections.abc import Mapping, Sequence
@@ -24,6 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from protos import model_config_pb2
+from server.backends.base import ModelInstance
 from server.core.errors import InvalidInput, Unavailable
 from server.core.instance_pool import InstancePool
 from server.core.statistics import ModelStatistics
@@ -40,6 +45,8 @@ class _Pending:
     future: asyncio.Future[tuple[dict[str, np.ndarray], ExecutionTimes]] = field(repr=False)
     level: int = 1
     expiry: asyncio.TimerHandle | None = None
+    # preserve_ordering: the finished result (or error), held until the earlier requests have theirs.
+    outcome: tuple[dict[str, np.ndarray], ExecutionTimes] | BaseException | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +86,7 @@ class DynamicBatcher:
         priority_levels: int = 0,
         default_priority_level: int = 0,
         policies: dict[int, QueuePolicy] | None = None,
+        preserve_ordering: bool = False,
     ) -> None:
         self._pool = pool
         self._stats = stats
@@ -89,7 +97,10 @@ class DynamicBatcher:
         self._default_level = min(max(default_priority_level, 1), self._levels)
         self._policies = policies or {}
         self._queues: list[deque[_Pending]] = [deque() for _ in range(self._levels)]
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: asyncio.Handle | None = None
+        self._timer_deadline = 0.0  # loop time
+        self._preserve_ordering = preserve_ordering
+        self._completion: deque[_Pending] = deque()  # dispatched, in dispatch order (preserve_ordering)
         self._running: set[asyncio.Task[None]] = set()  # the loop keeps only weak references
 
     @classmethod
@@ -109,6 +120,7 @@ class DynamicBatcher:
             levels,
             int(batching.default_priority_level),
             {level: policies.get(level, default_policy) for level in range(1, levels + 1)},
+            batching.preserve_ordering,
         )
 
     async def execute(
@@ -155,49 +167,71 @@ class DynamicBatcher:
                 pending.future.set_exception(Unavailable("Request timeout expired"))
 
     def _dispatch(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        while True:
+        """Form batches while an instance is idle. With none idle nothing is examined: the next
+        instance to come free calls this again, so an arriving request costs O(1) while all are busy."""
+        while self._pool.has_idle():
             queue = next((q for q in self._queues if q), None)  # the highest priority with work
             if queue is None:
                 return
             batch, wait_ns = self._next_batch(queue)
             if batch is None:
-                if wait_ns is not None:
-                    loop = asyncio.get_running_loop()
-                    self._timer = loop.call_later(wait_ns / 1e9, self._dispatch)
+                self._wake_in(wait_ns)
                 return
             instance = self._pool.take_idle()
-            if instance is None:
-                return  # the next instance to come free calls _dispatch again
+            assert instance is not None
+            if all(a is b for a, b in zip(queue, batch, strict=False)):  # usually the queue's head
+                for _ in batch:
+                    queue.popleft()
+            else:
+                for item in batch:
+                    queue.remove(item)
             for item in batch:
-                queue.remove(item)
                 if item.expiry is not None:
                     item.expiry.cancel()
             self._stats.pending -= len(batch)
+            if self._preserve_ordering:
+                self._completion.extend(batch)
             task = asyncio.ensure_future(self._execute(instance, batch))
             self._running.add(task)
             task.add_done_callback(self._running.discard)
 
-    def _next_batch(self, queue: deque[_Pending]) -> tuple[list[_Pending] | None, int | None]:
+    def _wake_in(self, wait_ns: int) -> None:
+        """Call ``_dispatch`` when the oldest request's delay ends; a timer already due by then stays."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_ns / 1e9
+        if self._timer is not None:
+            if self._timer_deadline <= deadline:
+                return
+            self._timer.cancel()
+        # uvloop answers call_at with a plain Handle (no when()) for a time already past: keep our own.
+        self._timer, self._timer_deadline = loop.call_at(deadline, self._on_timer), deadline
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._dispatch()
+
+    def _next_batch(self, queue: deque[_Pending]) -> tuple[list[_Pending] | None, int]:
         """The batch to send now, or (None, nanoseconds to wait for more requests)."""
         head = queue[0]
-        batch, total = [head], head.batch_size
-        for item in list(queue)[1:]:
-            if item.key == head.key and total + item.batch_size <= self._max_batch:
-                batch.append(item)
-                total += item.batch_size
+        batch, total, limit = [head], head.batch_size, self._max_batch
+        if total < limit:
+            for item in itertools.islice(queue, 1, None):
+                if item.key == head.key and total + item.batch_size <= limit:
+                    batch.append(item)
+                    total += item.batch_size
+                    if total == limit:
+                        break
         reachable = [size for size in self._preferred if size <= total]
         if reachable:
-            return _trim(batch, reachable[-1]), None
+            return _trim(batch, reachable[-1]), 0
         waited = time.perf_counter_ns() - head.queued_ns
-        if total >= self._max_batch or self._max_delay_ns == 0 or waited >= self._max_delay_ns:
-            return batch, None
+        if total >= limit or self._max_delay_ns == 0 or waited >= self._max_delay_ns:
+            return batch, 0
         return None, self._max_delay_ns - waited
 
-    async def _execute(self, instance: object, batch: list[_Pending]) -> None:
+    async def _execute(self, instance: ModelInstance, batch: list[_Pending]) -> None:
         started = time.perf_counter_ns()
+        handed_over = False  # the pool gives the instance back once the execution has ended
         try:
             names = list(dict.fromkeys(name for item in batch for name in item.output_names))
             if len(batch) == 1:
@@ -207,7 +241,8 @@ class DynamicBatcher:
                     name: np.concatenate([item.feeds[name] for item in batch]) for name in batch[0].feeds
                 }
             concatenated = time.perf_counter_ns()
-            outputs, compute_ns = await self._pool.run(instance, feeds, names)  # type: ignore[arg-type]
+            handed_over = True
+            outputs, compute_ns = await self._pool.run(instance, feeds, names)
             split_started = time.perf_counter_ns()
             offset = 0
             results = []
@@ -217,20 +252,43 @@ class DynamicBatcher:
                 offset = end
             done = time.perf_counter_ns()
         except Exception as exc:
+            if not handed_over:
+                self._pool.give_back(instance)
             for item in batch:
-                if not item.future.done():
-                    item.future.set_exception(exc)
+                self._deliver(item, exc)
             return
         finally:
             self._dispatch()
         total = sum(item.batch_size for item in batch)
         self._stats.record_execution(total, concatenated - started, compute_ns, done - split_started)
         for item, result in zip(batch, results, strict=True):
-            if not item.future.done():
-                times = ExecutionTimes(
-                    started - item.queued_ns, concatenated - started, compute_ns, done - split_started
-                )
-                item.future.set_result((result, times))
+            times = ExecutionTimes(
+                started - item.queued_ns, concatenated - started, compute_ns, done - split_started
+            )
+            self._deliver(item, (result, times))
+
+    def _deliver(
+        self, item: _Pending, outcome: tuple[dict[str, np.ndarray], ExecutionTimes] | BaseException
+    ) -> None:
+        if not self._preserve_ordering:
+            _settle(item, outcome)
+            return
+        item.outcome = outcome
+        completion = self._completion
+        while completion and completion[0].outcome is not None:
+            head = completion.popleft()
+            assert head.outcome is not None
+            _settle(head, head.outcome)
+            head.outcome = None
+
+
+def _settle(item: _Pending, outcome: tuple[dict[str, np.ndarray], ExecutionTimes] | BaseException) -> None:
+    if item.future.done():  # the client went away
+        return
+    if isinstance(outcome, BaseException):
+        item.future.set_exception(outcome)
+    else:
+        item.future.set_result(outcome)
 
 
 def _trim(batch: list[_Pending], size: int) -> list[_Pending]:

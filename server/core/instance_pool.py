@@ -56,6 +56,13 @@ class InstancePool:
     def runs_inline(self) -> bool:
         return self._executions >= _WARMUP_EXECUTIONS and self._average_ns < INLINE_BUDGET_NS
 
+    def give_back(self, instance: ModelInstance) -> None:
+        """Return an instance taken with ``take_idle`` that did not run."""
+        self._idle.put_nowait(instance)
+
+    def has_idle(self) -> bool:
+        return not self._idle.empty()
+
     def take_idle(self) -> ModelInstance | None:
         return None if self._idle.empty() else self._idle.get_nowait()
 
@@ -65,28 +72,39 @@ class InstancePool:
     async def run(
         self, instance: ModelInstance, feeds: Mapping[str, np.ndarray], names: Sequence[str]
     ) -> tuple[dict[str, np.ndarray], int]:
-        """Execute on ``instance`` (taken from this pool) and give it back; outputs and compute time.
+        """Execute on ``instance`` (taken from this pool) and give it back; outputs and compute time."""
+        return await self.run_held(instance, feeds, names, lambda: self._idle.put_nowait(instance))
 
-        Under a rate limiter the instance first waits for its resources. The instance, and its
-        resources, go back only when the execution has really ended, even if the waiting request
-        is cancelled meanwhile: otherwise two executions could overlap where one is allowed.
+    async def run_held(
+        self,
+        instance: ModelInstance,
+        feeds: Mapping[str, np.ndarray],
+        names: Sequence[str],
+        finished: Callable[[], None] = lambda: None,
+    ) -> tuple[dict[str, np.ndarray], int]:
+        """Execute on ``instance``, which the caller holds; ``finished`` runs once it has really ended.
+
+        Under a rate limiter the instance first waits for its resources. The resources (and the
+        instance, through ``finished``) go back only when the execution has really ended, even if the
+        waiting request is cancelled meanwhile: otherwise two executions could overlap where one is
+        allowed.
         """
         limited = self._needs.get(id(instance)) if self._limiter is not None else None
         if limited is None:
-            return await self.execute_on(instance, feeds, names, lambda: self._idle.put_nowait(instance))
+            return await self.execute_on(instance, feeds, names, finished)
         limiter = self._limiter
         assert limiter is not None
         try:
             await limiter.acquire(*limited)
         except BaseException:
-            self._idle.put_nowait(instance)
+            finished()
             raise
 
-        def finished() -> None:
+        def released() -> None:
             limiter.release(limited[0])
-            self._idle.put_nowait(instance)
+            finished()
 
-        return await self.execute_on(instance, feeds, names, finished)
+        return await self.execute_on(instance, feeds, names, released)
 
     async def execute_on(
         self,

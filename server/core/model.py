@@ -27,6 +27,7 @@ from server.core.rate_limiter import Needs, RateLimiter
 from server.core.request_scheduler import RequestScheduler
 from server.core.response_cache import ResponseCache
 from server.core.sequence_batcher import SequenceBatcher
+from server.core.sequence_router import SequenceRouter
 from server.core.statistics import ModelStatistics
 from server.core.tensors import ModelSignature, TensorSpec
 from server.core.timing import ExecutionTimes
@@ -87,17 +88,21 @@ class ModelVersion:
         self.cache = cache if config.response_cache.enable else None
         self._instances = list(instances)
         self._request_level = bool(instances) and hasattr(instances[0], "execute_requests")
-        self._request_scheduler: RequestScheduler | None = None
+        self._request_scheduler: RequestScheduler | SequenceRouter | None = None
         self._scheduler: DirectScheduler | DynamicBatcher | None = None
         self._sequences: SequenceBatcher | None = None
         self._pool: InstancePool | None = None
         if self._request_level:
-            self._request_scheduler = RequestScheduler(
-                cast(list[RequestLevelInstance], self._instances),
-                self.stats,
-                config.max_batch_size,
-                gather=config.HasField("dynamic_batching") and config.max_batch_size > 0,
-            )
+            request_instances = cast(list[RequestLevelInstance], self._instances)
+            if config.HasField("sequence_batching"):  # a sequence stays on its instance
+                self._request_scheduler = SequenceRouter(self.name, request_instances, self.stats, config)
+            else:
+                self._request_scheduler = RequestScheduler(
+                    request_instances,
+                    self.stats,
+                    config.max_batch_size,
+                    gather=config.HasField("dynamic_batching") and config.max_batch_size > 0,
+                )
         else:
             tensor_instances = cast(list[ModelInstance], self._instances)
             self._pool = InstancePool(f"{self.name}-{self.version}", tensor_instances, limiter, needs)
@@ -231,6 +236,7 @@ class ModelVersion:
                 parameters.get("sequence_id", 0),
                 bool(parameters.get("sequence_start", False)),
                 bool(parameters.get("sequence_end", False)),
+                _schedule_parameters(parameters)[1],
             )
         elif isinstance(self._scheduler, DynamicBatcher):
             priority, timeout_us = _schedule_parameters(request.parameters)
@@ -287,6 +293,8 @@ class ModelVersion:
             await self._drained.wait()
         if self._sequences is not None:
             self._sequences.stop()
+        if isinstance(self._request_scheduler, SequenceRouter):
+            self._request_scheduler.stop()
         if self._pool is not None:
             await asyncio.to_thread(self._pool.shutdown)
         for instance in self._instances:

@@ -234,3 +234,54 @@ def test_higher_priority_requests_are_served_first() -> None:
 
     asyncio.run(scenario())
     assert instance.ran == [1, 4, 2, 3]
+
+
+class _Sleeper:
+    """A real instance that takes ``seconds`` per execution and echoes its input."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def execute(self, inputs: dict, output_names: list) -> dict:
+        time.sleep(self.seconds)
+        return {"Y": inputs["X"]}
+
+    def close(self) -> None:
+        pass
+
+
+def _finishing_order(preserve_ordering: bool) -> list[int]:
+    """Request 1 goes to a slow instance, request 2 to a fast one: the order their answers come in."""
+    import asyncio
+
+    import numpy as np
+    from google.protobuf import text_format
+
+    from protos import model_config_pb2
+    from server.core.dynamic_batcher import DynamicBatcher
+    from server.core.instance_pool import InstancePool
+    from server.core.statistics import ModelStatistics
+
+    answered: list[int] = []
+    text = f"max_batch_size: 1 dynamic_batching {{ preserve_ordering: {str(preserve_ordering).lower()} }}"
+    config = text_format.Parse(text, model_config_pb2.ModelConfig())
+
+    async def scenario() -> None:
+        pool = InstancePool("ordering-test", [_Sleeper(0.3), _Sleeper(0.01)])
+        batcher = DynamicBatcher.from_config(pool, ModelStatistics("m", "1"), config)
+        requests = []
+        for value in (1, 2):
+            future = asyncio.ensure_future(batcher.execute({"X": np.full((1, 1), value, np.int32)}, ["Y"], 1))
+            future.add_done_callback(lambda done: answered.append(int(done.result()[0]["Y"][0, 0])))
+            requests.append(future)
+        results = await asyncio.gather(*requests)
+        assert [int(r[0]["Y"][0, 0]) for r in results] == [1, 2]  # each its own output either way
+        pool.shutdown()
+
+    asyncio.run(scenario())
+    return answered
+
+
+def test_preserve_ordering_holds_a_later_batch_until_the_earlier_one_answers() -> None:
+    assert _finishing_order(preserve_ordering=True) == [1, 2]
+    assert _finishing_order(preserve_ordering=False) == [2, 1]  # what happens without it

@@ -85,7 +85,8 @@ COUNTER_CONFIG = """backend: "python"
 input [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]
 output [ { name: "CALLS" data_type: TYPE_INT32 dims: [ 1 ] } ]
 instance_group [ { kind: KIND_CPU count: 1 } ]
-model_warmup [ { name: "w" count: 3 inputs { key: "X" value { data_type: TYPE_FP32 dims: [ 1 ] zero_data: true } } } ]
+model_warmup [ { name: "w" count: 3
+  inputs { key: "X" value { data_type: TYPE_FP32 dims: [ 1 ] zero_data: true } } } ]
 """
 
 ENSEMBLE_CONFIG = """platform: "ensemble"

@@ -32,6 +32,7 @@ from server.backends.base import ModelInstance
 from server.core.errors import InvalidInput, Unavailable
 from server.core.instance_pool import InstancePool
 from server.core.statistics import ModelStatistics
+from server.core.timers import DeadlineTimer
 from server.core.timing import ExecutionTimes
 
 
@@ -97,8 +98,7 @@ class DynamicBatcher:
         self._default_level = min(max(default_priority_level, 1), self._levels)
         self._policies = policies or {}
         self._queues: list[deque[_Pending]] = [deque() for _ in range(self._levels)]
-        self._timer: asyncio.Handle | None = None
-        self._timer_deadline = 0.0  # loop time
+        self._wake = DeadlineTimer(self._dispatch)  # when the oldest request's queue delay ends
         self._preserve_ordering = preserve_ordering
         self._completion: deque[_Pending] = deque()  # dispatched, in dispatch order (preserve_ordering)
         self._running: set[asyncio.Task[None]] = set()  # the loop keeps only weak references
@@ -175,7 +175,7 @@ class DynamicBatcher:
                 return
             batch, wait_ns = self._next_batch(queue)
             if batch is None:
-                self._wake_in(wait_ns)
+                self._wake.arm_in(wait_ns / 1e9)
                 return
             instance = self._pool.take_idle()
             assert instance is not None
@@ -194,21 +194,6 @@ class DynamicBatcher:
             task = asyncio.ensure_future(self._execute(instance, batch))
             self._running.add(task)
             task.add_done_callback(self._running.discard)
-
-    def _wake_in(self, wait_ns: int) -> None:
-        """Call ``_dispatch`` when the oldest request's delay ends; a timer already due by then stays."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + wait_ns / 1e9
-        if self._timer is not None:
-            if self._timer_deadline <= deadline:
-                return
-            self._timer.cancel()
-        # uvloop answers call_at with a plain Handle (no when()) for a time already past: keep our own.
-        self._timer, self._timer_deadline = loop.call_at(deadline, self._on_timer), deadline
-
-    def _on_timer(self) -> None:
-        self._timer = None
-        self._dispatch()
 
     def _next_batch(self, queue: deque[_Pending]) -> tuple[list[_Pending] | None, int]:
         """The batch to send now, or (None, nanoseconds to wait for more requests)."""

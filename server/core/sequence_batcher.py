@@ -30,16 +30,17 @@ import time
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
 from protos import model_config_pb2
 from server.backends.base import ModelInstance
 from server.core.errors import InvalidInput, Unavailable
-from server.core.idle_timer import IdleTimer
 from server.core.instance_pool import InstancePool
 from server.core.sequence_controls import Row, SequenceControls
 from server.core.statistics import ModelStatistics
+from server.core.timers import DeadlineTimer, IdleTimer
 from server.core.timing import ExecutionTimes
 
 DEFAULT_IDLE_US = 1_000_000
@@ -65,8 +66,7 @@ class _Sequence:
     slot: _Slot | None = None
     running: bool = False  # a request of it is executing
     last_seen: float = field(default_factory=time.monotonic)
-    expiry: asyncio.Handle | None = None  # in the backlog: when its requests' timeout runs out
-    expiry_at: float = 0.0  # loop time (uvloop gives a past deadline a Handle without when())
+    expiry: DeadlineTimer | None = None  # in the backlog: when its requests' timeout runs out
 
 
 @dataclass(slots=True, eq=False)
@@ -201,21 +201,15 @@ class SequenceBatcher:
         sequence.last_seen = time.monotonic()
         if sequence.expiry is not None:
             sequence.expiry.cancel()
-            sequence.expiry = None
 
     def _expire_in(self, sequence: _Sequence, timeout_us: int) -> None:
         """A backlogged sequence whose request ``timeout`` runs out before it gets a slot is dropped
         with all its requests (Triton: the earliest timeout of its requests counts)."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_us / 1e6
-        if sequence.expiry is not None:
-            if sequence.expiry_at <= deadline:
-                return
-            sequence.expiry.cancel()
-        sequence.expiry, sequence.expiry_at = loop.call_at(deadline, self._expire, sequence), deadline
+        if sequence.expiry is None:
+            sequence.expiry = DeadlineTimer(partial(self._expire, sequence))
+        sequence.expiry.arm_in(timeout_us / 1e6)
 
     def _expire(self, sequence: _Sequence) -> None:
-        sequence.expiry = None
         if sequence.slot is not None or sequence not in self._backlog:
             return
         self._backlog.remove(sequence)

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from protos import model_config_pb2
 from server.backends.base import BackendRequest, BackendResponse, RequestLevelInstance
 from server.core.errors import InvalidInput
-from server.core.idle_timer import IdleTimer
 from server.core.request_scheduler import RequestScheduler
 from server.core.statistics import ModelStatistics
+from server.core.timers import IdleTimer
 from server.core.timing import ExecutionTimes
 
 DEFAULT_IDLE_US = 1_000_000

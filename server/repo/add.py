@@ -178,27 +178,26 @@ def new_config(
         group = config.instance_group.add()
         group.count = options.instances or 1
         group.kind = _kind(options.kind)
-    if options.dynamic_batching and options.max_batch_size == 0:
-        raise RepoError("--dynamic-batching needs a batch dimension: give --max-batch-size N (N > 0)")
     # Auto-complete picks this batch size for a model that can batch: an explicit 0 must stay 0.
     batch_size = DEFAULT_MAX_BATCH_SIZE if options.max_batch_size is None else options.max_batch_size
-    get_backend(_backend_entry(config, files)).auto_complete(config, files, batch_size)
+    backend = get_backend(_backend_entry(config, files))
+    backend.auto_complete(config, files, batch_size)
     if config.max_batch_size == 0 or options.dynamic_batching is False:
         config.ClearField("dynamic_batching")
     elif options.dynamic_batching is None and config.WhichOneof("scheduling_choice") is None:
         config.dynamic_batching.SetInParent()  # a model that batches gets a batcher unless told not to
     if options.dynamic_batching and config.max_batch_size == 0:
         raise RepoError("--dynamic-batching needs a model that batches: give --max-batch-size N (N > 0)")
-    _checked(config, files)
+    check_config(config)  # already complete: the loader's remaining checks
+    backend.validate(config, files)
     return config
 
 
 def _checked(config: Config, files: ModelFiles) -> None:
-    """The loader's checks, on a copy completed as the server would complete it."""
+    """The loader's checks on an existing config, completed (on a copy) as the server would."""
     effective = Config()
     effective.CopyFrom(config)
-    entry = _backend_entry(effective, files)
-    backend = get_backend(entry)
+    backend = get_backend(_backend_entry(effective, files))
     backend.auto_complete(effective, files, DEFAULT_MAX_BATCH_SIZE)
     check_config(effective)
     backend.validate(effective, files)

@@ -129,10 +129,22 @@ def write_broken(repo: Path) -> None:
     (no_file / "config.pbtxt").write_text('platform: "onnxruntime_onnx"\n')
 
 
+_PORTS_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A loopback port free now and never handed out before in this test run.
+
+    The kernel may give the same ephemeral port to two binds in a row once the first socket is closed, so
+    a server's HTTP and gRPC ports could otherwise coincide.
+    """
+    while True:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        if port not in _PORTS_HANDED_OUT:
+            _PORTS_HANDED_OUT.add(port)
+            return port
 
 
 @dataclass
@@ -170,13 +182,23 @@ class ServerProcess:
         return args + self.extra_args
 
     def start(self, log_dir: Path, wait: bool = True) -> ServerProcess:
-        self.log_path = log_dir / f"server-{self.http_port}.log"
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
-        self.process = subprocess.Popen(
-            self.command(), cwd=ROOT, stdout=self.log_path.open("wb"), stderr=subprocess.STDOUT, env=env
-        )
-        if wait:
-            self.wait_live()
+        for attempt in range(3):
+            self.log_path = log_dir / f"server-{self.http_port}.log"
+            env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
+            self.process = subprocess.Popen(
+                self.command(), cwd=ROOT, stdout=self.log_path.open("wb"), stderr=subprocess.STDOUT, env=env
+            )
+            if not wait:
+                return self
+            try:
+                self.wait_live()
+                return self
+            except RuntimeError:
+                # Another process may take a port between free_port() and the server's bind; only that
+                # failure is retried, on fresh ports.
+                if "Address already in use" not in self.log() or attempt == 2:
+                    raise
+                self.http_port, self.grpc_port, self.metrics_port = free_port(), free_port(), free_port()
         return self
 
     def wait_live(self, timeout: float = 60) -> None:

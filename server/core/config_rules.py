@@ -20,7 +20,7 @@ Group = model_config_pb2.ModelInstanceGroup
 Control = model_config_pb2.ModelSequenceBatching.Control
 QueuePolicy = model_config_pb2.ModelQueuePolicy
 
-_CORRID_TYPES = ("TYPE_UINT64", "TYPE_INT64", "TYPE_UINT32", "TYPE_INT32")
+_CORRID_TYPES = ("TYPE_UINT64", "TYPE_INT64", "TYPE_UINT32", "TYPE_INT32", "TYPE_STRING")
 
 
 def check_config(config: Config) -> None:

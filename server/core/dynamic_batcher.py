@@ -32,7 +32,7 @@ from server.backends.base import ModelInstance
 from server.core.errors import InvalidInput, Unavailable
 from server.core.instance_pool import InstancePool
 from server.core.statistics import ModelStatistics
-from server.core.timers import DeadlineTimer
+from server.core.timers import PreciseDeadlineTimer
 from server.core.timing import ExecutionTimes
 
 
@@ -98,7 +98,7 @@ class DynamicBatcher:
         self._default_level = min(max(default_priority_level, 1), self._levels)
         self._policies = policies or {}
         self._queues: list[deque[_Pending]] = [deque() for _ in range(self._levels)]
-        self._wake = DeadlineTimer(self._dispatch)  # when the oldest request's queue delay ends
+        self._wake = PreciseDeadlineTimer(self._dispatch)  # when the oldest request's queue delay ends
         self._preserve_ordering = preserve_ordering
         self._completion: deque[_Pending] = deque()  # dispatched, in dispatch order (preserve_ordering)
         self._running: set[asyncio.Task[None]] = set()  # the loop keeps only weak references
@@ -157,6 +157,10 @@ class DynamicBatcher:
         self._stats.pending += 1
         self._dispatch()
         return await pending.future
+
+    def close(self) -> None:
+        """Release the queue-delay timer (the version is retired; nothing is queued any more)."""
+        self._wake.close()
 
     def _expire(self, pending: _Pending) -> None:
         queue = self._queues[pending.level - 1]

@@ -235,12 +235,14 @@ class ModelManager:
                 raise ModelLoadError(f"failed to load '{name}': {reasons}")
             try:
                 canary = canary_router(result.config, set(result.versions))
+                # Constructing a version can still refuse it (a sequence's initial_state file, say).
+                new_versions = self._versions_of(result)
             except ServerError as exc:
                 for loaded in result.versions.values():
                     close_instances(loaded.instances)
                 self._record_failure(entry, was_serving, exc.message)
                 raise ModelLoadError(f"failed to load '{name}': {exc.message}") from None
-            await self._swap_in(entry, result)
+            await self._swap_in(entry, result, new_versions)
             entry.canary = canary
             if canary is not None:
                 logger.info("'%s': canary routing %s", name, canary.describe())
@@ -285,18 +287,22 @@ class ModelManager:
         if not was_serving:
             entry.state, entry.reason = UNAVAILABLE, reason
 
-    async def _swap_in(self, entry: ModelEntry, result: LoadResult) -> None:
-        if self.rate_limiter is not None:
-            for loaded in result.versions.values():
-                for needs, _ in loaded.needs:
-                    self.rate_limiter.register(needs)
-        new_versions = {
+    def _versions_of(self, result: LoadResult) -> dict[int, ModelVersion]:
+        return {
             version: ModelVersion(
                 result.config, loaded.files, loaded.instances, result.labels, self.response_cache,
                 self.rate_limiter, loaded.needs,
             )
             for version, loaded in result.versions.items()
         }  # fmt: skip
+
+    async def _swap_in(
+        self, entry: ModelEntry, result: LoadResult, new_versions: dict[int, ModelVersion]
+    ) -> None:
+        if self.rate_limiter is not None:
+            for loaded in result.versions.values():
+                for needs, _ in loaded.needs:
+                    self.rate_limiter.register(needs)
         old_versions = entry.versions
         entry.versions = new_versions
         entry.unavailable = dict(result.failed)

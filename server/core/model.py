@@ -82,6 +82,8 @@ class ModelVersion:
         self.version = files.version
         self.version_str = str(files.version)
         self.config = config
+        # Read on every request; a protobuf field read costs more than an attribute.
+        self.decoupled = config.model_transaction_policy.decoupled
         self.files = files
         self.signature = ModelSignature.build(self.name, config, labels)
         self.stats = ModelStatistics(self.name, self.version_str)
@@ -95,19 +97,25 @@ class ModelVersion:
         if self._request_level:
             request_instances = cast(list[RequestLevelInstance], self._instances)
             if config.HasField("sequence_batching"):  # a sequence stays on its instance
-                self._request_scheduler = SequenceRouter(self.name, request_instances, self.stats, config)
+                self._request_scheduler = SequenceRouter(
+                    self.name, request_instances, self.stats, config, files.model_dir, limiter, needs
+                )
             else:
                 self._request_scheduler = RequestScheduler(
                     request_instances,
                     self.stats,
                     config.max_batch_size,
-                    gather=config.HasField("dynamic_batching") and config.max_batch_size > 0,
+                    config.HasField("dynamic_batching") and config.max_batch_size > 0,
+                    limiter,
+                    needs,
                 )
         else:
             tensor_instances = cast(list[ModelInstance], self._instances)
             self._pool = InstancePool(f"{self.name}-{self.version}", tensor_instances, limiter, needs)
             if config.HasField("sequence_batching"):
-                self._sequences = SequenceBatcher(self.name, self._pool, tensor_instances, self.stats, config)
+                self._sequences = SequenceBatcher(
+                    self.name, self._pool, tensor_instances, self.stats, config, files.model_dir
+                )
             if config.HasField("dynamic_batching") and config.max_batch_size > 0:
                 self._scheduler = DynamicBatcher.from_config(self._pool, self.stats, config)
             else:
@@ -140,10 +148,6 @@ class ModelVersion:
             if self._in_flight == 0 and self._drained is not None:
                 self._drained.set()
         return response
-
-    @property
-    def decoupled(self) -> bool:
-        return self.config.model_transaction_policy.decoupled
 
     async def infer_decoupled(self, request: InferenceRequest) -> AsyncIterator[StreamItem]:
         """Every answer a decoupled model sends for ``request``, as it sends them."""
@@ -295,6 +299,8 @@ class ModelVersion:
             self._sequences.stop()
         if isinstance(self._request_scheduler, SequenceRouter):
             self._request_scheduler.stop()
+        if isinstance(self._scheduler, DynamicBatcher):
+            self._scheduler.close()
         if self._pool is not None:
             await asyncio.to_thread(self._pool.shutdown)
         for instance in self._instances:

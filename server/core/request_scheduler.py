@@ -3,6 +3,8 @@
 A Python model's ``execute`` takes a list of requests. When an instance frees up, every request
 waiting for it goes along (up to ``max_batch_size`` items) if the model batches, which is what
 Triton's dynamic batcher hands a Python model; each request still gets its own response or error.
+Under ``--rate-limit=execution_count`` an instance with ``rate_limiter`` resources executes only once
+it holds them, as tensor-backend instances do.
 """
 
 from __future__ import annotations
@@ -10,12 +12,14 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 from server.backends.base import BackendRequest, BackendResponse, RequestLevelInstance
 from server.core.errors import ServerError
+from server.core.rate_limiter import Needs, RateLimiter
 from server.core.statistics import ModelStatistics
 from server.core.timing import ExecutionTimes
 
@@ -35,8 +39,15 @@ class RequestScheduler:
         stats: ModelStatistics,
         max_batch_size: int = 0,
         gather: bool = False,
+        limiter: RateLimiter | None = None,
+        needs: Sequence[tuple[Needs, int]] = (),
     ) -> None:
         self._idle: deque[RequestLevelInstance] = deque(instances)
+        self._limiter = limiter
+        # With a rate limiter: each limited instance's (resources, priority), in the order of ``instances``.
+        self._needs = (
+            {id(i): need for i, need in zip(instances, needs, strict=False) if need[0]} if limiter else {}
+        )
         self._stats = stats
         self._waiting: deque[_Waiting] = deque()
         self._running: set[asyncio.Task[None]] = set()  # the loop keeps only weak references
@@ -67,14 +78,39 @@ class RequestScheduler:
                 batch.append(item)
                 total += item.batch_size
             self._stats.pending -= len(batch)
+            limited = self._needs.get(id(instance))
+            if limited is not None:
+                self._track(self._run_limited(instance, batch, total, limited))
+                continue
             start = getattr(instance, "start_requests", None)
             if start is not None:  # no task per execution: the instance calls back when it ends
                 done = partial(self._finish, instance, batch, total, time.perf_counter_ns())
                 start([item.request for item in batch], done)
                 continue
-            task = asyncio.ensure_future(self._run_batch(instance, batch, total))
-            self._running.add(task)
-            task.add_done_callback(self._running.discard)
+            self._track(self._run_batch(instance, batch, total))
+
+    def _track(self, execution: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(execution)
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
+
+    async def _run_limited(
+        self, instance: RequestLevelInstance, batch: list[_Waiting], total: int, limited: tuple[Needs, int]
+    ) -> None:
+        """Wait for the instance's rate limiter resources, execute, and hand them back."""
+        assert self._limiter is not None
+        try:
+            await self._limiter.acquire(*limited)
+        except asyncio.CancelledError:
+            self._idle.append(instance)
+            for item in batch:
+                if not item.future.done():
+                    item.future.set_exception(ServerError("the execution was cancelled (server stopping)"))
+            raise
+        try:
+            await self._run_batch(instance, batch, total)
+        finally:
+            self._limiter.release(limited[0])
 
     def _finish(
         self,

@@ -31,6 +31,7 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
 
 import numpy as np
 
@@ -107,11 +108,12 @@ class SequenceBatcher:
         instances: Sequence[ModelInstance],
         stats: ModelStatistics,
         config: model_config_pb2.ModelConfig,
+        model_dir: Path | None = None,
     ) -> None:
         self._name = model_name
         self._pool = pool
         self._stats = stats
-        self._controls = SequenceControls(config)
+        self._controls = SequenceControls(config, model_dir)
         self._batching = config.max_batch_size > 0
         settings = config.sequence_batching
         self._oldest = settings.WhichOneof("strategy_choice") == "oldest"

@@ -2,8 +2,10 @@
 
 ``control_input`` entries become START / END / READY columns (each control's ``*_false_true`` pair
 gives its values) and a CORRID column carrying the sequence's id in the control's ``data_type``.
-``state`` entries become the implicit state inputs: zeros when a sequence starts (a variable
-dimension counts as 1, as in Triton), afterwards the state output of the sequence's previous request.
+``state`` entries become the implicit state inputs: when a sequence starts, the state's
+``initial_state`` (``zero_data``, or ``data_file`` read once at load from the model's
+``initial_state/`` folder) or else zeros (a variable dimension counting as 1, as in Triton);
+afterwards the state output of the sequence's previous request.
 A row that has no request in this execution (an idle ``direct`` slot) gets READY=false, START and
 END false, CORRID 0 and a zero state, and its outputs are thrown away.
 """
@@ -12,12 +14,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from protos import model_config_pb2
-from server.core.datatypes import config_to_wire, wire_to_numpy
-from server.core.errors import InvalidInput, ModelConfigError
+from server.core.data_files import read_data_file
+from server.core.datatypes import config_to_wire, element_count, tensor_from_bytes, wire_to_numpy
+from server.core.errors import InvalidInput, ModelConfigError, ServerError
 
 Control = model_config_pb2.ModelSequenceBatching.Control
 _U64 = (1 << 64) - 1
@@ -30,6 +34,64 @@ _FLAG_KINDS = (
 
 def _dtype_of(data_type: int) -> np.dtype:
     return wire_to_numpy(config_to_wire(model_config_pb2.DataType.Name(data_type)))
+
+
+INITIAL_STATE_FOLDER = "initial_state"
+
+
+def _initial_value(state: model_config_pb2.ModelSequenceBatching.State, model_dir: Path | None) -> np.ndarray:
+    """One state's value when a sequence starts (without the batch dimension)."""
+    if not state.initial_state:
+        return np.zeros(tuple(max(int(d), 1) for d in state.dims), _dtype_of(state.data_type))
+    what = f"state '{state.input_name}'"
+    if len(state.initial_state) > 1:
+        raise ModelConfigError(f"{what} has {len(state.initial_state)} initial_state entries; one is allowed")
+    initial = state.initial_state[0]
+    shape = tuple(int(d) for d in initial.dims)
+    if any(d < 0 for d in shape):
+        raise ModelConfigError(f"{what}: initial_state dims must be fixed, got {list(initial.dims)}")
+    data_type = initial.data_type or state.data_type
+    if data_type != state.data_type:
+        raise ModelConfigError(
+            f"{what}: initial_state data_type {model_config_pb2.DataType.Name(data_type)} differs from "
+            f"the state's {model_config_pb2.DataType.Name(state.data_type)}"
+        )
+    datatype = config_to_wire(model_config_pb2.DataType.Name(data_type))
+    which = initial.WhichOneof("state_data")
+    if which == "data_file":
+        if model_dir is None:
+            raise ModelConfigError(f"{what}: initial_state data_file needs the model's directory")
+        raw = read_data_file(
+            model_dir, INITIAL_STATE_FOLDER, initial.data_file, f"{what}: initial_state data_file"
+        )
+        try:
+            value = tensor_from_bytes(raw, datatype, shape, state.input_name)
+        except ServerError as exc:
+            raise ModelConfigError(
+                f"{what}: initial_state data_file {initial.data_file}: {exc.message}"
+            ) from None
+    elif which == "zero_data":
+        if datatype == "BYTES":
+            value = np.full(shape, b"", dtype=np.object_)
+        else:
+            value = np.zeros(element_count(shape), wire_to_numpy(datatype)).reshape(shape)
+    else:
+        raise ModelConfigError(f"{what}: initial_state needs zero_data or data_file")
+    value.flags.writeable = False  # shared by every sequence that starts
+    return value
+
+
+def initial_state_values(
+    config: model_config_pb2.ModelConfig, model_dir: Path | None
+) -> dict[str, np.ndarray]:
+    """Each state input's value when a sequence starts, by input name (without the batch dimension)."""
+    values = {}
+    for index, state in enumerate(config.sequence_batching.state):
+        try:
+            values[state.input_name] = _initial_value(state, model_dir)
+        except ModelConfigError as exc:
+            raise ModelConfigError(exc.message, field=f"sequence_batching.state[{index}]") from None
+    return values
 
 
 def control_value(control: model_config_pb2.ModelSequenceBatching.Control, flag: bool) -> np.ndarray:
@@ -63,7 +125,7 @@ class _FlagControl:
 class SequenceControls:
     """Builds the control and initial state tensors of one model's ``sequence_batching``."""
 
-    def __init__(self, config: model_config_pb2.ModelConfig) -> None:
+    def __init__(self, config: model_config_pb2.ModelConfig, model_dir: Path | None = None) -> None:
         settings = config.sequence_batching
         self.batching = config.max_batch_size > 0
         self._flags: list[_FlagControl] = []
@@ -83,15 +145,13 @@ class SequenceControls:
                     self._corrids.append((entry.name, _dtype_of(control.data_type)))
         self.states = list(settings.state)
         self.state_outputs = [s.output_name for s in self.states]
+        self._initial = {
+            name: value[None] if self.batching else value
+            for name, value in initial_state_values(config, model_dir).items()
+        }
 
     def initial_state(self) -> dict[str, np.ndarray]:
-        state = {}
-        for entry in self.states:
-            dims = tuple(max(int(d), 1) for d in entry.dims)
-            state[entry.input_name] = np.zeros(
-                ((1,) if self.batching else ()) + dims, _dtype_of(entry.data_type)
-            )
-        return state
+        return dict(self._initial)
 
     def check_id(self, sequence_id: int | str) -> None:
         """Refuse an id that the CORRID control's data type cannot carry (a string for UINT64...)."""

@@ -8,6 +8,10 @@ sequence has at most one request in an instance's queue at a time, so its reques
 order and never in the same ``execute`` call; requests of different sequences on one instance go to
 ``execute`` together (up to ``max_batch_size``) when the model batches. A request for an unknown
 sequence without START is refused.
+
+As in Triton, the ``control_input`` tensors (START, END, READY, CORRID) are added to each request's
+inputs, so ``pb_utils.get_input_tensor_by_name(request, "START")`` works in ``execute``. Implicit
+``state`` is not kept for Python models here: the model keeps its state itself.
 """
 
 from __future__ import annotations
@@ -16,11 +20,14 @@ import asyncio
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from protos import model_config_pb2
 from server.backends.base import BackendRequest, BackendResponse, RequestLevelInstance
 from server.core.errors import InvalidInput
+from server.core.rate_limiter import Needs, RateLimiter
 from server.core.request_scheduler import RequestScheduler
+from server.core.sequence_controls import Row, SequenceControls
 from server.core.statistics import ModelStatistics
 from server.core.timers import IdleTimer
 from server.core.timing import ExecutionTimes
@@ -47,11 +54,17 @@ class SequenceRouter:
         instances: Sequence[RequestLevelInstance],
         stats: ModelStatistics,
         config: model_config_pb2.ModelConfig,
+        model_dir: Path | None = None,
+        limiter: RateLimiter | None = None,
+        needs: Sequence[tuple[Needs, int]] = (),
     ) -> None:
         self._name = model_name
+        self._controls = SequenceControls(config, model_dir)
         batching = config.max_batch_size > 0
+        needs = list(needs) or [((), 0)] * len(instances)
         self._queues = [
-            RequestScheduler([i], stats, config.max_batch_size, gather=batching) for i in instances
+            RequestScheduler([i], stats, config.max_batch_size, batching, limiter, [need])
+            for i, need in zip(instances, needs, strict=True)
         ]
         self._open_count = [0] * len(instances)
         self._open: dict[int | str, _Route] = {}
@@ -69,6 +82,7 @@ class SequenceRouter:
         sequence_id = request.correlation_id
         if sequence_id in (0, "", None):
             raise InvalidInput(f"model '{self._name}' is a sequence model: each request needs a sequence_id")
+        self._controls.check_id(sequence_id)
         route = self._open.get(sequence_id)
         if route is None:
             if not request.flags & _START:
@@ -82,6 +96,8 @@ class SequenceRouter:
         if request.flags & _END:  # a later request with this id starts a new sequence
             route.ended = True
             del self._open[sequence_id]
+        row = Row(sequence_id, bool(request.flags & _START), bool(request.flags & _END))
+        request.inputs = {**request.inputs, **self._controls.columns([row])}
         route.waiting += 1
         route.last_seen = time.monotonic()
         self._reaper.arm()

@@ -18,6 +18,7 @@ import numpy as np
 
 from protos import model_config_pb2
 from server.backends.base import BackendRequest, RequestLevelInstance
+from server.core.data_files import read_data_file
 from server.core.datatypes import config_to_wire, deserialize_bytes_tensor, element_count, wire_to_numpy
 from server.core.errors import ModelConfigError, ModelLoadError, ServerError
 
@@ -66,15 +67,7 @@ def _input(
 
 
 def _read_file(name: str, relative: str, model_dir: Path) -> bytes:
-    folder = (model_dir / WARMUP_FOLDER).resolve()
-    path = (folder / relative).resolve()
-    if not path.is_relative_to(folder):
-        raise ModelConfigError(
-            f"model_warmup input '{name}': input_data_file '{relative}' must be inside {WARMUP_FOLDER}/"
-        )
-    if not path.is_file():
-        raise ModelConfigError(f"model_warmup input '{name}': no file {WARMUP_FOLDER}/{relative}")
-    return path.read_bytes()
+    return read_data_file(model_dir, WARMUP_FOLDER, relative, f"model_warmup input '{name}': input_data_file")
 
 
 def warmup_samples(

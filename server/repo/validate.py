@@ -28,6 +28,7 @@ from server.core.loader import effective_config, read_labels
 from server.core.model_config import parse_config_text
 from server.core.options import CoreOptions
 from server.core.repository import ModelLocation, ModelRepository, version_folders
+from server.core.sequence_controls import initial_state_values
 from server.core.warmup import warmup_samples
 from server.repo.config_lines import ConfigLines
 from server.repo.ensemble_checks import check_ensemble
@@ -256,6 +257,10 @@ class ModelCheck:
             self.add_error(exc)
         try:
             warmup_samples(config, self.location.path)
+        except ModelConfigError as exc:
+            self.add_error(exc)
+        try:
+            initial_state_values(config, self.location.path)
         except ModelConfigError as exc:
             self.add_error(exc)
 

@@ -118,6 +118,21 @@ sequence_batching {
 }
 """
 
+SEEDED_SEQUENCE = """platform: "onnxruntime_onnx"
+max_batch_size: 4
+input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 1 ] } ]
+sequence_batching {
+  control_input [ { name: "START" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] } ]
+  state [
+    {
+      input_name: "ACC_IN" output_name: "ACC_OUT" data_type: TYPE_INT32 dims: [ 1 ]
+      initial_state [ { name: "seed" data_type: TYPE_INT32 dims: [ 1 ] data_file: "seed.bin" } ]
+    }
+  ]
+}
+"""
+
 GOOD_PY = """import triton_python_backend_utils as pb_utils
 
 
@@ -230,6 +245,8 @@ CATALOGUE: list[Fault] = [
     Fault("warmup_file_missing", "error", "no file warmup/input0.bin", "config.pbtxt", 11,
           onnx_model(ADD_SUB + 'model_warmup [ { name: "w" batch_size: 1 inputs { key: "INPUT0" value: '
                                '{ data_type: TYPE_INT32 dims: [ 16 ] input_data_file: "input0.bin" } } } ]\n')),
+    Fault("initial_state_file_missing", "error", "initial_state data_file: no file initial_state/seed.bin",
+          "config.pbtxt", 8, onnx_model(SEEDED_SEQUENCE, model=sequence_model())),
     Fault("python_syntax_error", "error", "model.py does not compile", "1/model.py", 5,
           python_model(PY_CONFIG, GOOD_PY.replace("def execute(self, requests):", "def execute(self, requests)"))),
     Fault("python_no_model_class", "error", "model.py defines no class TritonPythonModel (found Model)", "1/model.py",

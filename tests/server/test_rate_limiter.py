@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import threading
 import time
 from pathlib import Path
@@ -97,3 +98,62 @@ def test_models_serve_under_the_rate_limiter(tmp_path: Path) -> None:
     refused = ServerProcess([repo], ["--rate-limit=sometimes"]).start(tmp_path, wait=False)
     assert refused.process is not None and refused.process.wait(60) != 0
     assert "off or execution_count" in refused.log()
+
+
+SLOW_PYTHON = """
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        started = time.time()
+        time.sleep(0.3)
+        span = np.array([[started, time.time()]], dtype=np.float64)
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("SPAN", span)]) for _ in requests]
+"""
+
+
+def _slow_python_config(name: str) -> str:
+    return f"""
+name: "{name}"
+backend: "python"
+max_batch_size: 1
+input [ {{ name: "X" data_type: TYPE_FP32 dims: [ 1 ] }} ]
+output [ {{ name: "SPAN" data_type: TYPE_FP64 dims: [ 2 ] }} ]
+instance_group [ {{ kind: KIND_CPU count: 1 rate_limiter {{ resources [ {{ name: "R" count: 1 }} ] }} }} ]
+"""
+
+
+def test_python_model_instances_share_the_rate_limiter(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    for name in ("slow_a", "slow_b"):
+        (repo / name / "1").mkdir(parents=True)
+        (repo / name / "1" / "model.py").write_text(SLOW_PYTHON)
+        (repo / name / "config.pbtxt").write_text(_slow_python_config(name))
+    proc = ServerProcess([repo], ["--rate-limit=execution_count", "--rate-limit-resource=R:1"]).start(
+        tmp_path
+    )
+    try:
+        spans: list[tuple[float, float]] = []
+
+        def call(model: str) -> None:
+            client = httpclient.InferenceServerClient(proc.http_url)
+            tensor = httpclient.InferInput("X", [1, 1], "FP32")
+            tensor.set_data_from_numpy(np.zeros((1, 1), np.float32))
+            started, ended = client.infer(model, [tensor]).as_numpy("SPAN")[0]
+            spans.append((float(started), float(ended)))
+
+        threads = [threading.Thread(target=call, args=(model,)) for model in ("slow_a", "slow_b") * 2]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        assert len(spans) == 4
+        spans.sort()
+        # One resource R between the two models' instances: their executions follow one another.
+        assert all(later[0] >= earlier[1] for earlier, later in itertools.pairwise(spans))
+    finally:
+        proc.stop()

@@ -53,6 +53,22 @@ def _corrid_echo() -> object:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
+def _string_corrid_echo() -> object:
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["CORRID"], ["ID"]), helper.make_node("Identity", ["INPUT"], ["SAME"])],
+        "string_corrid",
+        [
+            helper.make_tensor_value_info("INPUT", TensorProto.INT64, ["batch", 1]),
+            helper.make_tensor_value_info("CORRID", TensorProto.STRING, ["batch", 1]),
+        ],
+        [
+            helper.make_tensor_value_info("ID", TensorProto.STRING, ["batch", 1]),
+            helper.make_tensor_value_info("SAME", TensorProto.INT64, ["batch", 1]),
+        ],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
 ACCUMULATE = """
 max_batch_size: 4
 input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
@@ -74,6 +90,16 @@ sequence_batching {
 }
 """
 
+# Triton's simple_string_dyna_sequence: the CORRID control carries string ids as BYTES.
+STRING_CORRID = """
+max_batch_size: 4
+input [ { name: "INPUT" data_type: TYPE_INT64 dims: [ 1 ] } ]
+output [ { name: "ID" data_type: TYPE_STRING dims: [ 1 ] }, { name: "SAME" data_type: TYPE_INT64 dims: [ 1 ] } ]
+sequence_batching {
+  control_input [ { name: "CORRID" control [ { kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_STRING } ] } ]
+}
+"""
+
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
@@ -83,6 +109,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         (repo / name / "config.pbtxt").write_text(f'name: "{name}"\nplatform: "onnxruntime_onnx"\n{config}')
     save_onnx(_corrid_echo(), repo / "corrid" / "1" / "model.onnx")
     (repo / "corrid" / "config.pbtxt").write_text('name: "corrid"\nplatform: "onnxruntime_onnx"\n' + CORRID)
+    save_onnx(_string_corrid_echo(), repo / "string_corrid" / "1" / "model.onnx")
+    (repo / "string_corrid" / "config.pbtxt").write_text(
+        'name: "string_corrid"\nplatform: "onnxruntime_onnx"\n' + STRING_CORRID
+    )
     proc = ServerProcess([repo]).start(tmp_path_factory.mktemp("logs"))
     yield proc
     proc.stop()
@@ -151,6 +181,24 @@ def test_a_string_id_is_refused_where_the_corrid_control_carries_integers(server
     with pytest.raises(InferenceServerException, match="integer sequence_id") as info:
         client.infer("corrid", [tensor], sequence_id="user-7", sequence_start=True, sequence_end=True)
     assert info.value.status() == "400"
+
+
+@pytest.mark.parametrize("module", [httpclient, grpcclient], ids=["http", "grpc"])
+def test_a_string_corrid_control_carries_string_and_integer_ids_as_text(
+    server: ServerProcess, module: Any
+) -> None:
+    client = module.InferenceServerClient(server.http_url if module is httpclient else server.grpc_url)
+    tensor = module.InferInput("INPUT", [1, 1], "INT64")
+    tensor.set_data_from_numpy(np.array([[8]], dtype=np.int64))
+    named = client.infer(
+        "string_corrid", [tensor], sequence_id="user-7", sequence_start=True, sequence_end=True
+    )
+    assert named.as_numpy("ID")[0][0] == b"user-7"
+    assert int(named.as_numpy("SAME")[0][0]) == 8
+    numbered = client.infer(
+        "string_corrid", [tensor], sequence_id=2718, sequence_start=True, sequence_end=True
+    )
+    assert numbered.as_numpy("ID")[0][0] == b"2718"
 
 
 # Batching across sequences, backlog and idle release, served the way users call them.
@@ -454,6 +502,42 @@ instance_group [ { kind: KIND_CPU count: 2 } ]
 sequence_batching { max_sequence_idle_microseconds: 10000000 }
 """
 
+# Triton hands the sequence batcher's control tensors to Python models as inputs too.
+PYTHON_CONTROLS = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            def value(name):
+                return pb_utils.get_input_tensor_by_name(request, name).as_numpy()
+            code = 100 * int(value("START")[0][0]) + 10 * int(value("END")[0][0]) + int(value("READY")[0][0])
+            responses.append(pb_utils.InferenceResponse([
+                pb_utils.Tensor("CODE", np.array([[code]], dtype=np.int32)),
+                pb_utils.Tensor("ID", value("CORRID").astype(np.object_)),
+            ]))
+        return responses
+"""
+
+PYTHON_CONTROLS_CONFIG = """
+name: "py_controls"
+backend: "python"
+max_batch_size: 4
+input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "CODE" data_type: TYPE_INT32 dims: [ 1 ] }, { name: "ID" data_type: TYPE_STRING dims: [ 1 ] } ]
+sequence_batching {
+  control_input [
+    { name: "START" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] },
+    { name: "END" control [ { kind: CONTROL_SEQUENCE_END fp32_false_true: [ 0, 1 ] } ] },
+    { name: "READY" control [ { kind: CONTROL_SEQUENCE_READY bool_false_true: [ false, true ] } ] },
+    { name: "CORRID" control [ { kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_STRING } ] }
+  ]
+}
+"""
+
 
 @pytest.fixture(scope="module")
 def python_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
@@ -461,6 +545,9 @@ def python_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPr
     (repo / "py_sequence" / "1").mkdir(parents=True)
     (repo / "py_sequence" / "1" / "model.py").write_text(PYTHON_ACCUMULATOR)
     (repo / "py_sequence" / "config.pbtxt").write_text(PYTHON_SEQUENCE_CONFIG)
+    (repo / "py_controls" / "1").mkdir(parents=True)
+    (repo / "py_controls" / "1" / "model.py").write_text(PYTHON_CONTROLS)
+    (repo / "py_controls" / "config.pbtxt").write_text(PYTHON_CONTROLS_CONFIG)
     proc = ServerProcess([repo]).start(tmp_path_factory.mktemp("logs"))
     yield proc
     proc.stop()
@@ -496,6 +583,23 @@ def test_a_python_sequence_stays_on_the_instance_it_started_on(
         tensor = module.InferInput("INPUT", [1, 1], "INT32")
         tensor.set_data_from_numpy(np.array([[1]], dtype=np.int32))
         client.infer("py_sequence", [tensor], sequence_id=sequences[0])  # it has ended
+
+
+@pytest.mark.parametrize("module", [httpclient, grpcclient], ids=["http", "grpc"])
+def test_a_python_sequence_model_reads_the_control_tensors(python_server: ServerProcess, module: Any) -> None:
+    url = python_server.http_url if module is httpclient else python_server.grpc_url
+    client = module.InferenceServerClient(url)
+    sequence = f"controls-{module.__name__}"
+    codes = []
+    for step, (start, end) in enumerate([(True, False), (False, False), (False, True)]):
+        tensor = module.InferInput("INPUT", [1, 1], "INT32")
+        tensor.set_data_from_numpy(np.array([[step]], dtype=np.int32))
+        result = client.infer(
+            "py_controls", [tensor], sequence_id=sequence, sequence_start=start, sequence_end=end
+        )
+        codes.append(int(result.as_numpy("CODE")[0][0]))
+        assert result.as_numpy("ID").reshape(-1)[0] == sequence.encode()
+    assert codes == [101, 1, 11]  # START on the first, END on the last, READY on every request
 
 
 TORCH_ACCUMULATOR = """

@@ -1,0 +1,111 @@
+"""A sequence's implicit state starts from its ``initial_state`` (zero_data or a data_file under the
+model's ``initial_state/`` folder), as in Triton; a bad initial state fails only its own model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from onnx import TensorProto, helper
+
+from tests.support import ServerProcess, save_onnx
+
+
+def _running_sum() -> object:
+    """OUTPUT = ACC_IN + INPUT; ACC_OUT = OUTPUT: the state is the running sum."""
+    graph = helper.make_graph(
+        [
+            helper.make_node("Add", ["ACC_IN", "INPUT"], ["OUTPUT"]),
+            helper.make_node("Identity", ["OUTPUT"], ["ACC_OUT"]),
+        ],
+        "running_sum",
+        [helper.make_tensor_value_info(n, TensorProto.INT32, ["batch", 1]) for n in ("INPUT", "ACC_IN")],
+        [helper.make_tensor_value_info(n, TensorProto.INT32, ["batch", 1]) for n in ("OUTPUT", "ACC_OUT")],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def _config(name: str, initial_state: str) -> str:
+    return f"""
+name: "{name}"
+platform: "onnxruntime_onnx"
+max_batch_size: 2
+input [ {{ name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] }} ]
+output [ {{ name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] }} ]
+sequence_batching {{
+  state [ {{
+    input_name: "ACC_IN" output_name: "ACC_OUT" data_type: TYPE_INT32 dims: [ 1 ]
+    {initial_state}
+  }} ]
+}}
+"""
+
+
+def _model(repo: Path, name: str, initial_state: str) -> Path:
+    save_onnx(_running_sum(), repo / name / "1" / "model.onnx")
+    (repo / name / "config.pbtxt").write_text(_config(name, initial_state))
+    return repo / name
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    repo = tmp_path_factory.mktemp("initial_state_repo")
+    seeded = _model(
+        repo,
+        "seeded",
+        'initial_state [ { name: "seed" data_type: TYPE_INT32 dims: [ 1 ] data_file: "seed.bin" } ]',
+    )
+    (seeded / "initial_state").mkdir()
+    (seeded / "initial_state" / "seed.bin").write_bytes(np.array([100], np.int32).tobytes())
+    _model(
+        repo, "zeroed", 'initial_state [ { name: "zero" data_type: TYPE_INT32 dims: [ 1 ] zero_data: true } ]'
+    )
+    _model(
+        repo,
+        "missing_file",
+        'initial_state [ { name: "s" data_type: TYPE_INT32 dims: [ 1 ] data_file: "none.bin" } ]',
+    )
+    short = _model(
+        repo,
+        "short_file",
+        'initial_state [ { name: "s" data_type: TYPE_INT32 dims: [ 1 ] data_file: "s.bin" } ]',
+    )
+    (short / "initial_state").mkdir()
+    (short / "initial_state" / "s.bin").write_bytes(b"\x01\x02")
+    _model(
+        repo,
+        "escaping",
+        'initial_state [ { name: "s" data_type: TYPE_INT32 dims: [ 1 ] data_file: "../config.pbtxt" } ]',
+    )
+    proc = ServerProcess([repo], ["--exit-on-error=false"]).start(tmp_path_factory.mktemp("logs"))
+    yield proc
+    proc.stop()
+
+
+def _add(module, client, model: str, value: int, sequence: int, start: bool = False) -> int:  # type: ignore[no-untyped-def]
+    tensor = module.InferInput("INPUT", [1, 1], "INT32")
+    tensor.set_data_from_numpy(np.array([[value]], dtype=np.int32))
+    result = client.infer(model, [tensor], sequence_id=sequence, sequence_start=start)
+    return int(result.as_numpy("OUTPUT")[0][0])
+
+
+@pytest.mark.parametrize("module", [httpclient, grpcclient], ids=["http", "grpc"])
+def test_a_sequence_starts_from_its_initial_state(server: ServerProcess, module) -> None:  # type: ignore[no-untyped-def]
+    client = module.InferenceServerClient(server.http_url if module is httpclient else server.grpc_url)
+    first = 70 + (module is grpcclient)
+    assert _add(module, client, "seeded", 5, first, start=True) == 105  # the data_file's 100, plus 5
+    assert _add(module, client, "seeded", 3, first) == 108
+    assert _add(module, client, "seeded", 1, first + 10, start=True) == 101  # every sequence starts from it
+    assert _add(module, client, "zeroed", 5, first, start=True) == 5
+
+
+def test_a_bad_initial_state_fails_only_its_model(server: ServerProcess) -> None:
+    client = httpclient.InferenceServerClient(server.http_url)
+    index = {row["name"]: row for row in client.get_model_repository_index()}
+    assert "no file initial_state/none.bin" in index["missing_file"]["reason"]
+    assert "expected 4 bytes" in index["short_file"]["reason"]
+    assert "must be inside initial_state/" in index["escaping"]["reason"]
+    assert all(index[name]["state"] == "READY" for name in ("seeded", "zeroed"))

@@ -7,9 +7,11 @@ nothing for metrics. GPU gauges come from NVML (nvidia-ml-py) when a GPU and the
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Iterator
 from typing import Any
 
+from server.core.custom_metrics import FamilySnapshot, MetricKind
 from server.core.server import InferenceServer
 from server.core.statistics import FAILURE_REASONS
 from server.http.protocol import HttpRequest, HttpResponse
@@ -40,6 +42,36 @@ class MetricFamily:
             number = int(value) if float(value).is_integer() else value
             lines.append(f"{self.name}{{{labels}}} {number}" if labels else f"{self.name} {number}")
         return "\n".join(lines) + "\n"
+
+
+def _number(value: float) -> str:
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    if math.isnan(value):
+        return "NaN"
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def _render_custom(family: FamilySnapshot) -> str:
+    """A family a model defined (``pb_utils.MetricFamily``), histograms as Prometheus spells them:
+    cumulative ``_bucket`` series with ``le``, then ``_sum`` and ``_count``."""
+    kind = family.kind.name.lower()
+    help_text = family.description.replace("\\", "\\\\").replace("\n", "\\n")
+    lines = [f"# HELP {family.name} {help_text}", f"# TYPE {family.name} {kind}"]
+    for series in family.series:
+        pairs = [f'{name}="{_escape(value)}"' for name, value in series.labels]
+        labels = ",".join(pairs)
+        if family.kind is not MetricKind.HISTOGRAM:
+            lines.append(f"{family.name}{{{labels}}} {_number(series.value)}" if labels else
+                         f"{family.name} {_number(series.value)}")  # fmt: skip
+            continue
+        for bound, count in zip((*series.buckets, math.inf), series.cumulative_counts, strict=True):
+            bucket_labels = ",".join([*pairs, f'le="{_number(bound)}"'])
+            lines.append(f"{family.name}_bucket{{{bucket_labels}}} {count}")
+        suffix = f"{{{labels}}}" if labels else ""
+        lines.append(f"{family.name}_sum{suffix} {_number(series.total)}")
+        lines.append(f"{family.name}_count{suffix} {series.count}")
+    return "\n".join(lines) + "\n"
 
 
 def _escape(value: str) -> str:
@@ -217,7 +249,9 @@ class MetricsApp:
         self.collector = TritonMetricsCollector(core, gpu_metrics)
 
     def render(self) -> bytes:
-        return "".join(family.render() for family in self.collector.collect()).encode()
+        parts = [family.render() for family in self.collector.collect()]
+        parts += [_render_custom(family) for family in self.collector.core.custom_metrics.snapshot()]
+        return "".join(parts).encode()
 
     async def __call__(self, request: HttpRequest) -> HttpResponse:
         if request.path != "/metrics":

@@ -7,7 +7,7 @@ back. Adding a backend means adding a module here and one line in ``server.backe
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
@@ -18,14 +18,20 @@ from protos import model_config_pb2
 from server.core.errors import ModelLoadError
 
 if TYPE_CHECKING:
+    from server.core.custom_metrics import CustomMetricsRegistry
     from server.core.errors import ServerError
-    from server.core.types import InferenceRequest, InferenceResponse
+    from server.core.types import InferenceRequest, InferenceResponse, StreamItem
 
 
 class ServerServices(Protocol):
-    """What the server offers to backends that call back into it (BLS from Python models)."""
+    """What the server offers to backends that call back into it: BLS and custom metrics from
+    Python models."""
+
+    custom_metrics: CustomMetricsRegistry
 
     async def infer(self, request: InferenceRequest) -> InferenceResponse: ...
+
+    def infer_stream(self, request: InferenceRequest) -> AsyncIterator[StreamItem]: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,7 @@ The tree, with the Triton error code each one stands for::
     ├── Unavailable                UNAVAILABLE    HTTP 503  gRPC UNAVAILABLE
     │   └── ModelNotReady
     ├── Unsupported                UNSUPPORTED    HTTP 501  gRPC UNIMPLEMENTED
+    │   └── DecoupledModelNeedsStream
     ├── AlreadyExists              ALREADY_EXISTS HTTP 400  gRPC ALREADY_EXISTS
     ├── ModelLoadError             a model could not be loaded (message says why)
     └── ModelConfigError           a config.pbtxt is malformed or inconsistent
@@ -76,6 +77,14 @@ class Unsupported(ServerError):
     http_status = 501
     grpc_code_name = "UNIMPLEMENTED"
     triton_code = "UNSUPPORTED"
+
+
+class DecoupledModelNeedsStream(Unsupported):
+    """A single-response call (HTTP infer, gRPC ModelInfer, BLS ``exec()``) named a decoupled model."""
+
+    def __init__(self, message: str, model_name: str) -> None:
+        super().__init__(message)
+        self.model_name = model_name
 
 
 class AlreadyExists(ServerError):

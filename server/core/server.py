@@ -12,7 +12,13 @@ from collections.abc import AsyncIterator
 
 from protos import model_config_pb2
 from server import __version__
-from server.core.errors import InvalidArgument, ModelLoadError, ModelNotFound, Unsupported
+from server.core.custom_metrics import CustomMetricsRegistry
+from server.core.errors import (
+    DecoupledModelNeedsStream,
+    InvalidArgument,
+    ModelLoadError,
+    ModelNotFound,
+)
 from server.core.lifecycle import ModelManager
 from server.core.log_settings import LogSettings
 from server.core.model import ModelVersion
@@ -61,6 +67,7 @@ class InferenceServer:
         # Shared by both transports, so a change over HTTP shows over gRPC and the other way round.
         self.log_settings = LogSettings()
         self.shared_memory = SharedMemoryRegistry()
+        self.custom_metrics = CustomMetricsRegistry()  # what models define (pb_utils.MetricFamily)
         self.pushed = PushedModels()
         self._live = False
         self._shutting_down = False
@@ -131,10 +138,11 @@ class InferenceServer:
                 )
         model = self.models.get(request.model_name, request.model_version)
         if model.decoupled:
-            raise Unsupported(
+            raise DecoupledModelNeedsStream(
                 f"model '{model.name}' uses the decoupled transaction policy (zero or many responses per "
                 "request): this end point doesn't support models with decoupled transaction policy; "
-                "use gRPC ModelStreamInfer"
+                "use gRPC ModelStreamInfer",
+                model.name,
             )
         uses_shm_inputs = any(tensor.data is None for tensor in request.inputs)
         uses_shm_outputs = request.outputs is not None and any(

@@ -58,6 +58,105 @@ input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
 output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] }, { name: "IDX" data_type: TYPE_INT32 dims: [ 1 ] } ]
 """
 
+# exec(decoupled=True) from a decoupled model: each response of `square` is forwarded the moment
+# it arrives, with the seconds since the call began.
+RELAY = """
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            sender = request.get_response_sender()
+            call = pb_utils.InferenceRequest(
+                model_name="square", requested_output_names=["OUT", "IDX"],
+                inputs=[pb_utils.get_input_tensor_by_name(request, "IN")],
+            )
+            began = time.monotonic()
+            for response in call.exec(decoupled=True):
+                if response.has_error():
+                    raise pb_utils.TritonModelException(response.error().message())
+                if response.output_tensors():
+                    waited = np.array([time.monotonic() - began], np.float32)
+                    sender.send(pb_utils.InferenceResponse(
+                        [*response.output_tensors(), pb_utils.Tensor("WAITED", waited)]
+                    ))
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+"""
+
+RELAY_CONFIG = """
+backend: "python"
+model_transaction_policy { decoupled: true }
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [
+  { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] }, { name: "IDX" data_type: TYPE_INT32 dims: [ 1 ] },
+  { name: "WAITED" data_type: TYPE_FP32 dims: [ 1 ] }
+]
+"""
+
+# An ordinary model that gathers what BLS calls give: a decoupled model's responses (sync and
+# async), an ordinary model called with decoupled=True, and the refusal of exec() without it.
+GATHER = """
+import asyncio
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+def square(count):
+    tensor = pb_utils.Tensor("IN", np.array([count], np.int32))
+    return pb_utils.InferenceRequest(model_name="square", requested_output_names=["IDX"], inputs=[tensor])
+
+
+class TritonPythonModel:
+    async def execute(self, requests):
+        responses = []
+        for request in requests:
+            count = int(pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()[0])
+            streamed = list(square(count).exec(decoupled=True))
+            indices = [int(r.output_tensors()[0].as_numpy()[0]) for r in streamed if r.output_tensors()]
+            replayed = sum(1 for _ in streamed_iterator(count))
+            awaited = await square(count).async_exec(decoupled=True)
+            async_count = sum(1 for r in awaited if r.output_tensors())
+            refusal = square(count).exec()
+            ints = pb_utils.Tensor("INPUT0", np.arange(16, dtype=np.int32).reshape(1, 16))
+            once = list(pb_utils.InferenceRequest(
+                model_name="simple", requested_output_names=["OUTPUT0"], inputs=[ints, pb_utils.Tensor("INPUT1", ints.as_numpy())],
+            ).exec(decoupled=True))
+            responses.append(pb_utils.InferenceResponse([
+                pb_utils.Tensor("RESPONSES", np.array([len(streamed)], np.int32)),
+                pb_utils.Tensor("INDICES", np.array([sum(indices)], np.int32)),
+                pb_utils.Tensor("LAST_EMPTY", np.array([not streamed[-1].output_tensors()], bool)),
+                pb_utils.Tensor("REPLAYED", np.array([replayed], np.int32)),
+                pb_utils.Tensor("ASYNC", np.array([async_count], np.int32)),
+                pb_utils.Tensor("REFUSAL", np.array([refusal.error().message().encode()], np.object_)),
+                pb_utils.Tensor("ONCE", np.array([len(once)], np.int32)),
+                pb_utils.Tensor("ONCE_SUM", np.array([once[0].output_tensors()[0].as_numpy().sum()], np.int32)),
+            ]))
+        return responses
+
+
+def streamed_iterator(count):
+    iterator = square(count).exec(decoupled=True)
+    first = list(iterator)
+    return [*first, *iterator]  # iterating again after the end replays the responses
+"""
+
+GATHER_CONFIG = """
+backend: "python"
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [
+  { name: "RESPONSES" data_type: TYPE_INT32 dims: [ 1 ] }, { name: "INDICES" data_type: TYPE_INT32 dims: [ 1 ] },
+  { name: "LAST_EMPTY" data_type: TYPE_BOOL dims: [ 1 ] }, { name: "REPLAYED" data_type: TYPE_INT32 dims: [ 1 ] },
+  { name: "ASYNC" data_type: TYPE_INT32 dims: [ 1 ] }, { name: "REFUSAL" data_type: TYPE_STRING dims: [ 1 ] },
+  { name: "ONCE" data_type: TYPE_INT32 dims: [ 1 ] }, { name: "ONCE_SUM" data_type: TYPE_INT32 dims: [ 1 ] }
+]
+"""
+
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
@@ -65,6 +164,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     (repo / "square" / "1").mkdir(parents=True)
     (repo / "square" / "1" / "model.py").write_text(SQUARE)
     (repo / "square" / "config.pbtxt").write_text(CONFIG)
+    for name, source, config in (("relay", RELAY, RELAY_CONFIG), ("gather", GATHER, GATHER_CONFIG)):
+        (repo / name / "1").mkdir(parents=True)
+        (repo / name / "1" / "model.py").write_text(source)
+        (repo / name / "config.pbtxt").write_text(config)
+    write_simple(repo)
     write_simple(repo, "onnx_decoupled")
     config = (repo / "onnx_decoupled" / "config.pbtxt").read_text()
     (repo / "onnx_decoupled" / "config.pbtxt").write_text(
@@ -152,3 +256,39 @@ def test_stream_works_for_ordinary_models_too(tmp_path: Path) -> None:
         np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), np.full((1, 16), 2))  # type: ignore[attr-defined]
     finally:
         proc.stop()
+
+
+def test_bls_streams_a_decoupled_model_s_responses_as_they_arrive(server: ServerProcess) -> None:
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    received: queue.Queue[tuple[object, object]] = queue.Queue()
+    client.start_stream(callback=partial(lambda q, result, error: q.put((result, error)), received))
+    try:
+        tensor = grpcclient.InferInput("IN", [1], "INT32")
+        tensor.set_data_from_numpy(np.array([5], dtype=np.int32))
+        client.async_stream_infer("relay", [tensor])
+        answers = [received.get(timeout=20) for _ in range(5)]
+    finally:
+        client.stop_stream()
+    assert all(error is None for _, error in answers), answers
+    results = [result for result, _ in answers]
+    assert [int(r.as_numpy("IDX")[0]) for r in results] == [0, 1, 2, 3, 4]  # type: ignore[attr-defined]
+    waited = [float(r.as_numpy("WAITED")[0]) for r in results]  # type: ignore[attr-defined]
+    # `square` sends one response every 10 ms: had BLS gathered them before answering, the relay
+    # would have seen all five at once.
+    assert waited == sorted(waited) and waited[-1] - waited[0] > 0.025, waited
+
+
+def test_bls_with_decoupled_true_yields_every_response_then_the_final_one(server: ServerProcess) -> None:
+    client = httpclient.InferenceServerClient(server.http_url)
+    tensor = httpclient.InferInput("IN", [1], "INT32")
+    tensor.set_data_from_numpy(np.array([4], dtype=np.int32))
+    result = client.infer("gather", [tensor])
+    assert int(result.as_numpy("RESPONSES")[0]) == 5  # four data responses and the empty final one
+    assert int(result.as_numpy("INDICES")[0]) == 0 + 1 + 2 + 3
+    assert bool(result.as_numpy("LAST_EMPTY")[0])
+    assert int(result.as_numpy("REPLAYED")[0]) == 10
+    assert int(result.as_numpy("ASYNC")[0]) == 4
+    assert "exec(decoupled=True)" in result.as_numpy("REFUSAL")[0].decode()
+    # An ordinary model called with decoupled=True gives its one response, marked final.
+    assert int(result.as_numpy("ONCE")[0]) == 1
+    assert int(result.as_numpy("ONCE_SUM")[0]) == 2 * sum(range(16))

@@ -26,8 +26,10 @@ from typing import Any, cast
 
 from server.backends.base import BackendRequest, BackendResponse, ServerServices
 from server.backends.python.stub import _ipc
+from server.core.custom_metrics import Owner
 from server.core.errors import (
     AlreadyExists,
+    DecoupledModelNeedsStream,
     InvalidArgument,
     ModelLoadError,
     NotFound,
@@ -35,7 +37,7 @@ from server.core.errors import (
     Unavailable,
     Unsupported,
 )
-from server.core.types import InferenceRequest, InputTensor, RequestedOutput
+from server.core.types import InferenceRequest, InferenceResponse, InputTensor, RequestedOutput
 
 logger = logging.getLogger("trt.backends.python")
 
@@ -105,6 +107,9 @@ class PythonModelInstance:
         self.args = args
         self.services = services
         self.extra_path = extra_path
+        registry = getattr(services, "custom_metrics", None)
+        # The metric families and series this model's process holds (pb_utils.MetricFamily).
+        self._metrics: Owner | None = registry.owner() if registry is not None else None
         self._tag = tag = f"trt_{os.getpid()}_{secrets.token_hex(4)}"
         self._arena_bytes = arena_bytes
         self._ring_bytes = ring_bytes
@@ -174,14 +179,20 @@ class PythonModelInstance:
             parent.sendall(_ipc.encode_frame(("init", self.args, str(self.model_py), *arenas, channel)))
             frames = _ipc.BlockingFrameSource(parent)
             reply = frames.next()
-            while reply[0] == "log":  # initialize() may log before it finishes
-                self._dispatch(reply)
+            while reply[0] in ("log", "metric", "metric_call"):  # from initialize(), before it finishes
+                if reply[0] == "metric_call":  # answered over the socket: the rings are not in use yet
+                    answer = self._metric_call(reply[2], reply[3])
+                    parent.sendall(_ipc.encode_frame(("answer", reply[1], answer)))
+                else:
+                    self._dispatch(reply)
                 reply = frames.next()
         except (OSError, EOFError) as exc:
             reply = ("init_error", f"the Python model process exited during start-up ({exc})", "")
         if reply[0] != "ready":
             self._process.kill()
             self._process.wait()
+            if self._metrics is not None:
+                self._metrics.release_all()
             parent.close()
             os.close(to_model)
             os.close(to_server)
@@ -243,6 +254,8 @@ class PythonModelInstance:
         for execution in list(self._executions.values()):
             execution.settle(None, error)
         self._executions.clear()
+        if self._metrics is not None:  # its metrics go with it; the new process makes its own
+            self._metrics.release_all()
         self._backlog.clear()
         self._remove_spills()
         self._restarting = asyncio.get_running_loop().create_future()
@@ -306,6 +319,10 @@ class PythonModelInstance:
             task = asyncio.get_running_loop().create_task(self._bls(message[1], message[2]))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+        elif kind == "metric":
+            self._metric_update(message[1], message[2], message[3])
+        elif kind == "metric_call":
+            self._post(("answer", message[1], self._metric_call(message[2], message[3])))
         elif kind == "log":
             level = {"WARNING": logging.WARNING, "ERROR": logging.ERROR, "VERBOSE": logging.DEBUG}.get(
                 message[1], logging.INFO
@@ -349,35 +366,82 @@ class PythonModelInstance:
         try:
             if self.services is None:
                 raise Unavailable("BLS is not available in this context")
-            parameters = dict(payload["parameters"])
-            if payload["correlation_id"]:
-                parameters["sequence_id"] = payload["correlation_id"]
-            request = InferenceRequest(
-                model_name=payload["model_name"],
-                model_version="" if payload["model_version"] in (-1, None) else str(payload["model_version"]),
-                id=payload["id"],
-                inputs=[
-                    InputTensor(n, _ipc.wire_datatype(a), tuple(a.shape), a)
-                    for n, a in payload["inputs"].items()
-                ],
-                outputs=[RequestedOutput(name) for name in payload["outputs"]] or None,
-                parameters=parameters,
-            )
-            response = await self.services.infer(request)
-            answers = [
-                {
-                    "error": None,
-                    "outputs": {o.name: o.data for o in response.outputs},
-                    "parameters": response.parameters,
-                }
-            ]
-        except ServerError as exc:
-            answers = [{"error": (exc.message, _CODES_BY_TRITON_NAME.get(exc.triton_code, 1))}]
+            request = _bls_request(payload)
+            if payload.get("decoupled"):
+                await self._bls_stream(call, request)
+                return
+            answers = [_bls_answer(await self.services.infer(request))]
+        except DecoupledModelNeedsStream as exc:
+            message = f"model '{exc.model_name}' is decoupled: call exec(decoupled=True) for its responses"
+            answers = [_bls_error(Unsupported(message))]
         except Exception as exc:
-            logger.exception("BLS call from %s failed", self.model_py)
-            answers = [{"error": (f"{type(exc).__name__}: {exc}", 1)}]
+            answers = [self._bls_failure(exc)]
         if not self._closed:
             self._post(("bls_result", call, answers))
+
+    async def _bls_stream(self, call: int, request: InferenceRequest) -> None:
+        """``exec(decoupled=True)``: each response goes to the model as it comes (an LLM-style model
+        forwards them while the called model still works), the last one marked final."""
+        assert self.services is not None
+        final = False
+        try:
+            async for item in self.services.infer_stream(request):
+                if self._closed:
+                    return
+                if item.error is not None:
+                    answer: dict[str, Any] | None = self._bls_failure(item.error)
+                else:
+                    answer = _bls_answer(item.response) if item.response is not None else None
+                final = item.final
+                self._post(("bls_stream", call, answer, final))
+        except Exception as exc:
+            if not self._closed:
+                self._post(("bls_stream", call, self._bls_failure(exc), True))
+            return
+        if not final and not self._closed:
+            self._post(("bls_stream", call, None, True))
+
+    def _bls_failure(self, exc: BaseException) -> dict[str, Any]:
+        if isinstance(exc, ServerError):
+            return _bls_error(exc)
+        logger.error("BLS call from %s failed", self.model_py, exc_info=exc)
+        return {"error": (f"{type(exc).__name__}: {exc}", 1)}
+
+    def _metric_call(self, operation: str, arguments: tuple[Any, ...]) -> dict[str, Any]:
+        """A metric operation the model waits on: creating a family or series, reading a value."""
+        try:
+            if self._metrics is None:
+                raise Unavailable("custom metrics are not available in this context")
+            if operation == "family":
+                return {"value": self._metrics.new_family(*arguments)}
+            if operation == "series":
+                return {"value": self._metrics.new_series(*arguments)}
+            if operation == "value":
+                return {"value": self._metrics.registry.value(*arguments)}
+            raise InvalidArgument(f"unknown metric operation '{operation}'")
+        except ServerError as exc:
+            return {"error": (exc.message, _CODES_BY_TRITON_NAME.get(exc.triton_code, 1))}
+        except TypeError as exc:  # wrong arguments from the model's side
+            return {"error": (f"metric {operation}: {exc}", 3)}
+
+    def _metric_update(self, operation: str, handle: int, value: float) -> None:
+        """A metric operation the model does not wait on (it checked kinds and signs itself)."""
+        metrics = self._metrics
+        if metrics is None:
+            return
+        try:
+            if operation == "increment":
+                metrics.registry.increment(handle, value)
+            elif operation == "set":
+                metrics.registry.set(handle, value)
+            elif operation == "observe":
+                metrics.registry.observe(handle, value)
+            elif operation == "release_series":
+                metrics.release_series(handle)
+            elif operation == "release_family":
+                metrics.release_family(handle)
+        except ServerError as exc:
+            logger.warning("%s: metric %s refused: %s", self.args["model_name"], operation, exc.message)
 
     def _post(self, message: Any) -> None:
         """Send ``message`` to the child: into its ring, then a wake-up on its eventfd."""
@@ -468,6 +532,8 @@ class PythonModelInstance:
             self._on_messages()  # the last log lines of finalize()
         self._disconnect()
         self._release_memory()
+        if self._metrics is not None:
+            self._metrics.release_all()
 
     def close(self) -> None:
         """Synchronous fallback (a half-loaded model): stop the process without finalize()."""
@@ -480,6 +546,8 @@ class PythonModelInstance:
                 self._loop = None
             self._disconnect()
         self._release_memory()
+        if self._metrics is not None:
+            self._metrics.release_all()
 
     def _release_memory(self) -> None:
         self._remove_spills()
@@ -497,3 +565,29 @@ class PythonModelInstance:
                 memory.unlink()
             except (FileNotFoundError, BufferError):
                 pass
+
+
+def _bls_request(payload: dict[str, Any]) -> InferenceRequest:
+    parameters = dict(payload["parameters"])
+    if payload["correlation_id"]:
+        parameters["sequence_id"] = payload["correlation_id"]
+    return InferenceRequest(
+        model_name=payload["model_name"],
+        model_version="" if payload["model_version"] in (-1, None) else str(payload["model_version"]),
+        id=payload["id"],
+        inputs=[
+            InputTensor(name, _ipc.wire_datatype(array), tuple(array.shape), array)
+            for name, array in payload["inputs"].items()
+        ],
+        outputs=[RequestedOutput(name) for name in payload["outputs"]] or None,
+        parameters=parameters,
+    )
+
+
+def _bls_answer(response: InferenceResponse) -> dict[str, Any]:
+    outputs = {output.name: output.data for output in response.outputs}
+    return {"error": None, "outputs": outputs, "parameters": response.parameters}
+
+
+def _bls_error(exc: ServerError) -> dict[str, Any]:
+    return {"error": (exc.message, _CODES_BY_TRITON_NAME.get(exc.triton_code, 1))}

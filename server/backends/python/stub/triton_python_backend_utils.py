@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import struct
-from collections.abc import Iterator
+import weakref
+from collections import deque
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -201,17 +203,43 @@ class InferenceResponseSender:
 
 
 class ResponseIterator:
-    def __init__(self, responses: list[InferenceResponse]) -> None:
-        self._responses = iter(responses)
+    """What ``exec(decoupled=True)`` returns: the called model's responses as they arrive, the last
+    one marked final (an empty response when the model ends without one). Iterating again after
+    the end replays them."""
+
+    def __init__(
+        self, fetch: Callable[[], tuple[InferenceResponse, bool]], abandon: Callable[[], object]
+    ) -> None:
+        self._fetch = fetch
+        self._abandon = abandon
+        self._responses: list[InferenceResponse] = []
+        self._index = 0
+        self._finished = False
 
     def __iter__(self) -> Iterator[InferenceResponse]:
+        if self._finished and self._index >= len(self._responses):
+            self._index = 0
         return self
 
     def __next__(self) -> InferenceResponse:
-        return next(self._responses)
+        if self._finished:
+            if self._index < len(self._responses):
+                self._index += 1
+                return self._responses[self._index - 1]
+            raise StopIteration
+        response, final = self._fetch()
+        self._responses.append(response)
+        if final:
+            self._finished = True
+            self._index = len(self._responses)
+        return response
 
     def cancel(self) -> None:
-        pass
+        """Not supported: the called model runs to its end; the responses still arrive."""
+
+    def __del__(self) -> None:
+        if not self._finished:
+            self._abandon()  # responses still to come are dropped on arrival
 
 
 class InferenceRequest:
@@ -308,15 +336,14 @@ class InferenceRequest:
             raise TritonModelException("request rescheduling is not supported by this server")
 
     def exec(self, decoupled: bool = False) -> Any:
-        """Business logic scripting: run this request on another model of the server, synchronously."""
-        responses = _runtime.bls(self, decoupled)
-        return ResponseIterator(responses) if decoupled else responses[0]
+        """Business logic scripting: run this request on another model of the server; its response,
+        or with ``decoupled=True`` a ``ResponseIterator`` over its responses."""
+        return _runtime.bls(self, decoupled)
 
     async def async_exec(self, decoupled: bool = False) -> Any:
         import asyncio
 
-        responses = await asyncio.get_running_loop().run_in_executor(None, _runtime.bls, self, decoupled)
-        return ResponseIterator(responses) if decoupled else responses[0]
+        return await asyncio.get_running_loop().run_in_executor(None, _runtime.bls, self, decoupled)
 
 
 # -- helpers --------------------------------------------------------------------------------------
@@ -425,6 +452,94 @@ class Logger:
         _runtime.log("VERBOSE", str(message))
 
     INFO, WARNING, ERROR, VERBOSE = 0, 1, 2, 3
+
+
+# -- custom metrics -------------------------------------------------------------------------------
+
+# Releases of families and series whose objects were collected. ``__del__`` may run inside any
+# allocation, even while this process is sending a message, so it only queues; the runtime sends
+# them ahead of its next message.
+_released: deque[tuple[str, int]] = deque()
+_LIFETIME_ERROR = "Invalid metric operation as the corresponding 'MetricFamily' has been deleted."
+
+
+class MetricFamily:
+    """A family of metrics the model reports on the server's metrics endpoint."""
+
+    COUNTER = 0
+    GAUGE = 1
+    HISTOGRAM = 2
+
+    def __init__(self, name: str, description: str, kind: int) -> None:
+        if kind not in (MetricFamily.COUNTER, MetricFamily.GAUGE, MetricFamily.HISTOGRAM):
+            raise TritonModelException(f"unknown metric kind {kind!r}")
+        self._kind = kind
+        self._metrics: weakref.WeakSet[Metric] = weakref.WeakSet()
+        self._handle = 0  # set once the server has it: a failed constructor must release nothing
+        self._handle = _runtime.metric_call("family", name, description, kind)
+
+    def Metric(self, labels: dict[str, str] | None = None, buckets: list[float] | None = None) -> Metric:
+        handle = _runtime.metric_call("series", self._handle, labels, buckets)
+        metric = Metric._held(handle, self._kind)
+        self._metrics.add(metric)
+        return metric
+
+    def __del__(self) -> None:
+        if self._handle:
+            for metric in list(self._metrics):
+                metric._release()
+            _released.append(("release_family", self._handle))
+            self._handle = 0
+
+
+class Metric:
+    """One labelled series of a ``MetricFamily``; made by ``MetricFamily.Metric``."""
+
+    _handle: int  # 0 once released
+    _kind: int
+
+    def __init__(self) -> None:
+        raise TritonModelException("create metrics with MetricFamily.Metric(labels=..., buckets=...)")
+
+    @classmethod
+    def _held(cls, handle: int, kind: int) -> Metric:
+        metric = cls.__new__(cls)
+        metric._handle = handle
+        metric._kind = kind
+        return metric
+
+    def increment(self, value: float) -> None:
+        self._check("increment", MetricFamily.COUNTER, MetricFamily.GAUGE)
+        if self._kind == MetricFamily.COUNTER and value < 0:
+            raise TritonModelException("Failed to increment metric value: a counter cannot decrease")
+        _runtime.metric_update("increment", self._handle, float(value))
+
+    def set(self, value: float) -> None:
+        self._check("set", MetricFamily.GAUGE)
+        _runtime.metric_update("set", self._handle, float(value))
+
+    def observe(self, value: float) -> None:
+        self._check("observe", MetricFamily.HISTOGRAM)
+        _runtime.metric_update("observe", self._handle, float(value))
+
+    def value(self) -> float:
+        self._check("value", MetricFamily.COUNTER, MetricFamily.GAUGE)
+        return float(_runtime.metric_call("value", self._handle))
+
+    def _check(self, operation: str, *kinds: int) -> None:
+        if not self._handle:
+            raise TritonModelException(_LIFETIME_ERROR)
+        if self._kind not in kinds:
+            kind = ("counter", "gauge", "histogram")[self._kind]
+            raise TritonModelException(f"a {kind} metric does not support {operation}()")
+
+    def _release(self) -> None:
+        if self._handle:
+            _released.append(("release_series", self._handle))
+            self._handle = 0
+
+    def __del__(self) -> None:
+        self._release()
 
 
 # -- auto-complete --------------------------------------------------------------------------------

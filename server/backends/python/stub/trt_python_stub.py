@@ -29,6 +29,8 @@ from typing import Any
 import _ipc
 import triton_python_backend_utils as pb_utils
 
+released = pb_utils._released  # metric releases queued by __del__, sent ahead of the next message
+
 
 class Runtime:
     """The model process' side of the connection; pb_utils calls into it.
@@ -49,6 +51,7 @@ class Runtime:
         self._reading = False  # a thread is reading the ring (guarded by _state)
         self._waiting = 0  # threads waiting for the reader (guarded by _state)
         self._answers: dict[int, Any] = {}
+        self._streams: dict[int, deque[tuple[Any, bool]]] = {}  # exec(decoupled=True) calls in progress
         self._commands: deque[Any] = deque()
         self._next_call = 0
         self._call_lock = threading.Lock()
@@ -81,18 +84,24 @@ class Runtime:
     def send(self, message: Any) -> None:
         outbox = self._outbox
         if outbox is None:
-            frame = _ipc.encode_frame(message)
             with self._send_lock:
-                self._sock.sendall(frame)
+                while released:
+                    self._sock.sendall(_ipc.encode_frame(("metric", *released.popleft(), 0.0)))
+                self._sock.sendall(_ipc.encode_frame(message))
             return
         with self._send_lock:
-            pause = 0.0001
-            while not outbox.put(message):  # the server is behind: rare, so poll
-                if self._server_gone:
-                    return
-                time.sleep(pause)
-                pause = min(pause * 2, 0.005)
+            while released:
+                self._put(outbox, ("metric", *released.popleft(), 0.0))
+            self._put(outbox, message)
             _ipc.wake(self._wake_fd)
+
+    def _put(self, outbox: _ipc.Ring, message: Any) -> None:
+        pause = 0.0001
+        while not outbox.put(message):  # the server is behind: rare, so poll
+            if self._server_gone:
+                return
+            time.sleep(pause)
+            pause = min(pause * 2, 0.005)
 
     def _read(self) -> Any:
         assert self._inbox is not None
@@ -128,8 +137,12 @@ class Runtime:
                     self._reading = False
                     if self._waiting:
                         state.notify_all()
-                if message[0] == "bls_result":
+                if message[0] in ("bls_result", "answer"):
                     self._answers[message[1]] = message[2]
+                elif message[0] == "bls_stream":
+                    stream = self._streams.get(message[1])
+                    if stream is not None:  # else the model dropped the iterator: nobody reads it
+                        stream.append((message[2], message[3]))
                 else:
                     self._commands.append(message)
 
@@ -145,10 +158,14 @@ class Runtime:
 
     # -- called by pb_utils ----------------------------------------------------------------------
 
-    def bls(self, request: pb_utils.InferenceRequest, decoupled: bool) -> list[pb_utils.InferenceResponse]:
+    def bls(self, request: pb_utils.InferenceRequest, decoupled: bool) -> Any:
+        """Run ``request`` on another model: its response, or with ``decoupled`` an iterator over
+        its responses that yields each as the server sends it."""
         with self._call_lock:
             call = self._next_call
             self._next_call += 1
+        if decoupled:
+            self._streams[call] = deque()
         self.send(
             (
                 "bls",
@@ -167,19 +184,52 @@ class Runtime:
                 },
             )
         )
+        if decoupled:
+            return pb_utils.ResponseIterator(
+                lambda: self._next_streamed(call), lambda: self._streams.pop(call, None)
+            )
         try:
             result = self._wait_for(lambda: self._answers.pop(call, None))
         except (EOFError, OSError):
             raise pb_utils.TritonModelException("the server went away during a BLS call") from None
-        responses = []
-        for item in result:
-            if item["error"] is not None:
-                message, code = item["error"]
-                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(message, code)))
+        return _bls_response(result[0])
+
+    def _next_streamed(self, call: int) -> tuple[pb_utils.InferenceResponse, bool]:
+        stream = self._streams[call]
+        try:
+            answer, final = self._wait_for(lambda: stream.popleft() if stream else None)
+        except (EOFError, OSError):
+            self._streams.pop(call, None)
+            message = "the server went away during a BLS call"
+            gone = pb_utils.TritonError(message, pb_utils.TritonError.UNAVAILABLE)
+            return pb_utils.InferenceResponse(error=gone), True
+        if final:
+            self._streams.pop(call, None)
+        return _bls_response(answer), final
+
+    def metric_call(self, operation: str, *arguments: Any) -> Any:
+        """A metric operation whose answer the model waits for (creating, reading a value)."""
+        with self._call_lock:
+            call = self._next_call
+            self._next_call += 1
+        message = ("metric_call", call, operation, arguments)
+        try:
+            if self._outbox is None:  # still in initialize(): the socket carries both ways
+                self.send(message)
+                answer = self._frames.next()[2]
             else:
-                tensors = [pb_utils.Tensor(name, array) for name, array in item["outputs"].items()]
-                responses.append(pb_utils.InferenceResponse(tensors, parameters=item.get("parameters")))
-        return responses
+                self.send(message)
+                answer = self._wait_for(lambda: self._answers.pop(call, None))
+        except (EOFError, OSError):
+            raise pb_utils.TritonModelException("the server went away during a metric call") from None
+        if "error" in answer:
+            raise pb_utils.TritonModelException(answer["error"][0])
+        return answer["value"]
+
+    def metric_update(self, operation: str, handle: int, value: float = 0.0) -> None:
+        """A metric update or release, sent without waiting: the rings keep it in order with any
+        later ``metric_call``."""
+        self.send(("metric", operation, handle, value))
 
     def send_response(self, execution: int, index: int, response: Any, final: bool) -> None:
         self.send(
@@ -188,6 +238,16 @@ class Runtime:
 
     def log(self, level: str, message: str) -> None:
         self.send(("log", level, message))
+
+
+def _bls_response(answer: dict[str, Any] | None) -> pb_utils.InferenceResponse:
+    if answer is None:  # the end of a stream, with no response of its own
+        return pb_utils.InferenceResponse([])
+    if answer["error"] is not None:
+        message, code = answer["error"]
+        return pb_utils.InferenceResponse(error=pb_utils.TritonError(message, code))
+    tensors = [pb_utils.Tensor(name, array) for name, array in answer["outputs"].items()]
+    return pb_utils.InferenceResponse(tensors, parameters=answer.get("parameters"))
 
 
 def _describe(response: pb_utils.InferenceResponse, arena: _ipc.Arena | None) -> dict[str, Any]:
@@ -323,6 +383,12 @@ class _StderrRuntime:
 
     def log(self, level: str, message: str) -> None:
         print(f"[{level}] {message}", file=sys.stderr)
+
+    def metric_call(self, operation: str, *arguments: Any) -> Any:
+        raise pb_utils.TritonModelException("custom metrics are not available in auto_complete_config")
+
+    def metric_update(self, operation: str, handle: int, value: float = 0.0) -> None:
+        pass
 
 
 def auto_complete(model_path: str, result_path: str) -> None:

@@ -7,6 +7,7 @@ back. Adding a backend means adding a module here and one line in ``server.backe
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,10 +25,19 @@ if TYPE_CHECKING:
 
 
 class ServerServices(Protocol):
-    """What the server offers to backends that call back into it: BLS and custom metrics from
-    Python models."""
+    """What the server offers to backends that call back into it: BLS, custom metrics and model
+    control from Python models."""
 
     custom_metrics: CustomMetricsRegistry
+    event_loop: asyncio.AbstractEventLoop | None  # the loop serving requests, once started
+
+    def model_ready(self, name: str, version: str = "") -> bool: ...
+
+    async def load_model(
+        self, name: str, config_json: str | None = None, files: dict[str, bytes] | None = None
+    ) -> None: ...
+
+    async def unload_model(self, name: str, unload_dependents: bool = False) -> None: ...
 
     async def infer(self, request: InferenceRequest) -> InferenceResponse: ...
 

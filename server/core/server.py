@@ -7,6 +7,7 @@ own schema). Tests and the analyzer can drive it without sockets.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 
@@ -68,12 +69,15 @@ class InferenceServer:
         self.log_settings = LogSettings()
         self.shared_memory = SharedMemoryRegistry()
         self.custom_metrics = CustomMetricsRegistry()  # what models define (pb_utils.MetricFamily)
+        # Python models' initialize() runs on loader threads; its model-control calls come here.
+        self.event_loop: asyncio.AbstractEventLoop | None = None
         self.pushed = PushedModels()
         self._live = False
         self._shutting_down = False
 
     async def start(self) -> dict[str, str]:
         """Load the start-up models; with --exit-on-error, any failure stops the server."""
+        self.event_loop = asyncio.get_running_loop()
         try:
             failures = await self.models.start()
         except ModelLoadError as exc:  # the repository itself is unreadable: nothing can be served

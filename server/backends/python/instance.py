@@ -179,9 +179,9 @@ class PythonModelInstance:
             parent.sendall(_ipc.encode_frame(("init", self.args, str(self.model_py), *arenas, channel)))
             frames = _ipc.BlockingFrameSource(parent)
             reply = frames.next()
-            while reply[0] in ("log", "metric", "metric_call"):  # from initialize(), before it finishes
-                if reply[0] == "metric_call":  # answered over the socket: the rings are not in use yet
-                    answer = self._metric_call(reply[2], reply[3])
+            while reply[0] in ("log", "metric", "call"):  # from initialize(), before it finishes
+                if reply[0] == "call":  # answered over the socket: the rings are not in use yet
+                    answer = self._answer_from_loader(reply[2], reply[3])
                     parent.sendall(_ipc.encode_frame(("answer", reply[1], answer)))
                 else:
                     self._dispatch(reply)
@@ -321,8 +321,8 @@ class PythonModelInstance:
             task.add_done_callback(self._tasks.discard)
         elif kind == "metric":
             self._metric_update(message[1], message[2], message[3])
-        elif kind == "metric_call":
-            self._post(("answer", message[1], self._metric_call(message[2], message[3])))
+        elif kind == "call":
+            self._answer(message[1], message[2], message[3])
         elif kind == "log":
             level = {"WARNING": logging.WARNING, "ERROR": logging.ERROR, "VERBOSE": logging.DEBUG}.get(
                 message[1], logging.INFO
@@ -407,22 +407,83 @@ class PythonModelInstance:
         logger.error("BLS call from %s failed", self.model_py, exc_info=exc)
         return {"error": (f"{type(exc).__name__}: {exc}", 1)}
 
-    def _metric_call(self, operation: str, arguments: tuple[Any, ...]) -> dict[str, Any]:
-        """A metric operation the model waits on: creating a family or series, reading a value."""
+    # -- calls the model waits on ------------------------------------------------------------------
+
+    def _answer(self, call: int, operation: str, arguments: tuple[Any, ...]) -> None:
+        if operation in _MODEL_CONTROL:
+            task = asyncio.get_running_loop().create_task(self._answer_later(call, operation, arguments))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        else:
+            self._post(("answer", call, self._call(operation, arguments)))
+
+    async def _answer_later(self, call: int, operation: str, arguments: tuple[Any, ...]) -> None:
+        answer = await self._model_control(operation, arguments)
+        if not self._closed:
+            self._post(("answer", call, answer))
+
+    def _answer_from_loader(self, operation: str, arguments: tuple[Any, ...]) -> dict[str, Any]:
+        """A call from ``initialize()``, which runs on a loader thread: model control goes to the
+        event loop and this thread waits for it."""
+        if operation not in _MODEL_CONTROL:
+            return self._call(operation, arguments)
+        loop = getattr(self.services, "event_loop", None)
         try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if loop is None or running is loop:
+            return _call_error(Unavailable(f"{operation} is not available in this context"))
+        return asyncio.run_coroutine_threadsafe(self._model_control(operation, arguments), loop).result()
+
+    def _call(self, operation: str, arguments: tuple[Any, ...]) -> dict[str, Any]:
+        """Creating a metric family or series, reading a metric, asking if a model is ready."""
+        try:
+            if operation == "model_ready":
+                if self.services is None:
+                    raise Unavailable("is_model_ready is not available in this context")
+                return {"value": self.services.model_ready(*arguments)}
             if self._metrics is None:
                 raise Unavailable("custom metrics are not available in this context")
-            if operation == "family":
+            if operation == "metric_family":
                 return {"value": self._metrics.new_family(*arguments)}
-            if operation == "series":
+            if operation == "metric_series":
                 return {"value": self._metrics.new_series(*arguments)}
-            if operation == "value":
+            if operation == "metric_value":
                 return {"value": self._metrics.registry.value(*arguments)}
-            raise InvalidArgument(f"unknown metric operation '{operation}'")
+            raise InvalidArgument(f"unknown operation '{operation}'")
         except ServerError as exc:
-            return {"error": (exc.message, _CODES_BY_TRITON_NAME.get(exc.triton_code, 1))}
+            return _call_error(exc)
         except TypeError as exc:  # wrong arguments from the model's side
-            return {"error": (f"metric {operation}: {exc}", 3)}
+            return {"error": (f"{operation}: {exc}", 3)}
+
+    async def _model_control(self, operation: str, arguments: tuple[Any, ...]) -> dict[str, Any]:
+        """``pb_utils.load_model`` and ``unload_model``, through the server as its API would."""
+        try:
+            if self.services is None:
+                raise Unavailable(f"{operation} is not available in this context")
+            if operation == "load_model":
+                name, config, files = arguments
+                if name == self.args["model_name"]:
+                    raise InvalidArgument(f"model '{name}' cannot load itself")
+                await self.services.load_model(name, config or None, files or None)
+                return {"value": True}
+            name, unload_dependents = arguments
+            # As Triton, the model is no longer ready when the call returns, but the requests it
+            # holds (maybe the caller's own) still finish: answer once the unload has begun.
+            unload = asyncio.get_running_loop().create_task(
+                self.services.unload_model(name, bool(unload_dependents))
+            )
+            self._tasks.add(unload)
+            unload.add_done_callback(self._tasks.discard)
+            await asyncio.sleep(0)
+            if unload.done():
+                unload.result()
+            return {"value": True}
+        except ServerError as exc:
+            return _call_error(exc)
+        except (TypeError, ValueError) as exc:
+            return {"error": (f"{operation}: {exc}", 3)}
 
     def _metric_update(self, operation: str, handle: int, value: float) -> None:
         """A metric operation the model does not wait on (it checked kinds and signs itself)."""
@@ -590,4 +651,11 @@ def _bls_answer(response: InferenceResponse) -> dict[str, Any]:
 
 
 def _bls_error(exc: ServerError) -> dict[str, Any]:
+    return _call_error(exc)
+
+
+_MODEL_CONTROL = ("load_model", "unload_model")  # calls answered once the server has done them
+
+
+def _call_error(exc: ServerError) -> dict[str, Any]:
     return {"error": (exc.message, _CODES_BY_TRITON_NAME.get(exc.triton_code, 1))}

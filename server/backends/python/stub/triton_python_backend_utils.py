@@ -454,6 +454,26 @@ class Logger:
     INFO, WARNING, ERROR, VERBOSE = 0, 1, 2, 3
 
 
+# -- model control --------------------------------------------------------------------------------
+# As Triton: the server must run with --model-control-mode=explicit. A load holds one of the
+# server's load slots (--model-load-thread-count) while it runs, like any other load.
+
+
+def load_model(model_name: str, config: str = "", files: dict[str, bytes] | None = None) -> None:
+    """Load (or reload) a model of the repository; ``config`` overrides its config (JSON), ``files``
+    ("file:<version>/<name>" -> bytes, with ``config``) replace its files."""
+    _runtime.call("load_model", model_name, config, dict(files or {}))
+
+
+def unload_model(model_name: str, unload_dependents: bool = False) -> None:
+    """Unload a model: it is no longer ready when this returns; requests it holds still finish."""
+    _runtime.call("unload_model", model_name, unload_dependents)
+
+
+def is_model_ready(model_name: str, model_version: str = "") -> bool:
+    return bool(_runtime.call("model_ready", model_name, str(model_version)))
+
+
 # -- custom metrics -------------------------------------------------------------------------------
 
 # Releases of families and series whose objects were collected. ``__del__`` may run inside any
@@ -476,10 +496,10 @@ class MetricFamily:
         self._kind = kind
         self._metrics: weakref.WeakSet[Metric] = weakref.WeakSet()
         self._handle = 0  # set once the server has it: a failed constructor must release nothing
-        self._handle = _runtime.metric_call("family", name, description, kind)
+        self._handle = _runtime.call("metric_family", name, description, kind)
 
     def Metric(self, labels: dict[str, str] | None = None, buckets: list[float] | None = None) -> Metric:
-        handle = _runtime.metric_call("series", self._handle, labels, buckets)
+        handle = _runtime.call("metric_series", self._handle, labels, buckets)
         metric = Metric._held(handle, self._kind)
         self._metrics.add(metric)
         return metric
@@ -524,7 +544,7 @@ class Metric:
 
     def value(self) -> float:
         self._check("value", MetricFamily.COUNTER, MetricFamily.GAUGE)
-        return float(_runtime.metric_call("value", self._handle))
+        return float(_runtime.call("metric_value", self._handle))
 
     def _check(self, operation: str, *kinds: int) -> None:
         if not self._handle:

@@ -207,12 +207,13 @@ class Runtime:
             self._streams.pop(call, None)
         return _bls_response(answer), final
 
-    def metric_call(self, operation: str, *arguments: Any) -> Any:
-        """A metric operation whose answer the model waits for (creating, reading a value)."""
+    def call(self, operation: str, *arguments: Any) -> Any:
+        """An operation on the server whose answer the model waits for: creating a metric or reading
+        one, loading or unloading a model, asking whether one is ready."""
         with self._call_lock:
             call = self._next_call
             self._next_call += 1
-        message = ("metric_call", call, operation, arguments)
+        message = ("call", call, operation, arguments)
         try:
             if self._outbox is None:  # still in initialize(): the socket carries both ways
                 self.send(message)
@@ -221,14 +222,14 @@ class Runtime:
                 self.send(message)
                 answer = self._wait_for(lambda: self._answers.pop(call, None))
         except (EOFError, OSError):
-            raise pb_utils.TritonModelException("the server went away during a metric call") from None
+            raise pb_utils.TritonModelException(f"the server went away during {operation}") from None
         if "error" in answer:
             raise pb_utils.TritonModelException(answer["error"][0])
         return answer["value"]
 
     def metric_update(self, operation: str, handle: int, value: float = 0.0) -> None:
         """A metric update or release, sent without waiting: the rings keep it in order with any
-        later ``metric_call``."""
+        later ``call``."""
         self.send(("metric", operation, handle, value))
 
     def send_response(self, execution: int, index: int, response: Any, final: bool) -> None:
@@ -384,8 +385,8 @@ class _StderrRuntime:
     def log(self, level: str, message: str) -> None:
         print(f"[{level}] {message}", file=sys.stderr)
 
-    def metric_call(self, operation: str, *arguments: Any) -> Any:
-        raise pb_utils.TritonModelException("custom metrics are not available in auto_complete_config")
+    def call(self, operation: str, *arguments: Any) -> Any:
+        raise pb_utils.TritonModelException(f"{operation} is not available in auto_complete_config")
 
     def metric_update(self, operation: str, handle: int, value: float = 0.0) -> None:
         pass

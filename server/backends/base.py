@@ -117,6 +117,9 @@ class BackendRequest:
     # Decoupled models: called with each response as the model sends it, and final=True once it is
     # done (with None when the final flag came without a response). None: collect one response.
     on_response: Callable[[BackendResponse | None, bool], None] | None = None
+    # Set once whoever asked stopped waiting (a gRPC client cancelled, a stream closed): a model that
+    # asks (``request.is_cancelled()``) can stop early; its answer would go nowhere.
+    cancelled: bool = False
 
 
 @dataclass(slots=True)

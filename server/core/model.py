@@ -164,6 +164,7 @@ class ModelVersion:
         backend_request.on_response = lambda answer, final: answers.put_nowait((answer, final))
         self._in_flight += 1
         execution = asyncio.ensure_future(self._request_scheduler.submit(backend_request, batch_size))
+        finished = False
         try:
             while True:
                 waiting = asyncio.ensure_future(answers.get())
@@ -193,11 +194,16 @@ class ModelVersion:
                     yield StreamItem(None, None, True)
                 if final:
                     break
+            finished = True
             self.stats.record_success(time.perf_counter_ns() - received, 0, 0, 0, 0)
         except ServerError:
+            finished = True
             self.stats.record_failure(time.perf_counter_ns() - received, "BACKEND")
             raise
         finally:
+            if not finished:  # the consumer went away (a cancelled stream): tell the model, if it asks
+                backend_request.cancelled = True
+                execution.cancel()
             self._in_flight -= 1
             if self._in_flight == 0 and self._drained is not None:
                 self._drained.set()

@@ -66,14 +66,22 @@ class RequestScheduler:
         self._waiting.append(_Waiting(request, max(batch_size, 1), future, time.perf_counter_ns()))
         self._stats.pending += 1
         self._dispatch()
-        return await future
+        try:
+            return await future
+        except asyncio.CancelledError:
+            request.cancelled = True  # still queued: skipped; in execute: the model may ask
+            raise
 
     def _dispatch(self) -> None:
-        while self._waiting and self._idle:
+        while self._idle and self._drop_abandoned():
             instance = self._idle.popleft()
             batch = [self._waiting.popleft()]
             total = batch[0].batch_size
-            while self._gather and self._waiting and total + self._waiting[0].batch_size <= self._max_batch:
+            while (
+                self._gather
+                and self._drop_abandoned()
+                and total + self._waiting[0].batch_size <= self._max_batch
+            ):
                 item = self._waiting.popleft()
                 batch.append(item)
                 total += item.batch_size
@@ -88,6 +96,15 @@ class RequestScheduler:
                 start([item.request for item in batch], done)
                 continue
             self._track(self._run_batch(instance, batch, total))
+
+    def _drop_abandoned(self) -> bool:
+        """Drop the requests at the head of the queue that nobody waits for any more (cancelled);
+        whether one is left."""
+        waiting = self._waiting
+        while waiting and waiting[0].future.cancelled():
+            waiting.popleft()
+            self._stats.pending -= 1
+        return bool(waiting)
 
     def _track(self, execution: Coroutine[Any, Any, None]) -> None:
         task = asyncio.ensure_future(execution)

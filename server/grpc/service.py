@@ -145,6 +145,12 @@ class GrpcInferenceService(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):
             # asyncio.wait, unlike gather, leaves the requests running if this reader is cancelled.
             if mine:
                 await asyncio.wait(set(mine))
+        except asyncio.CancelledError:
+            # The stream was cancelled (the client went away): its requests are cancelled too, so
+            # that a model asking request.is_cancelled() can stop.
+            for task in mine:
+                task.cancel()
+            raise
         except Exception:
             # Reading failed (the client went away); requests already started finish on their own.
             logger.debug("stream closed while reading requests", exc_info=True)

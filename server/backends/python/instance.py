@@ -73,6 +73,7 @@ class _Execution:
     count: int
     responses: list[list[BackendResponse]]
     streams: list[Any]  # per request: its on_response callback or None
+    requests: list[BackendRequest]
     finals: set[int] = field(default_factory=set)
     returned: bool = False  # execute() has returned (with None: answers come through senders)
     settled: bool = False
@@ -439,6 +440,11 @@ class PythonModelInstance:
     def _call(self, operation: str, arguments: tuple[Any, ...]) -> dict[str, Any]:
         """Creating a metric family or series, reading a metric, asking if a model is ready."""
         try:
+            if operation == "request_cancelled":
+                number, index = arguments
+                execution = self._executions.get(number)
+                # An execution no longer here has been answered or failed: nobody reads more.
+                return {"value": execution is None or execution.requests[index].cancelled}
             if operation == "model_ready":
                 if self.services is None:
                     raise Unavailable("is_model_ready is not available in this context")
@@ -559,7 +565,7 @@ class PythonModelInstance:
         number = self._next_execution
         self._next_execution += 1
         self._executions[number] = _Execution(
-            done, len(requests), [[] for _ in requests], [r.on_response for r in requests]
+            done, len(requests), [[] for _ in requests], [r.on_response for r in requests], requests
         )
         self._post(("execute", number, metas))
 

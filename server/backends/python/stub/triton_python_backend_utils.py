@@ -199,7 +199,9 @@ class InferenceResponseSender:
         _runtime.send_response(self._execution, self._index, response, final)
 
     def is_cancelled(self) -> bool:
-        return False
+        """Whether the client stopped waiting (a cancelled gRPC call or stream): a model that streams
+        can stop early."""
+        return bool(_runtime.call("request_cancelled", self._execution, self._index))
 
 
 class ResponseIterator:
@@ -329,7 +331,10 @@ class InferenceRequest:
         return self._sender
 
     def is_cancelled(self) -> bool:
-        return False
+        """Whether the client stopped waiting for this request (a cancelled gRPC call or stream)."""
+        if self._origin is None:
+            return False
+        return bool(_runtime.call("request_cancelled", *self._origin))
 
     def set_release_flags(self, flags: int) -> None:
         if flags & TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:

@@ -1,0 +1,140 @@
+"""A gRPC client that cancels: the Python model can see it (``is_cancelled()``) and stop, and a
+request cancelled while it waits in the queue never reaches the model."""
+
+from __future__ import annotations
+
+import queue
+import time
+from collections.abc import Iterator
+from functools import partial
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+
+from tests.support import ServerProcess
+
+# Streams a response every 20 ms for up to 10 s, until the client cancels.
+TICKER = """
+import threading
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            sender = request.get_response_sender()
+            threading.Thread(target=self.tick, args=(sender,), daemon=True).start()
+        return None
+
+    def tick(self, sender):
+        for count in range(500):
+            if sender.is_cancelled():
+                pb_utils.Logger.log_info(f"ticker: cancelled after {count} responses")
+                return
+            sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("COUNT", np.array([count], np.int32))]))
+            time.sleep(0.02)
+        sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        pb_utils.Logger.log_info("ticker: never cancelled")
+"""
+
+TICKER_CONFIG = """
+backend: "python"
+model_transaction_policy { decoupled: true }
+input [ { name: "START" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "COUNT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+"""
+
+# One request at a time; those whose id starts with "wait" wait up to 5 s for their client to give up.
+WAITER = """
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            pb_utils.Logger.log_info(f"waiter: executing {request.request_id()}")
+            if request.request_id().startswith("wait"):
+                began = time.monotonic()
+                while time.monotonic() - began < 5 and not request.is_cancelled():
+                    time.sleep(0.01)
+                outcome = "cancelled" if request.is_cancelled() else "not cancelled"
+                pb_utils.Logger.log_info(f"waiter: {request.request_id()} {outcome}")
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([1], np.int32))]))
+        return responses
+"""
+
+WAITER_CONFIG = """
+backend: "python"
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+instance_group [ { kind: KIND_CPU count: 1 } ]
+"""
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    repo = tmp_path_factory.mktemp("cancel_repo")
+    for name, source, config in (("ticker", TICKER, TICKER_CONFIG), ("waiter", WAITER, WAITER_CONFIG)):
+        (repo / name / "1").mkdir(parents=True)
+        (repo / name / "1" / "model.py").write_text(source)
+        (repo / name / "config.pbtxt").write_text(config)
+    proc = ServerProcess([repo]).start(tmp_path_factory.mktemp("logs"))
+    yield proc
+    proc.stop()
+
+
+def _wait_for_log(server: ServerProcess, text: str, timeout: float = 10) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        log = server.log()
+        if text in log:
+            return log
+        time.sleep(0.05)
+    raise AssertionError(f"{text!r} not in the log:\n{server.log()}")
+
+
+def _tensor(name: str) -> grpcclient.InferInput:
+    tensor = grpcclient.InferInput(name, [1], "INT32")
+    tensor.set_data_from_numpy(np.array([0], dtype=np.int32))
+    return tensor
+
+
+def test_a_cancelled_stream_stops_a_decoupled_model_that_checks(server: ServerProcess) -> None:
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    received: queue.Queue[tuple[object, object]] = queue.Queue()
+    client.start_stream(callback=partial(lambda q, result, error: q.put((result, error)), received))
+    client.async_stream_infer("ticker", [_tensor("START")])
+    for _ in range(3):
+        _, error = received.get(timeout=10)
+        assert error is None
+    client.stop_stream(cancel_requests=True)
+    log = _wait_for_log(server, "ticker: cancelled after")
+    count = int(log.split("ticker: cancelled after ")[1].split()[0])
+    assert 3 <= count < 100, count  # 500 would have taken 10 s
+    assert "ticker: never cancelled" not in log
+
+
+def test_a_cancelled_call_is_seen_in_execute_and_a_queued_one_never_runs(server: ServerProcess) -> None:
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    answers: queue.Queue[tuple[object, object]] = queue.Queue()
+    callback = partial(lambda q, result, error: q.put((result, error)), answers)
+    running = client.async_infer("waiter", [_tensor("IN")], callback, request_id="wait-running")
+    _wait_for_log(server, "waiter: executing wait-running")
+    queued = client.async_infer("waiter", [_tensor("IN")], callback, request_id="wait-queued")
+    time.sleep(0.2)  # "wait-queued" waits behind "wait-running" on the only instance
+    queued.cancel()
+    running.cancel()
+    _wait_for_log(server, "waiter: wait-running cancelled")
+    # The next request runs at once: the cancelled one left the queue without executing.
+    result = client.infer("waiter", [_tensor("IN")], request_id="after")
+    assert result.as_numpy("OUT")[0] == 1
+    log = _wait_for_log(server, "waiter: executing after")
+    assert "waiter: executing wait-queued" not in log

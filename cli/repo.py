@@ -83,7 +83,11 @@ def init_command(
 
 @repo_app.command("add")
 def add_command(
-    model_file: Path = typer.Argument(..., help="A .onnx, .pt (TorchScript), .plan (TensorRT) or model.py."),
+    model_file: Path = typer.Argument(
+        ...,
+        help="A .onnx, .pt (TorchScript), .plan (TensorRT) or model.py; or a folder holding model.py and the "
+        "modules it imports (copied whole but for __pycache__, *.pyc and hidden files).",
+    ),
     repository: str = _REPOSITORY_OPTION,
     name: str = typer.Option(None, "--name", "-n", help="Model name (default: from the file name)."),
     version: int = typer.Option(None, "--version", "-v", help="Version number (default: the next one)."),
@@ -101,10 +105,16 @@ def add_command(
     outputs: list[str] = typer.Option(
         None, "--output", help="NAME:TYPE:DIMS (default: read from the model)."
     ),
+    includes: list[Path] = typer.Option(
+        None, "--include", help="A file or folder to copy beside the model file (repeatable)."
+    ),
     force: bool = typer.Option(False, "--force", help="Replace an existing version or config.pbtxt."),
     json_output: bool = typer.Option(False, "--json"),
 ) -> None:
-    """Copy a model file into the repository with a complete config.pbtxt read from the model."""
+    """Copy a model file into the repository with a complete config.pbtxt read from the model.
+
+    An ONNX model's external data files come with it; so do the files given with --include.
+    """
     if is_remote(repository):
         raise _fail("trt repo add writes local folders; upload with your object-store tools afterwards")
     try:
@@ -117,6 +127,7 @@ def add_command(
             kind=kind.lower() if kind else None,
             inputs=tuple(TensorSpec.parse(text) for text in inputs or []),
             outputs=tuple(TensorSpec.parse(text) for text in outputs or []),
+            includes=tuple(includes or []),
             force=force,
         )
         result = add_model(model_file, Path(repository), options)
@@ -130,12 +141,15 @@ def add_command(
                 "model_file": str(result.model_file),
                 "config": str(result.config_path),
                 "config_written": result.config_written,
+                "extra_files": list(result.extra_files),
                 "effective_config": config_to_dict(result.config),
             }
         )
         return
     console = make_console(stderr=False)
     console.print(f"added [bold]{result.model}[/] version {result.version}: {escape(str(result.model_file))}")
+    if result.extra_files:
+        console.print(f"with {escape(', '.join(result.extra_files))} beside it")
     if result.config_written:
         console.print(f"wrote {escape(str(result.config_path))}:")
         console.print(escape(config_to_text(result.config)), highlight=False)

@@ -9,7 +9,11 @@ repository changes when any of that fails.
 - ``.pt`` (TorchScript): the file records no shapes; inputs come from ``--input``, outputs from
   running the model on zeros (``server.repo.torchscript_probe``) unless ``--output`` gives them.
 - ``.plan`` (TensorRT): from the engine's I/O tensors (needs ``trt[tensorrt]``).
-- ``model.py``: from ``auto_complete_config`` when it has one, else ``--input``/``--output``.
+- ``model.py``: from ``auto_complete_config`` when it has one, else ``--input``/``--output``. A folder
+  holding model.py is copied whole (the modules model.py imports with it), less caches and hidden files.
+
+Files the model needs beside it go into the version folder too: an ONNX model's external data files
+(found in the file, at their relative locations) and each ``--include`` file or folder.
 
 A new version of an existing model keeps that model's config.pbtxt when the new file fits it.
 """
@@ -20,6 +24,8 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,9 +33,10 @@ from protos import model_config_pb2
 from server.backends.base import ModelFiles
 from server.backends.registry import BackendEntry, get_backend, resolve_entry
 from server.core.config_rules import check_config
-from server.core.errors import InvalidArgument, ModelConfigError
+from server.core.errors import BackendUnavailable, InvalidArgument, ModelConfigError, ModelLoadError
 from server.core.model_config import config_to_text, read_config_file
 from server.core.repository import version_folders
+from server.repo.onnx_external_data import ExternalDataError, external_data_files
 from server.repo.tensor_spec import TensorSpec
 
 Config = model_config_pb2.ModelConfig
@@ -45,6 +52,8 @@ _FORMATS = {
     ".engine": ("tensorrt", "tensorrt_plan", "model.plan"),
     ".py": ("python", "", "model.py"),
 }
+# Left out when a folder is copied: what Python writes on import, and what the user's tools keep there.
+_SKIPPED = shutil.ignore_patterns("__pycache__", "*.pyc", ".*")
 
 
 class RepoError(InvalidArgument):
@@ -61,6 +70,7 @@ class AddOptions:
     kind: str | None = None  # "cpu" or "gpu"
     inputs: tuple[TensorSpec, ...] = ()
     outputs: tuple[TensorSpec, ...] = ()
+    includes: tuple[Path, ...] = ()  # files or folders copied beside the model file
     force: bool = False
 
     def shapes_config(self) -> bool:
@@ -78,17 +88,26 @@ class AddResult:
     config_path: Path
     config_written: bool  # False when the model's existing config.pbtxt was kept
     config: Config
+    extra_files: tuple[str, ...]  # copied beside the model file, relative to the version folder
+
+
+@dataclass(frozen=True, slots=True)
+class _Extra:
+    """A file or folder that goes into the version folder beside the model file."""
+
+    source: Path
+    target: str  # relative to the version folder, '/'-separated
+    origin: str  # where it came from, for messages: "--include", "from the model folder", "external data"
 
 
 def add_model(source: Path, repository: Path, options: AddOptions) -> AddResult:
-    if not source.is_file():
-        raise RepoError(f"no model file at {source}")
-    if source.suffix.lower() not in _FORMATS:
+    model_source = _model_source(source)
+    if model_source.suffix.lower() not in _FORMATS:
         raise RepoError(
-            f"cannot tell the format of '{source.name}': trt repo add takes .onnx, .pt (TorchScript), "
-            ".plan (TensorRT) or model.py"
+            f"cannot tell the format of '{model_source.name}': trt repo add takes .onnx, .pt (TorchScript), "
+            ".plan (TensorRT), model.py or a folder holding model.py"
         )
-    backend_name, platform, filename = _FORMATS[source.suffix.lower()]
+    backend_name, platform, filename = _FORMATS[model_source.suffix.lower()]
     name = options.name or default_name(source)
     if not valid_model_name(name):
         raise RepoError(f"'{name}' cannot be a model name: use letters, digits, '_', '-' and '.'")
@@ -109,34 +128,54 @@ def add_model(source: Path, repository: Path, options: AddOptions) -> AddResult:
             f"{config_path} exists and the options given would change it; pass --force to replace it "
             "(the old one is kept as config.pbtxt.orig)"
         )
+    # Found and checked before anything is written, so a bad one leaves the repository as it was.
+    external = _onnx_external_data(model_source) if filename == "model.onnx" else []
+    extras = [*(external or []), *_folder_entries(source, model_source), *_includes(options.includes)]
+    _check_places(extras, filename)
+    for folder in [source, *(extra.source for extra in extras)]:
+        if folder.is_dir() and repository.resolve().is_relative_to(folder.resolve()):
+            raise RepoError(
+                f"the repository {repository} is inside {folder}, which would be copied into it: keep the "
+                "repository outside the folders being added"
+            )
     repository.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".trt-add-", dir=repository))
     try:
         staged_version = staging / str(version)
         staged_version.mkdir()
         staged_file = staged_version / filename
-        shutil.copy2(source, staged_file)
+        shutil.copy2(model_source, staged_file)
+        for extra in extras:
+            _copy(extra.source, staged_version / extra.target)
         files = ModelFiles(name, version, model_dir, staged_version)
-        if keep_config:
-            config = read_config_file(config_path)
-            try:
-                _checked(config, files)
-            except ModelConfigError as exc:
-                if not options.force:
-                    raise RepoError(
-                        f"the new file does not fit {config_path}: {exc.message}; pass --force to write a "
-                        "new config from the file (the old one is kept as config.pbtxt.orig)"
-                    ) from None
-                keep_config = False
-        if not keep_config:
-            config = new_config(name, backend_name, platform, staged_file, files, options)
+        with _hint_onnx_missing(external is None):
+            if keep_config:
+                config = read_config_file(config_path)
+                try:
+                    _checked(config, files)
+                except ModelConfigError as exc:
+                    if not options.force:
+                        raise RepoError(
+                            f"the new file does not fit {config_path}: {exc.message}; pass --force to write "
+                            "a new config from the file (the old one is kept as config.pbtxt.orig)"
+                        ) from None
+                    keep_config = False
+            if not keep_config:
+                config = new_config(name, backend_name, platform, staged_file, files, options)
         _move_into_place(staged_version, model_dir / str(version))
         if not keep_config:
-            _write_config(config_path, config, source.name)
+            _write_config(config_path, config, _absolute(source).name)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return AddResult(
-        name, version, model_dir, model_dir / str(version) / filename, config_path, not keep_config, config
+        name,
+        version,
+        model_dir,
+        model_dir / str(version) / filename,
+        config_path,
+        not keep_config,
+        config,
+        tuple(extra.target for extra in extras),
     )
 
 
@@ -146,13 +185,112 @@ def valid_model_name(name: str) -> bool:
 
 
 def default_name(source: Path) -> str:
-    """The file's stem, or its folder's name for the conventional ``model.*`` files."""
-    if source.stem != "model":
+    """The file's stem; the folder's name for a model folder and for the conventional ``model.*`` files."""
+    if source.is_dir():
+        folder = _absolute(source)
+        candidates = (folder, folder.parent)
+    elif source.stem != "model":
         return source.stem
-    for folder in (source.parent, source.parent.parent):
-        if folder.name and not folder.name.isdigit():
+    else:
+        candidates = (source.parent, source.parent.parent)
+    for folder in candidates:
+        if folder.name and not folder.name.isdigit():  # a version folder is named by its model's folder
             return folder.name
     raise RepoError(f"cannot name the model from '{source}': give --name")
+
+
+def _absolute(path: Path) -> Path:
+    """``path`` from the root with '.' and '..' worked out, as written: a link keeps its own name."""
+    return Path(os.path.abspath(path))
+
+
+def _model_source(source: Path) -> Path:
+    """The model file: ``source`` itself, or the model.py of a model folder."""
+    if source.is_dir():
+        if not (source / "model.py").is_file():
+            raise RepoError(
+                f"{source} is a folder without model.py: a folder is added as a Python model (model.py and "
+                "the modules it imports); give the model file itself for the other formats"
+            )
+        return source / "model.py"
+    if not source.is_file():
+        raise RepoError(f"no model file at {source}")
+    return source
+
+
+def _folder_entries(source: Path, model_source: Path) -> list[_Extra]:
+    if not source.is_dir():
+        return []
+    names = sorted(p.name for p in source.iterdir())
+    skipped = _SKIPPED(str(source), names) | {model_source.name}
+    return [_Extra(source / name, name, "from the model folder") for name in names if name not in skipped]
+
+
+def _includes(includes: Iterable[Path]) -> list[_Extra]:
+    extras = []
+    for include in includes:
+        if not include.exists():
+            raise RepoError(f"--include {include}: no such file or folder")
+        name = _absolute(include).name
+        if not name:
+            raise RepoError(f"--include {include}: give a file or a folder below the root")
+        extras.append(_Extra(include, name, "--include"))
+    return extras
+
+
+def _check_places(extras: list[_Extra], filename: str) -> None:
+    """Refuse two things meant for one place in the version folder."""
+    taken: dict[str, _Extra] = {}
+    for extra in extras:
+        top = extra.target.split("/")[0]
+        if top == filename:
+            raise RepoError(
+                f"{extra.source} ({extra.origin}) would overwrite the model file {filename} in the version "
+                "folder: rename it or leave it out"
+            )
+        other = taken.setdefault(top, extra)
+        # Several tensors may share a data file, or a data folder.
+        if other is not extra and not (other.origin == extra.origin == _EXTERNAL_DATA):
+            raise RepoError(
+                f"{other.source} ({other.origin}) and {extra.source} ({extra.origin}) would both be "
+                f"'{top}' in the version folder: rename one or leave it out"
+            )
+
+
+def _copy(source: Path, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if source.is_dir():
+        shutil.copytree(source, target, ignore=_SKIPPED)
+    else:
+        shutil.copy2(source, target)  # streamed: weights are never held in memory
+
+
+_EXTERNAL_DATA = "external data"
+
+
+def _onnx_external_data(model_file: Path) -> list[_Extra] | None:
+    """The files an ONNX model keeps tensors in; None without the onnx package."""
+    try:
+        found = external_data_files(model_file)
+    except ExternalDataError as exc:
+        raise RepoError(exc.message) from None
+    if found is None:
+        return None
+    return [_Extra(source, target, _EXTERNAL_DATA) for source, target in found]
+
+
+@contextmanager
+def _hint_onnx_missing(applies: bool) -> Iterator[None]:
+    """Without onnx, external data files cannot be found: a model that needs them fails to load."""
+    try:
+        yield
+    except ModelLoadError as exc:
+        if not applies or isinstance(exc, ModelConfigError | BackendUnavailable):
+            raise
+        raise RepoError(
+            f"{exc.message}; if the model keeps its weights in external data files, pip install onnx so "
+            "trt repo add can find and copy them"
+        ) from None
 
 
 def new_config(

@@ -1,16 +1,25 @@
 """``trt repo add`` for each format, then served by ``trt serve`` and called with tritonclient; and
-``list``, ``show``, ``remove``, ``init`` on what it wrote."""
+``list``, ``show``, ``remove``, ``init`` on what it wrote. Models that need files beside them (a Python
+model's modules, ONNX external data) are added and served apart, so a fault there fails only their tests."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import onnx
+import onnxruntime as ort
 import pytest
 import torch
 import tritonclient.http as httpclient
+from onnx import TensorProto, helper, numpy_helper
+from onnx.external_data_helper import set_external_data
 
 from server.core.model_config import read_config_file
 from tests.repo.test_validate import run_trt
@@ -258,3 +267,257 @@ def test_init_and_remove(tmp_path: Path) -> None:
     assert run_trt("repo", "remove", "simple", "-r", str(repo), "--yes").returncode == 0
     assert not (repo / "simple").exists()
     assert run_trt("repo", "remove", "..", "-r", str(repo), "--yes").returncode == 2
+
+
+# -- models that need files beside them ----------------------------------------------------------
+
+# A model folder: model.py imports a sibling module and a sibling package, as Triton's Python backend
+# allows (the version folder is on sys.path). auto_complete_config() runs the imports during the add.
+FOLDER_MODEL_PY = '''import triton_python_backend_utils as pb_utils
+
+import helpers
+from ops import shift
+
+
+class TritonPythonModel:
+    @staticmethod
+    def auto_complete_config(auto_complete_model_config):
+        auto_complete_model_config.add_input({"name": "X", "data_type": "TYPE_FP32", "dims": [2]})
+        auto_complete_model_config.add_output({"name": "Y", "data_type": "TYPE_FP32", "dims": [2]})
+        return auto_complete_model_config
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "X").as_numpy()
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("Y", shift(x, helpers.OFFSET))]))
+        return responses
+'''
+
+INCLUDING_PY = '''import triton_python_backend_utils as pb_utils
+
+import factors
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "X").as_numpy()
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("Y", x * factors.FACTOR)]))
+        return responses
+'''
+
+WIDTH = 1024  # BIAS is 4 KiB: over onnx.save's size_threshold, so it goes to the data file; the scalars stay
+BIAS = np.arange(WIDTH, dtype=np.float32)
+
+
+def branch_bias_model() -> onnx.ModelProto:
+    """Y = X * 2 + BIAS where X sums above 0, else X * 2; BIAS is an initializer of the If's subgraph."""
+    row = ["batch", WIDTH]
+    then_branch = helper.make_graph(
+        [helper.make_node("Add", ["DOUBLED", "BIAS"], ["BIASED"])], "then", [],
+        [helper.make_tensor_value_info("BIASED", TensorProto.FLOAT, row)],
+        [numpy_helper.from_array(BIAS, "BIAS")],
+    )  # fmt: skip
+    else_branch = helper.make_graph(
+        [helper.make_node("Identity", ["DOUBLED"], ["SAME"])], "else", [],
+        [helper.make_tensor_value_info("SAME", TensorProto.FLOAT, row)],
+    )  # fmt: skip
+    graph = helper.make_graph(
+        [
+            helper.make_node("Mul", ["X", "TWO"], ["DOUBLED"]),
+            helper.make_node("ReduceSum", ["X"], ["SUM"], keepdims=0),
+            helper.make_node("Greater", ["SUM", "ZERO"], ["POSITIVE"]),
+            helper.make_node("If", ["POSITIVE"], ["Y"], then_branch=then_branch, else_branch=else_branch),
+        ],
+        "branch_bias",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, row)],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, row)],
+        [numpy_helper.from_array(np.float32(2), "TWO"), numpy_helper.from_array(np.float32(0), "ZERO")],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def bias_model_with_data_at(location: str) -> onnx.ModelProto:
+    """Y = X + BIAS, with BIAS said to be in the external file ``location`` (which is not written)."""
+    bias = numpy_helper.from_array(BIAS, "BIAS")
+    set_external_data(bias, location)
+    bias.data_location = TensorProto.EXTERNAL
+    bias.ClearField("raw_data")
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["X", "BIAS"], ["Y"])], "bias",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [WIDTH])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [WIDTH])], [bias],
+    )  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.fixture(scope="module")
+def file_sources(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("file_sources")
+    shifter = folder / "shifter"
+    (shifter / "ops" / "__pycache__").mkdir(parents=True)
+    (shifter / "model.py").write_text(FOLDER_MODEL_PY)
+    (shifter / "helpers.py").write_text("OFFSET = 100.0\n")
+    (shifter / "ops" / "__init__.py").write_text("def shift(x, by):\n    return x + by\n")
+    (shifter / "ops" / "__pycache__" / "__init__.cpython-311.pyc").write_bytes(b"stale")
+    (shifter / "__pycache__").mkdir()
+    (shifter / "__pycache__" / "helpers.cpython-311.pyc").write_bytes(b"stale")
+    (shifter / "stale.pyc").write_bytes(b"stale")
+    (shifter / ".ipynb_checkpoints").mkdir()
+    (shifter / ".ipynb_checkpoints" / "model-checkpoint.py").write_text("")
+    (shifter / ".env").write_text("SECRET=1\n")
+
+    (folder / "fivefold.py").write_text(INCLUDING_PY)
+    (folder / "factors.py").write_text("FACTOR = 5.0\n")
+    (folder / "assets" / ".cache").mkdir(parents=True)
+    (folder / "assets" / "labels.txt").write_text("cat\ndog\n")
+
+    # As users save big models: the weights in weights/branch_bias.bin, the graph in the .onnx file.
+    (folder / "external" / "weights").mkdir(parents=True)
+    onnx.save(
+        branch_bias_model(), str(folder / "external" / "branch_bias.onnx"), save_as_external_data=True,
+        location="weights/branch_bias.bin",
+    )  # fmt: skip
+    return folder
+
+
+@dataclass
+class AddedWithFiles:
+    """What ``trt repo add`` said for each model, so each test fails only for its own model."""
+
+    repo: Path
+    results: dict[str, subprocess.CompletedProcess[str]]
+
+    def version_folder(self, model: str) -> Path:
+        result = self.results[model]
+        assert result.returncode == 0, f"trt repo add ({model}): {result.stdout}{result.stderr}"
+        return self.repo / model / "1"
+
+
+@pytest.fixture(scope="module")
+def added_with_files(file_sources: Path, tmp_path_factory: pytest.TempPathFactory) -> AddedWithFiles:
+    repo = tmp_path_factory.mktemp("added_with_files")
+    commands = {
+        "shifter": [str(file_sources / "shifter"), "--max-batch-size", "0"],
+        "fivefold": [str(file_sources / "fivefold.py"), "--include", str(file_sources / "factors.py"),
+                     "--include", str(file_sources / "assets"), "--max-batch-size", "0",
+                     "--input", "X:FP32:2", "--output", "Y:FP32:2"],
+        "branch_bias": [str(file_sources / "external" / "branch_bias.onnx"), "--json"],
+    }  # fmt: skip
+    results = {model: run_trt("repo", "add", *args, "-r", str(repo)) for model, args in commands.items()}
+    return AddedWithFiles(repo, results)
+
+
+def files_in(folder: Path) -> list[str]:
+    return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*"))
+
+
+def test_a_python_model_folder_comes_whole_but_for_caches_and_hidden_files(
+    added_with_files: AddedWithFiles,
+) -> None:
+    version = added_with_files.version_folder("shifter")
+    assert files_in(version) == ["helpers.py", "model.py", "ops", "ops/__init__.py"]
+    config = read_config_file(version.parent / "config.pbtxt")  # auto_complete_config() imported them
+    assert config.backend == "python" and [t.name for t in config.input] == ["X"]
+
+
+def test_include_copies_files_and_folders_beside_the_model_file(added_with_files: AddedWithFiles) -> None:
+    version = added_with_files.version_folder("fivefold")
+    assert files_in(version) == ["assets", "assets/labels.txt", "factors.py", "model.py"]
+
+
+def test_onnx_external_data_goes_where_the_model_says_and_loads(added_with_files: AddedWithFiles) -> None:
+    version = added_with_files.version_folder("branch_bias")
+    # The data file holds only BIAS, which is an initializer inside the If's subgraph.
+    assert files_in(version) == ["model.onnx", "weights", "weights/branch_bias.bin"]
+    assert json.loads(added_with_files.results["branch_bias"].stdout)["extra_files"] == [
+        "weights/branch_bias.bin"
+    ]
+    session = ort.InferenceSession(str(version / "model.onnx"), providers=["CPUExecutionProvider"])
+    (y,) = session.run(None, {"X": np.ones((2, WIDTH), np.float32)})
+    np.testing.assert_array_equal(y, np.tile(2 + BIAS, (2, 1)))
+    config = read_config_file(version.parent / "config.pbtxt")
+    assert config.max_batch_size == 4 and list(config.input[0].dims) == [WIDTH]
+
+
+def test_models_added_with_their_files_serve(added_with_files: AddedWithFiles, tmp_path: Path) -> None:
+    for model in added_with_files.results:
+        added_with_files.version_folder(model)
+    server = ServerProcess([added_with_files.repo]).start(tmp_path)
+    client = httpclient.InferenceServerClient(server.http_url)
+    try:
+        x = httpclient.InferInput("X", [2], "FP32")
+        x.set_data_from_numpy(np.array([1, 2], np.float32))
+        np.testing.assert_array_equal(client.infer("shifter", [x]).as_numpy("Y"), [101, 102])
+        np.testing.assert_array_equal(client.infer("fivefold", [x]).as_numpy("Y"), [5, 10])
+        row = httpclient.InferInput("X", [1, WIDTH], "FP32")
+        row.set_data_from_numpy(np.ones((1, WIDTH), np.float32))
+        np.testing.assert_array_equal(client.infer("branch_bias", [row]).as_numpy("Y"), [2 + BIAS])
+    finally:
+        client.close()
+        server.stop()
+
+
+def test_files_that_cannot_go_beside_the_model_are_refused(file_sources: Path, tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    fivefold = str(file_sources / "fivefold.py")
+    shifter = file_sources / "shifter"
+    (tmp_path / "model.py").write_text(PLAIN_PY)
+    (tmp_path / "no_model").mkdir()
+    (tmp_path / "no_model" / "helpers.py").write_text("")
+    cases = [
+        (["--include", str(tmp_path / "missing.py")], fivefold, "--include " + str(tmp_path / "missing.py")
+         + ": no such file or folder"),
+        (["--include", str(tmp_path / "model.py")], fivefold, "would overwrite the model file model.py"),
+        (["--include", str(shifter / "helpers.py")], str(shifter), "would both be 'helpers.py'"),
+        ([], str(tmp_path / "no_model"), "is a folder without model.py"),
+        (["--include", str(tmp_path)], fivefold, f"the repository {repo} is inside {tmp_path}"),
+    ]  # fmt: skip
+    for options, model, message in cases:
+        result = run_trt("repo", "add", model, "-r", str(repo), "--max-batch-size", "0", *options)
+        assert result.returncode == 2, (options, result.stdout)
+        assert message in " ".join(result.stderr.split()), (options, result.stderr)
+    assert not repo.exists(), "a refused add wrote to the repository"
+
+
+def test_missing_or_escaping_external_data_is_refused_by_name(file_sources: Path, tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    lonely = tmp_path / "lonely" / "branch_bias.onnx"
+    lonely.parent.mkdir()
+    lonely.write_bytes((file_sources / "external" / "branch_bias.onnx").read_bytes())  # without weights/
+    missing = run_trt("repo", "add", str(lonely), "-r", str(repo))
+    assert missing.returncode == 2
+    assert (
+        f"branch_bias.onnx keeps tensor 'BIAS' in {lonely.parent / 'weights' / 'branch_bias.bin'}, which "
+        "does not exist"
+    ) in " ".join(missing.stderr.split())
+    outside = tmp_path / "outside.bin"
+    outside.write_bytes(BIAS.tobytes())
+    for location in ("../outside.bin", str(outside)):
+        save_onnx(bias_model_with_data_at(location), tmp_path / "escaping" / "model.onnx")
+        result = run_trt("repo", "add", str(tmp_path / "escaping" / "model.onnx"), "-r", str(repo))
+        assert result.returncode == 2, location
+        assert f"at '{location}', outside the folder of the model" in " ".join(result.stderr.split())
+    assert not repo.exists(), "a refused add wrote to the repository"
+
+
+def test_without_onnx_installed_plain_models_add_and_external_data_is_hinted(
+    file_sources: Path, tmp_path: Path
+) -> None:
+    """onnx is needed only to find external data: without it, a model that needs them says what to install."""
+    (tmp_path / "no_onnx").mkdir()
+    (tmp_path / "no_onnx" / "onnx.py").write_text("raise ImportError('No module named onnx')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "no_onnx"), str(ROOT)])}
+
+    def add(model: Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "cli.main", "repo", "add", str(model), "-r", str(tmp_path / "repo")],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=240,
+        )  # fmt: skip
+
+    assert add(SIMPLE_ONNX).returncode == 0
+    external = add(file_sources / "external" / "branch_bias.onnx")
+    assert external.returncode == 2
+    assert "pip install onnx so trt repo add can find and copy them" in " ".join(external.stderr.split())

@@ -36,6 +36,35 @@ def _write(repo: Path, name: str, source: str, config: str) -> None:
     (repo / name / "config.pbtxt").write_text(config)
 
 
+# Imports the modules beside it both ways Triton allows; its folder also holds a json.py, which must
+# not shadow the standard library's (Triton appends the model's folders to sys.path).
+IMPORTS = """
+import json
+
+import numpy as np
+import offsets
+import triton_python_backend_utils as pb_utils
+
+from .scaling import SCALE
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        json.dumps({})
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "X").as_numpy()
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("Y", x * SCALE + offsets.OFFSET)]))
+        return responses
+"""
+
+IMPORTS_CONFIG = """
+backend: "python"
+input [ { name: "X" data_type: TYPE_FP32 dims: [ 2 ] } ]
+output [ { name: "Y" data_type: TYPE_FP32 dims: [ 2 ] } ]
+"""
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     repo = tmp_path_factory.mktemp("python_repo")
@@ -50,6 +79,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         models.RAISES_IN_INITIALIZE,
         models.AUTO_COMPLETE_CONFIG + models.ADD_SUB_CONFIG.split("\n", 3)[3],
     )
+    _write(repo, "imports", IMPORTS, IMPORTS_CONFIG)
+    version_dir = repo / "imports" / "1"
+    (version_dir / "scaling.py").write_text("SCALE = 3.0\n")
+    (version_dir / "offsets.py").write_text("OFFSET = 0.5\n")
+    (version_dir / "json.py").write_text("raise ImportError('json.py beside model.py shadowed the stdlib')\n")
     write_simple(repo)
     proc = ServerProcess([repo], ["--exit-on-error=false"]).start(tmp_path_factory.mktemp("logs"))
     yield proc
@@ -173,6 +207,13 @@ def test_bls_calls_an_onnx_model_through_the_server(server: ServerProcess) -> No
     inputs[2].set_data_from_numpy(np.array([[b"no_such_model"]], dtype=np.object_))
     with pytest.raises(InferenceServerException, match="unknown model"):
         client.infer("bls", inputs)
+
+
+def test_model_py_imports_the_modules_beside_it_by_name_and_relatively(server: ServerProcess) -> None:
+    client = httpclient.InferenceServerClient(server.http_url)
+    tensor = httpclient.InferInput("X", [2], "FP32")
+    tensor.set_data_from_numpy(np.array([1.0, 2.0], dtype=np.float32))
+    np.testing.assert_allclose(client.infer("imports", [tensor]).as_numpy("Y"), [3.5, 6.5])
 
 
 def test_auto_complete_config_and_a_failing_initialize(server: ServerProcess) -> None:
@@ -363,7 +404,7 @@ def _instance(tmp_path: Path, source: str, config: dict[str, object], **sizes: i
         "model_name": "m",
     }
     return PythonModelInstance(
-        sys.executable, tmp_path / "1" / "model.py", args, None, [tmp_path / "1"], **sizes
+        sys.executable, tmp_path / "1" / "model.py", args, None, **sizes
     )
 
 

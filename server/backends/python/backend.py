@@ -124,11 +124,12 @@ class PythonBackend:
             self._model_py(config, files),
             args,
             spec.services,
-            [files.version_dir],
         )
 
 
 def _stub_env(files: ModelFiles) -> dict[str, str]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(STUB.parent), str(files.version_dir)])
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(STUB.parent), *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])]
+    )
     return env

@@ -101,13 +101,11 @@ class _Execution:
 
 class PythonModelInstance:
     def __init__(self, python: str, model_py: Path, args: dict[str, str], services: ServerServices | None,
-                 extra_path: list[Path], arena_bytes: int = ARENA_BYTES,
-                 ring_bytes: int = RING_BYTES) -> None:  # fmt: skip
+                 arena_bytes: int = ARENA_BYTES, ring_bytes: int = RING_BYTES) -> None:  # fmt: skip
         self.python = python
         self.model_py = model_py
         self.args = args
         self.services = services
-        self.extra_path = extra_path
         registry = getattr(services, "custom_metrics", None)
         # The metric families and series this model's process holds (pb_utils.MetricFamily).
         self._metrics: Owner | None = registry.owner() if registry is not None else None
@@ -151,8 +149,10 @@ class PythonModelInstance:
         to_model, to_server = os.eventfd(0), os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         parent, child = socket.socketpair()
         env = dict(os.environ)
-        paths = [str(STUB.parent), *(str(p) for p in self.extra_path)]
-        env["PYTHONPATH"] = os.pathsep.join(paths + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+        # pb_utils comes first; the model's folders are appended by the process itself, as Triton does.
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(STUB.parent), *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])]
+        )
         try:
             self._process = subprocess.Popen(
                 [self.python, str(STUB), "--fd", str(child.fileno())],

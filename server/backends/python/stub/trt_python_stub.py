@@ -260,12 +260,26 @@ def _describe(response: pb_utils.InferenceResponse, arena: _ipc.Arena | None) ->
 
 
 def load_model_class(path: str) -> Any:
-    spec = importlib.util.spec_from_file_location("model", path)
-    if spec is None or spec.loader is None:
-        raise RuntimeError(f"cannot import {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["model"] = module
-    spec.loader.exec_module(module)
+    """Import model.py as Triton does: its version folder and the model's folder appended to
+    ``sys.path`` and the file imported as ``<version>.model``, so that it may import the modules
+    beside it by name (``import helpers``) or relatively (``from .helpers import x``)."""
+    model_py = os.path.abspath(path)
+    version_dir = os.path.dirname(model_py)
+    model_dir = os.path.dirname(version_dir)
+    for folder in (version_dir, model_dir):
+        if folder not in sys.path:
+            sys.path.append(folder)
+    package, stem = os.path.basename(version_dir), os.path.splitext(os.path.basename(model_py))[0]
+    if package.isidentifier() or package.isdigit():
+        module = importlib.import_module(f"{package}.{stem}")
+    else:  # a folder name that cannot be a package: a plain module, without relative imports
+        spec = importlib.util.spec_from_file_location(stem, model_py)
+        if spec is None or spec.loader is None:
+            raise RuntimeError(f"cannot import {path}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[stem] = module
+        spec.loader.exec_module(module)
+    sys.modules.setdefault("model", module)
     if not hasattr(module, "TritonPythonModel"):
         raise RuntimeError(f"{path} defines no class TritonPythonModel")
     return module.TritonPythonModel

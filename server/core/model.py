@@ -143,6 +143,9 @@ class ModelVersion:
             self.stats.record_failure(time.perf_counter_ns() - received, "BACKEND")
             logger.exception("model '%s' failed", self.name)
             raise ServerError(f"model '{self.name}' failed to execute: {exc}") from exc
+        except asyncio.CancelledError:  # the client cancelled (gRPC), as Triton counts it
+            self.stats.record_failure(time.perf_counter_ns() - received, "CANCELED")
+            raise
         finally:
             self._in_flight -= 1
             if self._in_flight == 0 and self._drained is not None:
@@ -204,6 +207,7 @@ class ModelVersion:
             if not finished:  # the consumer went away (a cancelled stream): tell the model, if it asks
                 backend_request.cancelled = True
                 execution.cancel()
+                self.stats.record_failure(time.perf_counter_ns() - received, "CANCELED")
             self._in_flight -= 1
             if self._in_flight == 0 and self._drained is not None:
                 self._drained.set()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import queue
 import time
+import urllib.request
 from collections.abc import Iterator
 from functools import partial
 
@@ -91,6 +92,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     proc.stop()
 
 
+def _metrics(server: ServerProcess) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10) as reply:
+        return str(reply.read().decode())
+
+
 def _wait_for_log(server: ServerProcess, text: str, timeout: float = 10) -> str:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -120,6 +126,7 @@ def test_a_cancelled_stream_stops_a_decoupled_model_that_checks(server: ServerPr
     count = int(log.split("ticker: cancelled after ")[1].split()[0])
     assert 3 <= count < 100, count  # 500 would have taken 10 s
     assert "ticker: never cancelled" not in log
+    assert 'nv_inference_request_failure{model="ticker",version="1",reason="CANCELED"} 1' in _metrics(server)
 
 
 def test_a_cancelled_call_is_seen_in_execute_and_a_queued_one_never_runs(server: ServerProcess) -> None:
@@ -138,3 +145,5 @@ def test_a_cancelled_call_is_seen_in_execute_and_a_queued_one_never_runs(server:
     assert result.as_numpy("OUT")[0] == 1
     log = _wait_for_log(server, "waiter: executing after")
     assert "waiter: executing wait-queued" not in log
+    # Both count as cancelled requests, as Triton counts them.
+    assert 'nv_inference_request_failure{model="waiter",version="1",reason="CANCELED"} 2' in _metrics(server)

@@ -168,18 +168,24 @@ class ModelVersion:
         self._in_flight += 1
         execution = asyncio.ensure_future(self._request_scheduler.submit(backend_request, batch_size))
         finished = False
+        instance_free = False  # execute() returned; the answers go on arriving through the stream
         try:
             while True:
-                waiting = asyncio.ensure_future(answers.get())
-                await asyncio.wait({waiting, execution}, return_when=asyncio.FIRST_COMPLETED)
-                if not waiting.done():
-                    waiting.cancel()
-                    if answers.empty():  # the execution ended without a final flag for this request
-                        ended, _ = execution.result()  # raises if the model process failed
-                        yield StreamItem(None, ended.error, True)
-                        break
-                    continue
-                answer, final = waiting.result()
+                if instance_free:
+                    answer, final = await answers.get()
+                else:
+                    waiting = asyncio.ensure_future(answers.get())
+                    await asyncio.wait({waiting, execution}, return_when=asyncio.FIRST_COMPLETED)
+                    if not waiting.done():
+                        waiting.cancel()
+                        if answers.empty():
+                            ended, _ = execution.result()  # raises if the model process failed
+                            if ended.error is not None:  # execute() raised: the request ends with it
+                                yield StreamItem(None, ended.error, True)
+                                break
+                            instance_free = True
+                        continue
+                    answer, final = waiting.result()
                 if answer is not None and answer.error is not None:
                     yield StreamItem(None, answer.error, final)
                 elif answer is not None:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import queue
+import signal
+import time
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
@@ -49,6 +52,29 @@ class TritonPythonModel:
     def finalize(self):
         for thread in self.threads:
             thread.join()
+"""
+
+# Streams its pid every 20 ms for 4 s from a thread, after execute() has returned.
+PID_TICKER = """
+import os
+import threading
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            threading.Thread(target=self.tick, args=(request.get_response_sender(),), daemon=True).start()
+        return None
+
+    def tick(self, sender):
+        for _ in range(200):
+            sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([os.getpid()], np.int32))]))
+            time.sleep(0.02)
+        sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 """
 
 CONFIG = """
@@ -164,7 +190,13 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     (repo / "square" / "1").mkdir(parents=True)
     (repo / "square" / "1" / "model.py").write_text(SQUARE)
     (repo / "square" / "config.pbtxt").write_text(CONFIG)
-    for name, source, config in (("relay", RELAY, RELAY_CONFIG), ("gather", GATHER, GATHER_CONFIG)):
+    one_instance = CONFIG + "instance_group [ { kind: KIND_CPU count: 1 } ]\n"
+    for name, source, config in (
+        ("relay", RELAY, RELAY_CONFIG),
+        ("gather", GATHER, GATHER_CONFIG),
+        ("square_one_instance", SQUARE, one_instance),
+        ("pid_ticker", PID_TICKER, CONFIG),
+    ):
         (repo / name / "1").mkdir(parents=True)
         (repo / name / "1" / "model.py").write_text(source)
         (repo / name / "config.pbtxt").write_text(config)
@@ -292,3 +324,47 @@ def test_bls_with_decoupled_true_yields_every_response_then_the_final_one(server
     # An ordinary model called with decoupled=True gives its one response, marked final.
     assert int(result.as_numpy("ONCE")[0]) == 1
     assert int(result.as_numpy("ONCE_SUM")[0]) == 2 * sum(range(16))
+
+
+def test_an_instance_takes_new_requests_once_execute_returns_while_its_senders_stream(
+    server: ServerProcess,
+) -> None:
+    """As Triton: a decoupled model's instance is free when execute() returns (vLLM-style models
+    stream every request from their own threads), not when its requests' final responses are sent."""
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    received: queue.Queue[tuple[object, object]] = queue.Queue()
+    client.start_stream(callback=partial(lambda q, result, error: q.put((result, error)), received))
+    try:
+        for number in range(2):
+            tensor = grpcclient.InferInput("IN", [1], "INT32")
+            tensor.set_data_from_numpy(np.array([30], dtype=np.int32))  # 30 responses, 10 ms apart
+            client.async_stream_infer("square_one_instance", [tensor], request_id=str(number))
+        answers = [received.get(timeout=20) for _ in range(60)]
+    finally:
+        client.stop_stream()
+    assert all(error is None for _, error in answers)
+    order = [result.get_response().id for result, _ in answers]  # type: ignore[attr-defined]
+    assert order.count("0") == order.count("1") == 30
+    last_of_first = len(order) - 1 - order[::-1].index("0")
+    assert order.index("1") < last_of_first, order  # the two requests streamed at the same time
+
+
+def test_a_process_that_dies_ends_the_streams_it_was_still_sending(server: ServerProcess) -> None:
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    received: queue.Queue[tuple[object, object]] = queue.Queue()
+    client.start_stream(callback=partial(lambda q, result, error: q.put((result, error)), received))
+    try:
+        tensor = grpcclient.InferInput("IN", [1], "INT32")
+        tensor.set_data_from_numpy(np.array([0], dtype=np.int32))
+        client.async_stream_infer("pid_ticker", [tensor], enable_empty_final_response=True)
+        first, error = received.get(timeout=10)
+        assert error is None
+        os.kill(int(first.as_numpy("OUT")[0]), signal.SIGKILL)  # type: ignore[attr-defined]
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            _, error = received.get(timeout=10)
+            if error is not None:
+                break
+        assert error is not None and "exited" in str(error), error
+    finally:
+        client.stop_stream()

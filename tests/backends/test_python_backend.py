@@ -403,9 +403,7 @@ def _instance(tmp_path: Path, source: str, config: dict[str, object], **sizes: i
         "model_version": "1",
         "model_name": "m",
     }
-    return PythonModelInstance(
-        sys.executable, tmp_path / "1" / "model.py", args, None, **sizes
-    )
+    return PythonModelInstance(sys.executable, tmp_path / "1" / "model.py", args, None, **sizes)
 
 
 def test_tensors_larger_than_the_arena_and_the_rings_cross_both_ways(tmp_path: Path) -> None:

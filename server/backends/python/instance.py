@@ -76,15 +76,37 @@ class _Execution:
     requests: list[BackendRequest]
     finals: set[int] = field(default_factory=set)
     returned: bool = False  # execute() has returned (with None: answers come through senders)
-    settled: bool = False
+    settled: bool = False  # ``done`` was called: the instance is free
+
+    @property
+    def streamed(self) -> bool:
+        """Every request streams its responses (a decoupled model's): as in Triton, the instance is
+        free once ``execute`` returns, while its response senders go on answering."""
+        return all(stream is not None for stream in self.streams)
+
+    @property
+    def finished(self) -> bool:
+        """Nothing more can arrive for it: settled, and every stream has had its final response."""
+        return self.settled and (not self.streamed or len(self.finals) >= self.count)
 
     def settle(self, answers: list[BackendResponse] | None, error: BaseException | None = None) -> None:
         if not self.settled:
             self.settled = True
             self.done(answers, error)
 
+    def fail_open_streams(self, error: ServerError) -> None:
+        for index, stream in enumerate(self.streams):
+            if stream is not None and index not in self.finals:
+                self.finals.add(index)
+                stream(BackendResponse({}, error=error), True)
+
     def settle_if_complete(self) -> None:
-        if self.settled or not self.returned or len(self.finals) < self.count:
+        if self.settled or not self.returned:
+            return
+        if self.streamed:
+            self.settle([BackendResponse({}) for _ in range(self.count)])  # answers go by the streams
+            return
+        if len(self.finals) < self.count:
             return
         answers = []
         for index, responses in enumerate(self.responses):
@@ -254,6 +276,7 @@ class PythonModelInstance:
         )
         for execution in list(self._executions.values()):
             execution.settle(None, error)
+            execution.fail_open_streams(error)
         self._executions.clear()
         if self._metrics is not None:  # its metrics go with it; the new process makes its own
             self._metrics.release_all()
@@ -314,7 +337,7 @@ class PythonModelInstance:
             if final:
                 execution.finals.add(index)
             execution.settle_if_complete()
-            if execution.settled:
+            if execution.finished:
                 self._executions.pop(number, None)
         elif kind == "bls":
             task = asyncio.get_running_loop().create_task(self._bls(message[1], message[2]))
@@ -341,6 +364,7 @@ class PythonModelInstance:
             if payload.get("traceback"):
                 logger.debug("execute() of %s raised:\n%s", self.model_py, payload["traceback"])
             error = _ERRORS_BY_CODE.get(code, ServerError)(message)
+            execution.finals.update(range(execution.count))  # each request ends with this error
             execution.settle([BackendResponse({}, error=error) for _ in range(execution.count)])
         elif payload["responses"] is None:
             execution.returned = True
@@ -350,8 +374,9 @@ class PythonModelInstance:
             for index, stream in enumerate(execution.streams):
                 if stream is not None:  # a decoupled model that returned its responses anyway
                     stream(answers[index], True)
+            execution.finals.update(range(execution.count))
             execution.settle(answers)
-        if execution.settled:
+        if execution.finished:
             self._executions.pop(number, None)
 
     def _response(self, described: dict[str, Any], copy: bool) -> BackendResponse:
@@ -601,6 +626,11 @@ class PythonModelInstance:
         self._release_memory()
         if self._metrics is not None:
             self._metrics.release_all()
+        unloaded = Unavailable("the model was unloaded before it sent its final response")
+        for execution in self._executions.values():  # streams still open after the drain
+            execution.settle(None, unloaded)
+            execution.fail_open_streams(unloaded)
+        self._executions.clear()
 
     def close(self) -> None:
         """Synchronous fallback (a half-loaded model): stop the process without finalize()."""

@@ -49,6 +49,42 @@ input [ { name: "START" data_type: TYPE_INT32 dims: [ 1 ] } ]
 output [ { name: "COUNT" data_type: TYPE_INT32 dims: [ 1 ] } ]
 """
 
+# Calls `ticker` through BLS, takes three responses, cancels, and reports what the iterator gave.
+BLS_CANCELLER = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            call = pb_utils.InferenceRequest(
+                model_name="ticker", requested_output_names=["COUNT"],
+                inputs=[pb_utils.Tensor("START", np.array([0], np.int32))],
+            )
+            stream = call.exec(decoupled=True)
+            taken = [next(stream) for _ in range(3)]
+            stream.cancel()
+            rest = list(stream)
+            last = rest[-1] if rest else taken[-1]
+            code = last.error().code() if last.has_error() else -1
+            responses.append(pb_utils.InferenceResponse([
+                pb_utils.Tensor("RECEIVED", np.array([len(taken) + len(rest)], np.int32)),
+                pb_utils.Tensor("LAST_CODE", np.array([code], np.int32)),
+            ]))
+        return responses
+"""
+
+BLS_CANCELLER_CONFIG = """
+backend: "python"
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [
+  { name: "RECEIVED" data_type: TYPE_INT32 dims: [ 1 ] },
+  { name: "LAST_CODE" data_type: TYPE_INT32 dims: [ 1 ] }
+]
+"""
+
 # One request at a time; those whose id starts with "wait" wait up to 5 s for their client to give up.
 WAITER = """
 import time
@@ -83,7 +119,11 @@ instance_group [ { kind: KIND_CPU count: 1 } ]
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     repo = tmp_path_factory.mktemp("cancel_repo")
-    for name, source, config in (("ticker", TICKER, TICKER_CONFIG), ("waiter", WAITER, WAITER_CONFIG)):
+    for name, source, config in (
+        ("ticker", TICKER, TICKER_CONFIG),
+        ("waiter", WAITER, WAITER_CONFIG),
+        ("bls_canceller", BLS_CANCELLER, BLS_CANCELLER_CONFIG),
+    ):
         (repo / name / "1").mkdir(parents=True)
         (repo / name / "1" / "model.py").write_text(source)
         (repo / name / "config.pbtxt").write_text(config)
@@ -147,3 +187,15 @@ def test_a_cancelled_call_is_seen_in_execute_and_a_queued_one_never_runs(server:
     assert "waiter: executing wait-queued" not in log
     # Both count as cancelled requests, as Triton counts them.
     assert 'nv_inference_request_failure{model="waiter",version="1",reason="CANCELED"} 2' in _metrics(server)
+
+
+def test_a_bls_call_cancelled_by_the_calling_model_stops_the_called_one(server: ServerProcess) -> None:
+    before = server.log().count("ticker: cancelled after")
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    result = client.infer("bls_canceller", [_tensor("IN")])
+    assert int(result.as_numpy("LAST_CODE")[0]) == 7  # pb_utils.TritonError.CANCELLED ends the stream
+    assert 3 <= int(result.as_numpy("RECEIVED")[0]) < 100
+    deadline = time.monotonic() + 10
+    while server.log().count("ticker: cancelled after") == before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert server.log().count("ticker: cancelled after") == before + 1

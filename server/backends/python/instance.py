@@ -152,6 +152,7 @@ class PythonModelInstance:
         self._restarting: asyncio.Future[None] | None = None
         self._closed = False
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._bls_streams: dict[int, asyncio.Task[Any]] = {}  # exec(decoupled=True) calls by number
         try:
             self._start_process()
         except BaseException:
@@ -340,9 +341,17 @@ class PythonModelInstance:
             if execution.finished:
                 self._executions.pop(number, None)
         elif kind == "bls":
-            task = asyncio.get_running_loop().create_task(self._bls(message[1], message[2]))
+            call = message[1]
+            task = asyncio.get_running_loop().create_task(self._bls(call, message[2]))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+            if message[2].get("decoupled"):  # ResponseIterator.cancel() may stop it
+                self._bls_streams[call] = task
+                task.add_done_callback(partial(self._forget_bls_stream, call))
+        elif kind == "bls_cancel":
+            stream_task = self._bls_streams.get(message[1])
+            if stream_task is not None:
+                stream_task.cancel()
         elif kind == "metric":
             self._metric_update(message[1], message[2], message[3])
         elif kind == "call":
@@ -420,12 +429,19 @@ class PythonModelInstance:
                     answer = _bls_answer(item.response) if item.response is not None else None
                 final = item.final
                 self._post(("bls_stream", call, answer, final))
+        except asyncio.CancelledError:  # the model cancelled the call (ResponseIterator.cancel())
+            if not self._closed:
+                self._post(("bls_stream", call, {"error": ("the request was cancelled", _CANCELLED)}, True))
+            return
         except Exception as exc:
             if not self._closed:
                 self._post(("bls_stream", call, self._bls_failure(exc), True))
             return
         if not final and not self._closed:
             self._post(("bls_stream", call, None, True))
+
+    def _forget_bls_stream(self, call: int, _task: asyncio.Task[Any]) -> None:
+        self._bls_streams.pop(call, None)
 
     def _bls_failure(self, exc: BaseException) -> dict[str, Any]:
         if isinstance(exc, ServerError):
@@ -690,6 +706,7 @@ def _bls_error(exc: ServerError) -> dict[str, Any]:
     return _call_error(exc)
 
 
+_CANCELLED = 7  # pb_utils.TritonError.CANCELLED
 _MODEL_CONTROL = ("load_model", "unload_model")  # calls answered once the server has done them
 
 

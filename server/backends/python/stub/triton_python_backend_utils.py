@@ -210,10 +210,14 @@ class ResponseIterator:
     the end replays them."""
 
     def __init__(
-        self, fetch: Callable[[], tuple[InferenceResponse, bool]], abandon: Callable[[], object]
+        self,
+        fetch: Callable[[], tuple[InferenceResponse, bool]],
+        abandon: Callable[[], object],
+        cancel: Callable[[], object],
     ) -> None:
         self._fetch = fetch
         self._abandon = abandon
+        self._cancel = cancel
         self._responses: list[InferenceResponse] = []
         self._index = 0
         self._finished = False
@@ -237,7 +241,10 @@ class ResponseIterator:
         return response
 
     def cancel(self) -> None:
-        """Not supported: the called model runs to its end; the responses still arrive."""
+        """Cancel the call: the called model sees ``is_cancelled()``, and iterating on gives what it
+        sent before, then a final response with a CANCELLED error."""
+        if not self._finished:
+            self._cancel()
 
     def __del__(self) -> None:
         if not self._finished:

@@ -186,7 +186,9 @@ class Runtime:
         )
         if decoupled:
             return pb_utils.ResponseIterator(
-                lambda: self._next_streamed(call), lambda: self._streams.pop(call, None)
+                lambda: self._next_streamed(call),
+                lambda: self._streams.pop(call, None),
+                lambda: self.send(("bls_cancel", call)),
             )
         try:
             result = self._wait_for(lambda: self._answers.pop(call, None))

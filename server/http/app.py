@@ -14,6 +14,7 @@ import gzip
 import logging
 import re
 import zlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
@@ -21,17 +22,20 @@ import orjson
 from server.core.errors import InvalidArgument, ServerError
 from server.core.model_config import config_to_json
 from server.core.server import InferenceServer
-from server.http import codec
+from server.core.types import InferenceResponse, StreamItem
+from server.http import codec, generate
 from server.http.protocol import HttpRequest, HttpResponse
 from server.http.statistics import statistics_json
 
 logger = logging.getLogger("trt.http")
 
 _MODEL_ROUTE = re.compile(r"/v2/models/([^/]+)(?:/versions/([0-9]+))?(?:/(infer|ready|config|stats))?")
+_GENERATE_ROUTE = re.compile(r"/v2/models/([^/]+)(?:/versions/([0-9]+))?/(generate|generate_stream)")
 _REPOSITORY_ROUTE = re.compile(r"/v2/repository(?:/([^/]+))?/(index|models/([^/]+)/(load|unload))")
 _SHM_ROUTE = re.compile(r"/v2/(system|cuda)sharedmemory(?:/region/([^/]+))?/(status|register|unregister)")
 
 _JSON_HEADERS = [(b"content-type", b"application/json")]
+_SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8")]
 
 
 class HttpError(Exception):
@@ -53,6 +57,8 @@ class HttpApp:
         try:
             if path.endswith("/infer") and path.startswith("/v2/models/"):
                 return await self._infer(request)
+            if path.startswith("/v2/models/") and path.endswith(("/generate", "/generate_stream")):
+                return await self._generate(request)
             return await self._route(request)
         except ServerError as exc:
             return _error(exc.http_status, exc.message)
@@ -97,6 +103,34 @@ class HttpApp:
         if accept:
             payload, out_headers = _compress(payload, out_headers, accept)
         return HttpResponse(200, payload, out_headers)
+
+    # -- the generate extension ----------------------------------------------------------------
+
+    async def _generate(self, http_request: HttpRequest) -> HttpResponse:
+        match = _GENERATE_ROUTE.fullmatch(http_request.path)
+        if match is None:
+            raise HttpError(404, "Not Found")
+        if http_request.method != "POST":
+            raise HttpError(405, "Method Not Allowed")
+        name, version, action = match.group(1), match.group(2) or "", match.group(3)
+        config = self.core.model_config(name, version)
+        request = generate.decode_generate_request(name, version, self._body(http_request), config)
+        answers = _answers(self.core.infer_stream(request))
+        if action == "generate":
+            responses = [response async for response in answers]
+            if len(responses) != 1:
+                raise InvalidArgument(
+                    f"generate expects exactly one response from model '{name}', got {len(responses)}; "
+                    "use generate_stream for models that send several"
+                )
+            return HttpResponse(200, generate.encode_generate_response(responses[0]), _JSON_HEADERS)
+        # The status is the first answer's: an error before any response is an ordinary JSON error;
+        # later ones arrive as events.
+        try:
+            first = await anext(answers)
+        except StopAsyncIteration:
+            first = None
+        return HttpResponse(200, headers=_SSE_HEADERS, stream=_events(first, answers))
 
     def _body(self, request: HttpRequest) -> bytes:
         encoding = request.headers.get("content-encoding")
@@ -274,6 +308,40 @@ _TRACE_OFF = {
     "trace_file": "",
     "trace_mode": "triton",
 }
+
+
+async def _answers(stream: AsyncIterator[StreamItem]) -> AsyncIterator[InferenceResponse]:
+    """The responses of a stream; its first error is raised (the end-only items are skipped)."""
+    try:
+        async for item in stream:
+            if item.error is not None:
+                if isinstance(item.error, ServerError):
+                    raise item.error
+                raise ServerError(f"inference failed: {item.error}")
+            if item.response is not None:
+                yield item.response
+    finally:
+        close = getattr(stream, "aclose", None)  # a generator: closing it tells the model, if it still runs
+        if close is not None:
+            await close()
+
+
+async def _events(
+    first: InferenceResponse | None, answers: AsyncIterator[InferenceResponse]
+) -> AsyncIterator[bytes]:
+    """Server-sent events, one ``data:`` line per response; an error after the first is an event too."""
+    if first is None:
+        return
+    try:
+        yield b"data: " + generate.encode_generate_response(first) + b"\n\n"
+        async for response in answers:
+            yield b"data: " + generate.encode_generate_response(response) + b"\n\n"
+    except ServerError as exc:
+        yield b"data: " + generate.encode_generate_error(exc.message) + b"\n\n"
+    finally:
+        close = getattr(answers, "aclose", None)
+        if close is not None:
+            await close()
 
 
 def _allow(method: str, allowed: str) -> None:

@@ -16,7 +16,7 @@ import asyncio
 import logging
 import socket
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
 
@@ -43,6 +43,9 @@ class HttpResponse:
     status: int
     body: bytes = b""
     headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+    # Sent after the head with chunked transfer encoding, chunk by chunk as it yields (server-sent
+    # events); ``body`` is then ignored. Closed early if the client goes away.
+    stream: AsyncIterator[bytes] | None = None
 
 
 Handler = Callable[[HttpRequest], Awaitable[HttpResponse]]
@@ -188,10 +191,17 @@ class HttpProtocol(asyncio.Protocol):
                     500, b'{"error":"internal error"}', [(b"content-type", b"application/json")]
                 )
             keep_alive = keep_alive and not self._closing
-            body = b"" if request.method == "HEAD" else response.body
             if transport.is_closing():
+                if response.stream is not None:
+                    await _close_stream(response.stream)
                 break
-            transport.write(_head(response.status, len(response.body), response.headers, keep_alive) + body)
+            if response.stream is not None:
+                await self._write_stream(transport, response, keep_alive)
+            else:
+                body = b"" if request.method == "HEAD" else response.body
+                transport.write(
+                    _head(response.status, len(response.body), response.headers, keep_alive) + body
+                )
             self.last_active = self._loop.time()
             if not keep_alive:
                 transport.close()
@@ -202,9 +212,38 @@ class HttpProtocol(asyncio.Protocol):
         if self._closing and not transport.is_closing():
             transport.close()
 
+    async def _write_stream(
+        self, transport: asyncio.Transport, response: HttpResponse, keep_alive: bool
+    ) -> None:
+        """A streamed body: the head, a chunk per item, the last chunk. A client that goes away ends the
+        stream (its source is closed, so the model behind it is told it was cancelled)."""
+        assert response.stream is not None
+        transport.write(_head(response.status, None, response.headers, keep_alive))
+        try:
+            async for chunk in response.stream:
+                if transport.is_closing():
+                    return
+                if chunk:
+                    transport.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                    self.last_active = self._loop.time()
+                if not self._write_ready.is_set():
+                    await self._write_ready.wait()
+            if not transport.is_closing():
+                transport.write(b"0\r\n\r\n")
+        finally:
+            await _close_stream(response.stream)
 
-def _head(status: int, length: int, headers: list[tuple[bytes, bytes]], keep_alive: bool) -> bytes:
-    lines = [b"HTTP/1.1 %d %s\r\ncontent-length: %d\r\n" % (status, _REASONS.get(status, b"Unknown"), length)]
+
+async def _close_stream(stream: AsyncIterator[bytes]) -> None:
+    close = getattr(stream, "aclose", None)
+    if close is not None:
+        await close()
+
+
+def _head(status: int, length: int | None, headers: list[tuple[bytes, bytes]], keep_alive: bool) -> bytes:
+    """The status line and headers; ``length`` None announces a chunked body."""
+    framing = b"transfer-encoding: chunked" if length is None else b"content-length: %d" % length
+    lines = [b"HTTP/1.1 %d %s\r\n%s\r\n" % (status, _REASONS.get(status, b"Unknown"), framing)]
     for name, value in headers:
         lines.append(name + b": " + value + b"\r\n")
     if not keep_alive:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import queue
 import signal
 import socket
 import subprocess
@@ -95,6 +96,20 @@ def write_simple(
         (model_dir / "config.pbtxt").write_text(config.replace('name: "simple"', f'name: "{name}"'))
     (model_dir / "labels.txt").write_text("\n".join(f"label{i}" for i in range(16)) + "\n")
     return model_dir
+
+
+def write_python_model(repo: Path, name: str, source: str, config: str) -> None:
+    """A Python model in ``repo``: ``<name>/1/model.py`` and ``<name>/config.pbtxt``."""
+    (repo / name / "1").mkdir(parents=True)
+    (repo / name / "1" / "model.py").write_text(source)
+    (repo / name / "config.pbtxt").write_text(config)
+
+
+def collect_stream(client: Any) -> queue.Queue[tuple[Any, Any]]:
+    """Open ``client``'s gRPC stream (tritonclient.grpc); every (result, error) lands in the queue."""
+    received: queue.Queue[tuple[Any, Any]] = queue.Queue()
+    client.start_stream(callback=lambda result, error: received.put((result, error)))
+    return received
 
 
 def write_identity(repo: Path) -> Path:

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from tests.support import ServerProcess
+from tests.support import ServerProcess, collect_stream, write_python_model
 
 # Streams a response every 20 ms for up to 10 s, until the client cancels.
 TICKER = """
@@ -124,9 +124,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         ("waiter", WAITER, WAITER_CONFIG),
         ("bls_canceller", BLS_CANCELLER, BLS_CANCELLER_CONFIG),
     ):
-        (repo / name / "1").mkdir(parents=True)
-        (repo / name / "1" / "model.py").write_text(source)
-        (repo / name / "config.pbtxt").write_text(config)
+        write_python_model(repo, name, source, config)
     proc = ServerProcess([repo]).start(tmp_path_factory.mktemp("logs"))
     yield proc
     proc.stop()
@@ -155,8 +153,7 @@ def _tensor(name: str) -> grpcclient.InferInput:
 
 def test_a_cancelled_stream_stops_a_decoupled_model_that_checks(server: ServerProcess) -> None:
     client = grpcclient.InferenceServerClient(server.grpc_url)
-    received: queue.Queue[tuple[object, object]] = queue.Queue()
-    client.start_stream(callback=partial(lambda q, result, error: q.put((result, error)), received))
+    received = collect_stream(client)
     client.async_stream_infer("ticker", [_tensor("START")])
     for _ in range(3):
         _, error = received.get(timeout=10)

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import os
-import queue
 import signal
 import time
 from collections.abc import Iterator
-from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +14,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tests.support import ServerProcess, write_simple
+from tests.support import ServerProcess, collect_stream, write_python_model, write_simple
 
 # Like Triton's square_int32 example: IN = n -> n responses OUT = n, sent from a thread after
 # execute() has returned, then the final flag on its own.
@@ -197,9 +195,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         ("square_one_instance", SQUARE, one_instance),
         ("pid_ticker", PID_TICKER, CONFIG),
     ):
-        (repo / name / "1").mkdir(parents=True)
-        (repo / name / "1" / "model.py").write_text(source)
-        (repo / name / "config.pbtxt").write_text(config)
+        write_python_model(repo, name, source, config)
     write_simple(repo)
     write_simple(repo, "onnx_decoupled")
     config = (repo / "onnx_decoupled" / "config.pbtxt").read_text()
@@ -213,8 +209,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 
 def _stream(server: ServerProcess, counts: list[int], empty_final: bool) -> list[tuple[object, object]]:
     client = grpcclient.InferenceServerClient(server.grpc_url)
-    received: queue.Queue[tuple[object, object]] = queue.Queue()
-    client.start_stream(callback=partial(lambda q, result, error: q.put((result, error)), received))
+    received = collect_stream(client)
     try:
         for number, count in enumerate(counts):
             tensor = grpcclient.InferInput("IN", [1], "INT32")
@@ -275,8 +270,7 @@ def test_stream_works_for_ordinary_models_too(tmp_path: Path) -> None:
     proc = ServerProcess([repo]).start(tmp_path)
     try:
         client = grpcclient.InferenceServerClient(proc.grpc_url)
-        received: queue.Queue[tuple[object, object]] = queue.Queue()
-        client.start_stream(callback=partial(lambda q, result, error: q.put((result, error)), received))
+        received = collect_stream(client)
         inputs = [grpcclient.InferInput(n, [1, 16], "INT32") for n in ("INPUT0", "INPUT1")]
         for tensor in inputs:
             tensor.set_data_from_numpy(np.ones((1, 16), dtype=np.int32))
@@ -292,8 +286,7 @@ def test_stream_works_for_ordinary_models_too(tmp_path: Path) -> None:
 
 def test_bls_streams_a_decoupled_model_s_responses_as_they_arrive(server: ServerProcess) -> None:
     client = grpcclient.InferenceServerClient(server.grpc_url)
-    received: queue.Queue[tuple[object, object]] = queue.Queue()
-    client.start_stream(callback=partial(lambda q, result, error: q.put((result, error)), received))
+    received = collect_stream(client)
     try:
         tensor = grpcclient.InferInput("IN", [1], "INT32")
         tensor.set_data_from_numpy(np.array([5], dtype=np.int32))
@@ -332,8 +325,7 @@ def test_an_instance_takes_new_requests_once_execute_returns_while_its_senders_s
     """As Triton: a decoupled model's instance is free when execute() returns (vLLM-style models
     stream every request from their own threads), not when its requests' final responses are sent."""
     client = grpcclient.InferenceServerClient(server.grpc_url)
-    received: queue.Queue[tuple[object, object]] = queue.Queue()
-    client.start_stream(callback=partial(lambda q, result, error: q.put((result, error)), received))
+    received = collect_stream(client)
     try:
         for number in range(2):
             tensor = grpcclient.InferInput("IN", [1], "INT32")
@@ -351,8 +343,7 @@ def test_an_instance_takes_new_requests_once_execute_returns_while_its_senders_s
 
 def test_a_process_that_dies_ends_the_streams_it_was_still_sending(server: ServerProcess) -> None:
     client = grpcclient.InferenceServerClient(server.grpc_url)
-    received: queue.Queue[tuple[object, object]] = queue.Queue()
-    client.start_stream(callback=partial(lambda q, result, error: q.put((result, error)), received))
+    received = collect_stream(client)
     try:
         tensor = grpcclient.InferInput("IN", [1], "INT32")
         tensor.set_data_from_numpy(np.array([0], dtype=np.int32))

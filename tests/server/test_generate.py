@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support import ServerProcess, write_simple
+from tests.support import ServerProcess, write_python_model, write_simple
 
 SHOUT = """
 import json
@@ -81,9 +81,7 @@ output [
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     repo = tmp_path_factory.mktemp("generate_repo")
     for name, source, config in (("shout", SHOUT, SHOUT_CONFIG), ("spell", SPELL, SPELL_CONFIG)):
-        (repo / name / "1").mkdir(parents=True)
-        (repo / name / "1" / "model.py").write_text(source)
-        (repo / name / "config.pbtxt").write_text(config)
+        write_python_model(repo, name, source, config)
     write_simple(repo)
     proc = ServerProcess([repo]).start(tmp_path_factory.mktemp("logs"))
     yield proc

@@ -18,6 +18,7 @@ from server.core.options import CoreOptions, ModelControlMode
 from server.core.rate_limiter import parse_rate_limit_resources
 from server.core.response_cache import parse_cache_config
 from server.core.server import InferenceServer
+from server.restrictions import Restrictions
 from server.runtime import Endpoint, ServeOptions, serve
 
 _LOG_FORMAT = "%(levelname).1s%(asctime)s.%(msecs)03d %(process)d %(name)s] %(message)s"
@@ -62,6 +63,18 @@ def serve_command(
     ),
     exit_timeout_secs: float = typer.Option(30.0, "--exit-timeout-secs"),
     http_max_input_size: int = typer.Option(64 * 1024 * 1024, "--http-max-input-size"),
+    http_restricted_api: list[str] = typer.Option(
+        None,
+        "--http-restricted-api",
+        metavar="CATEGORY[,CATEGORY...]:HEADER=VALUE",
+        help="Requests to these API categories need this header (403 without it).",
+    ),
+    grpc_restricted_protocol: list[str] = typer.Option(
+        None,
+        "--grpc-restricted-protocol",
+        metavar="CATEGORY[,CATEGORY...]:HEADER=VALUE",
+        help="RPCs of these categories need this metadata (UNAVAILABLE without it).",
+    ),
     server_id: str = typer.Option("triton", "--id", help="Server name in server metadata."),
     log_verbose: int = typer.Option(0, "--log-verbose"),
     log_info: str = typer.Option("true", "--log-info", metavar="BOOL"),
@@ -100,6 +113,8 @@ def serve_command(
         gpu_metrics=parse_bool(allow_gpu_metrics, "--allow-gpu-metrics"),
         exit_timeout_secs=exit_timeout_secs,
         http_max_input_size=http_max_input_size,
+        http_restrictions=_restrictions(http_restricted_api or [], "--http-restricted-api"),
+        grpc_restrictions=_restrictions(grpc_restricted_protocol or [], "--grpc-restricted-protocol"),
     )
 
     def on_ready(server: InferenceServer, failures: dict[str, str]) -> None:
@@ -116,6 +131,13 @@ def _repository(location: str) -> str | Path:
 def _cache_bytes(values: list[str]) -> int | None:
     try:
         return parse_cache_config(values)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+def _restrictions(values: list[str], flag: str) -> Restrictions:
+    try:
+        return Restrictions.parse(values, flag)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
 

@@ -20,6 +20,7 @@ from server.core.server import InferenceServer, StartupError
 from server.http.app import HttpApp
 from server.http.protocol import HttpServer
 from server.metrics import MetricsApp
+from server.restrictions import Restrictions
 
 logger = logging.getLogger("trt.runtime")
 
@@ -40,6 +41,8 @@ class ServeOptions:
     gpu_metrics: bool = True
     exit_timeout_secs: float = 30.0
     http_max_input_size: int = 64 * 1024 * 1024
+    http_restrictions: Restrictions = field(default_factory=Restrictions)  # --http-restricted-api
+    grpc_restrictions: Restrictions = field(default_factory=Restrictions)  # --grpc-restricted-protocol
 
 
 def _bind(endpoint: Endpoint, what: str) -> socket.socket:
@@ -80,10 +83,16 @@ async def serve(options: ServeOptions, on_ready: Callable[[InferenceServer, dict
         if options.grpc.enabled:
             from server.grpc.service import start_grpc_server
 
-            grpc_server = await start_grpc_server(core, options.grpc.address, options.grpc.port)
+            grpc_server = await start_grpc_server(
+                core, options.grpc.address, options.grpc.port, options.grpc_restrictions
+            )
             logger.info("Started GRPCInferenceService at %s:%d", options.grpc.address, options.grpc.port)
         for endpoint, app, what in (
-            (options.http, HttpApp(core, options.http_max_input_size), "HTTPService"),
+            (
+                options.http,
+                HttpApp(core, options.http_max_input_size, options.http_restrictions),
+                "HTTPService",
+            ),
             (options.metrics, MetricsApp(core, options.gpu_metrics), "Metrics Service"),
         ):
             if not endpoint.enabled:

@@ -22,6 +22,8 @@ from server.core.server import InferenceServer
 from server.core.statistics import Duration, ModelStatistics
 from server.grpc import codec
 from server.grpc.errors import GrpcBindError, status_of
+from server.grpc.restrictions import RestrictionInterceptor
+from server.restrictions import Restrictions
 
 logger = logging.getLogger("trt.grpc")
 
@@ -356,18 +358,21 @@ def _target(address: str, port: int) -> str:
     return f"{address}:{port}"
 
 
-async def start_grpc_server(core: InferenceServer, address: str, port: int) -> grpc.aio.Server:
+async def start_grpc_server(
+    core: InferenceServer, address: str, port: int, restrictions: Restrictions | None = None
+) -> grpc.aio.Server:
     """Build, bind and start the gRPC endpoint; the caller stops it with ``await server.stop(grace)``.
 
     Raises ``GrpcBindError`` (an ``OSError``) when the address cannot be bound.
     """
     server = grpc.aio.server(
+        interceptors=[RestrictionInterceptor(restrictions)] if restrictions else None,
         options=[
             ("grpc.max_send_message_length", MAX_MESSAGE_LENGTH),
             ("grpc.max_receive_message_length", MAX_MESSAGE_LENGTH),
             # Without this a second server on the same port binds too and steals connections.
             ("grpc.so_reuseport", 0),
-        ]
+        ],
     )
     grpc_service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(GrpcInferenceService(core), server)
     health_pb2_grpc.add_HealthServicer_to_server(HealthService(core), server)

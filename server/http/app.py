@@ -26,6 +26,7 @@ from server.core.types import InferenceResponse, StreamItem
 from server.http import codec, generate
 from server.http.protocol import HttpRequest, HttpResponse
 from server.http.statistics import statistics_json
+from server.restrictions import Restrictions
 
 logger = logging.getLogger("trt.http")
 
@@ -48,12 +49,22 @@ class HttpError(Exception):
 class HttpApp:
     """The request handler; one instance per server."""
 
-    def __init__(self, core: InferenceServer, max_input_size: int = 64 * 1024 * 1024) -> None:
+    def __init__(
+        self,
+        core: InferenceServer,
+        max_input_size: int = 64 * 1024 * 1024,
+        restrictions: Restrictions | None = None,
+    ) -> None:
         self.core = core
         self.max_input_size = max_input_size
+        self.restrictions = restrictions or Restrictions()
 
     async def __call__(self, request: HttpRequest) -> HttpResponse:
         path = request.path
+        if self.restrictions:
+            unmet = self.restrictions.unmet(_category(path), request.headers.get)
+            if unmet is not None:
+                return _error(403, f"This API is restricted, expecting header '{unmet.header}'")
         try:
             if path.endswith("/infer") and path.startswith("/v2/models/"):
                 return await self._infer(request)
@@ -342,6 +353,33 @@ async def _events(
         close = getattr(answers, "aclose", None)
         if close is not None:
             await close()
+
+
+def _category(path: str) -> str | None:
+    """The restricted-API category of a route (``--http-restricted-api``), as Triton groups them."""
+    if path.startswith("/v2/health/"):
+        return "health"
+    if path in ("/v2", "/v2/"):
+        return "metadata"
+    if path == "/v2/models/stats":
+        return "statistics"
+    if path == "/v2/logging":
+        return "logging"
+    if path.endswith("/trace/setting"):
+        return "trace"
+    if path.startswith("/v2/repository"):
+        return "model-repository"
+    if path.startswith(("/v2/systemsharedmemory", "/v2/cudasharedmemory")):
+        return "shared-memory"
+    if path.startswith("/v2/models/"):
+        if path.endswith(("/infer", "/generate", "/generate_stream")):
+            return "inference"
+        match = _MODEL_ROUTE.fullmatch(path)
+        action = match.group(3) if match is not None else None
+        return {"ready": "health", "config": "model-config", "stats": "statistics"}.get(
+            action or "", "metadata"
+        )
+    return None
 
 
 def _allow(method: str, allowed: str) -> None:

@@ -16,9 +16,12 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-app.command("serve", help="Serve a Triton model repository (HTTP 8000, gRPC 8001, metrics 8002).")(
-    serve_command
-)
+app.command(
+    "serve",
+    help="Serve a Triton model repository (HTTP 8000, gRPC 8001, metrics 8002).",
+    # tritonserver flags that mean nothing here are taken and named in a warning (cli.serve).
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+)(serve_command)
 app.command("perf", help="Load-test a model as perf_analyzer does (same flags and CSV).")(perf_command)
 app.add_typer(repo_app, name="repo")
 app.command("analyze", help="Find the config.pbtxt that serves a model best within a latency target.")(

@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from cli.flags import parse_backend_config, parse_bool
+from server.core.log_settings import LOG_FORMATS, LogOptions, LogSettings
 from server.core.object_store import is_remote
 from server.core.options import CoreOptions, ModelControlMode
 from server.core.rate_limiter import parse_rate_limit_resources
@@ -21,10 +22,25 @@ from server.core.server import InferenceServer
 from server.restrictions import Restrictions
 from server.runtime import Endpoint, ServeOptions, serve
 
-_LOG_FORMAT = "%(levelname).1s%(asctime)s.%(msecs)03d %(process)d %(name)s] %(message)s"
+# tritonserver flags a launch script may carry that have no counterpart here, and why: taken with a
+# warning, so that the script still starts the server. Any other unknown flag is an error.
+IGNORED_TRITON_FLAGS = {
+    "--pinned-memory-pool-byte-size": "tensors stay in pageable memory",
+    "--cuda-memory-pool-byte-size": "CUDA memory is the backends' own (ONNX Runtime, PyTorch, TensorRT)",
+    "--min-supported-compute-capability": "every GPU the backends can use is used",
+    "--backend-directory": "backends are Python modules of trt",
+    "--repoagent-directory": "repository agents are not supported",
+    "--buffer-manager-thread-count": "no buffer manager threads",
+    "--http-thread-count": "HTTP runs on the event loop",
+    "--grpc-infer-allocation-pool-size": "gRPC messages are not pooled",
+    "--metrics-interval-ms": "metrics are read when Prometheus scrapes",
+    "--model-load-retry-count": "a failed load is not retried",
+    "--allow-client-shm": "shared memory registration is always allowed",
+}
 
 
 def serve_command(
+    context: typer.Context,
     model_repository: list[str] = typer.Option(
         None,
         "--model-repository",
@@ -41,6 +57,7 @@ def serve_command(
     allow_grpc: str = typer.Option("true", "--allow-grpc", metavar="BOOL"),
     allow_metrics: str = typer.Option("true", "--allow-metrics", metavar="BOOL"),
     allow_gpu_metrics: str = typer.Option("true", "--allow-gpu-metrics", metavar="BOOL"),
+    allow_cpu_metrics: str = typer.Option("true", "--allow-cpu-metrics", metavar="BOOL"),
     model_control_mode: ModelControlMode = typer.Option(ModelControlMode.NONE, "--model-control-mode"),
     load_model: list[str] = typer.Option(
         None, "--load-model", help="Explicit mode: model to load; '*' = all."
@@ -78,10 +95,27 @@ def serve_command(
     server_id: str = typer.Option("triton", "--id", help="Server name in server metadata."),
     log_verbose: int = typer.Option(0, "--log-verbose"),
     log_info: str = typer.Option("true", "--log-info", metavar="BOOL"),
+    log_warning: str = typer.Option("true", "--log-warning", metavar="BOOL"),
+    log_error: str = typer.Option("true", "--log-error", metavar="BOOL"),
+    log_format: str = typer.Option("default", "--log-format", metavar="default|ISO8601"),
+    log_file: str = typer.Option("", "--log-file", help="Write the log to this file instead of stderr."),
     json_output: bool = typer.Option(False, "--json", help="Print the start-up summary as one JSON line."),
 ) -> None:
     """Serve a Triton model repository over HTTP (8000), gRPC (8001) and metrics (8002)."""
-    _configure_logging(log_verbose, parse_bool(log_info, "--log-info"))
+    ignored = _ignored_flags(context.args)
+    if log_format not in LOG_FORMATS:
+        raise typer.BadParameter(f"--log-format takes default or ISO8601, got '{log_format}'")
+    log = LogOptions(
+        log_file=log_file,
+        log_info=parse_bool(log_info, "--log-info"),
+        log_warning=parse_bool(log_warning, "--log-warning"),
+        log_error=parse_bool(log_error, "--log-error"),
+        log_verbose_level=log_verbose,
+        log_format=log_format,
+    )
+    _configure_logging(log)
+    for flag, why in ignored:
+        logging.getLogger("trt.serve").warning("%s has no effect in trt serve: %s", flag, why)
     backend_settings = parse_backend_config(backend_config or [])
     auto_complete = not disable_auto_complete_config
     if strict_model_config:
@@ -102,6 +136,7 @@ def serve_command(
         response_cache_bytes=_cache_bytes(cache_config or []),
         rate_limit=_rate_limit_on(rate_limit),
         rate_limit_resources=_rate_limit_resources(rate_limit_resource or []),
+        log=log,
     )
     options = ServeOptions(
         core=core,
@@ -111,6 +146,7 @@ def serve_command(
             parse_bool(allow_metrics, "--allow-metrics"), metrics_address or http_address, metrics_port
         ),
         gpu_metrics=parse_bool(allow_gpu_metrics, "--allow-gpu-metrics"),
+        cpu_metrics=parse_bool(allow_cpu_metrics, "--allow-cpu-metrics"),
         exit_timeout_secs=exit_timeout_secs,
         http_max_input_size=http_max_input_size,
         http_restrictions=_restrictions(http_restricted_api or [], "--http-restricted-api"),
@@ -122,6 +158,20 @@ def serve_command(
 
     code = _run(serve(options, on_ready))
     raise typer.Exit(code)
+
+
+def _ignored_flags(args: list[str]) -> list[tuple[str, str]]:
+    """The tritonserver flags among ``args`` that trt takes without effect; any other is an error."""
+    ignored, index = [], 0
+    while index < len(args):
+        flag = args[index].split("=", 1)[0]
+        if flag not in IGNORED_TRITON_FLAGS:
+            raise typer.BadParameter(f"no such option: {args[index]}")
+        if "=" not in args[index] and index + 1 < len(args) and not args[index + 1].startswith("--"):
+            index += 1  # its value came as the next argument
+        ignored.append((flag, IGNORED_TRITON_FLAGS[flag]))
+        index += 1
+    return ignored
 
 
 def _repository(location: str) -> str | Path:
@@ -164,14 +214,21 @@ def _run(coroutine: object) -> int:
         return int(asyncio.run(coroutine))  # type: ignore[arg-type]
 
 
-def _configure_logging(verbose: int, info: bool) -> None:
-    level = logging.DEBUG if verbose > 0 else logging.INFO if info else logging.WARNING
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter(_LOG_FORMAT, datefmt="%m%d %H:%M:%S"))
+def _configure_logging(log: LogOptions) -> None:
+    """Where the log goes; its level and format are the server's ``LogSettings`` (changeable later
+    through the logging API)."""
+    handler: logging.Handler
+    if log.log_file:
+        try:
+            handler = logging.FileHandler(log.log_file, encoding="utf-8")
+        except OSError as exc:
+            raise typer.BadParameter(f"--log-file: cannot write {log.log_file}: {exc.strerror}") from None
+    else:
+        handler = logging.StreamHandler(sys.stderr)
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.WARNING)
-    logging.getLogger("trt").setLevel(level)
+    LogSettings(log).apply()
 
 
 def _print_summary(server: InferenceServer, options: ServeOptions, as_json: bool) -> None:

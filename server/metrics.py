@@ -89,9 +89,10 @@ def _gauge(name: str, documentation: str, labels: list[str]) -> MetricFamily:
 class TritonMetricsCollector:
     """A prometheus_client collector producing Triton's ``nv_*`` families."""
 
-    def __init__(self, core: InferenceServer, gpu_metrics: bool = True) -> None:
+    def __init__(self, core: InferenceServer, gpu_metrics: bool = True, cpu_metrics: bool = True) -> None:
         self.core = core
         self.gpu = GpuMetrics() if gpu_metrics else None
+        self.cpu = CpuMetrics() if cpu_metrics else None
 
     def collect(self) -> Iterator[MetricFamily]:
         models = self.core.models.loaded_models()
@@ -191,6 +192,29 @@ class TritonMetricsCollector:
                 yield family
         if self.gpu is not None:
             yield from self.gpu.collect()
+        if self.cpu is not None:
+            yield from self.cpu.collect()
+
+
+class CpuMetrics:
+    """``nv_cpu_*`` gauges, as Triton reports them: utilization of all cores since the last scrape,
+    and memory in use as total less available."""
+
+    def __init__(self) -> None:
+        import psutil
+
+        self._psutil = psutil
+        psutil.cpu_percent(interval=None)  # the first reading starts the interval
+
+    def collect(self) -> Iterator[MetricFamily]:
+        utilization = _gauge("nv_cpu_utilization", "CPU utilization rate [0.0 - 1.0]", labels=[])
+        total = _gauge("nv_cpu_memory_total_bytes", "CPU total memory (RAM), in bytes", labels=[])
+        used = _gauge("nv_cpu_memory_used_bytes", "CPU used memory (RAM), in bytes", labels=[])
+        memory = self._psutil.virtual_memory()
+        utilization.add_metric([], self._psutil.cpu_percent(interval=None) / 100.0)
+        total.add_metric([], memory.total)
+        used.add_metric([], memory.total - memory.available)
+        yield from (utilization, total, used)
 
 
 class GpuMetrics:
@@ -245,8 +269,8 @@ class GpuMetrics:
 class MetricsApp:
     """Handler answering ``GET /metrics`` in Prometheus' text format."""
 
-    def __init__(self, core: InferenceServer, gpu_metrics: bool = True) -> None:
-        self.collector = TritonMetricsCollector(core, gpu_metrics)
+    def __init__(self, core: InferenceServer, gpu_metrics: bool = True, cpu_metrics: bool = True) -> None:
+        self.collector = TritonMetricsCollector(core, gpu_metrics, cpu_metrics)
 
     def render(self) -> bytes:
         parts = [family.render() for family in self.collector.collect()]

@@ -39,6 +39,7 @@ class ServeOptions:
     grpc: Endpoint = Endpoint(True, "0.0.0.0", 8001)
     metrics: Endpoint = Endpoint(True, "0.0.0.0", 8002)
     gpu_metrics: bool = True
+    cpu_metrics: bool = True
     exit_timeout_secs: float = 30.0
     http_max_input_size: int = 64 * 1024 * 1024
     http_restrictions: Restrictions = field(default_factory=Restrictions)  # --http-restricted-api
@@ -93,7 +94,7 @@ async def serve(options: ServeOptions, on_ready: Callable[[InferenceServer, dict
                 HttpApp(core, options.http_max_input_size, options.http_restrictions),
                 "HTTPService",
             ),
-            (options.metrics, MetricsApp(core, options.gpu_metrics), "Metrics Service"),
+            (options.metrics, MetricsApp(core, options.gpu_metrics, options.cpu_metrics), "Metrics Service"),
         ):
             if not endpoint.enabled:
                 continue

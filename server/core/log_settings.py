@@ -3,24 +3,52 @@
 from __future__ import annotations
 
 import logging
+import time
+from dataclasses import dataclass
 from typing import Any
 
 from server.core.errors import InvalidArgument, Unsupported
 
-_ISO_FORMAT = "%(asctime)s %(levelname).1s %(process)d %(name)s] %(message)s"
-_DEFAULT_FORMAT = "%(levelname).1s%(asctime)s %(process)d %(name)s] %(message)s"
+LOG_FORMATS = ("default", "ISO8601")
+
+
+@dataclass(frozen=True)
+class LogOptions:
+    """tritonserver's --log-* flags, the settings the server starts with."""
+
+    log_file: str = ""  # empty: standard error
+    log_info: bool = True
+    log_warning: bool = True
+    log_error: bool = True
+    log_verbose_level: int = 0
+    log_format: str = "default"
+
+
+def log_formatter(log_format: str) -> logging.Formatter:
+    """Triton's line prefixes: ``I1123 16:31:48.763 <pid> <logger>]`` by default, or with ISO8601
+    ``2026-11-23T16:31:48Z I <pid> <logger>]`` (UTC)."""
+    if log_format == "ISO8601":
+        formatter = logging.Formatter(
+            "%(asctime)s %(levelname).1s %(process)d %(name)s] %(message)s", datefmt="%Y-%m-%dT%H:%M:%SZ"
+        )
+        formatter.converter = time.gmtime
+        return formatter
+    return logging.Formatter(
+        "%(levelname).1s%(asctime)s.%(msecs)03d %(process)d %(name)s] %(message)s", datefmt="%m%d %H:%M:%S"
+    )
 
 
 class LogSettings:
     """Current logging settings of the ``trt`` loggers, readable and changeable at run time."""
 
-    def __init__(self, log_file: str = "") -> None:
-        self.log_file = log_file
-        self.log_info = True
-        self.log_warning = True
-        self.log_error = True
-        self.log_verbose_level = 0
-        self.log_format = "default"
+    def __init__(self, options: LogOptions | None = None) -> None:
+        options = options or LogOptions()
+        self.log_file = options.log_file
+        self.log_info = options.log_info
+        self.log_warning = options.log_warning
+        self.log_error = options.log_error
+        self.log_verbose_level = options.log_verbose_level
+        self.log_format = options.log_format
 
     def current(self) -> dict[str, Any]:
         return {
@@ -46,7 +74,7 @@ class LogSettings:
                     raise InvalidArgument("expected a non-negative integer for 'log_verbose_level'")
                 self.log_verbose_level = value
             elif key == "log_format":
-                if value not in ("default", "ISO8601"):
+                if value not in LOG_FORMATS:
                     raise InvalidArgument("'log_format' must be 'default' or 'ISO8601'")
                 self.log_format = value
             else:
@@ -67,6 +95,6 @@ class LogSettings:
         else:
             level = logging.CRITICAL + 1
         logger.setLevel(level)
-        formatter = logging.Formatter(_ISO_FORMAT if self.log_format == "ISO8601" else _DEFAULT_FORMAT)
+        formatter = log_formatter(self.log_format)
         for handler in logging.getLogger().handlers + logger.handlers:
             handler.setFormatter(formatter)

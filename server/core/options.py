@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
+from server.core.log_settings import LogOptions
+
 
 class ModelControlMode(StrEnum):
     NONE = "none"  # load everything at start, ignore changes, refuse load/unload requests
@@ -30,3 +32,4 @@ class CoreOptions:
     rate_limit: bool = False  # --rate-limit=execution_count
     rate_limit_resources: dict[str, int] = field(default_factory=dict)  # --rate-limit-resource
     backend_config: dict[str, dict[str, str]] = field(default_factory=dict)
+    log: LogOptions = field(default_factory=LogOptions)  # --log-*

@@ -11,6 +11,7 @@ import re
 import shutil
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,7 +19,7 @@ import tritonclient.http as httpclient
 from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException
 
-from tests.support import ServerProcess, int_inputs
+from tests.support import ServerProcess, int_inputs, write_simple
 
 FAMILIES = {
     "nv_inference_request_success": "counter",
@@ -80,7 +81,8 @@ def test_each_family_has_tritons_name_type_and_labels(server: ServerProcess, fam
 
 def test_no_name_has_a_suffix_triton_does_not_use(server: ServerProcess) -> None:
     text = _scrape(server)
-    assert "_total" not in text  # Triton's counters have no suffix; dashboards match the names exactly
+    # Triton's counters have no suffix; dashboards match the names exactly.
+    assert not re.findall(r"^\w+_total[{ ]", text, re.M)
     assert "_created" not in text
 
 
@@ -100,6 +102,25 @@ def test_gpu_metrics_are_absent_without_a_gpu(server: ServerProcess) -> None:
     text = _scrape(server)
     assert "nv_gpu_utilization" not in text
     assert "nv_gpu_memory_used_bytes" not in text
+
+
+def test_cpu_metrics_report_utilization_and_memory(server: ServerProcess) -> None:
+    text = _scrape(server)
+    assert "# TYPE nv_cpu_utilization gauge" in text
+    values = {name: float(value) for name, value in re.findall(r"^(nv_cpu_\w+) (\S+)$", text, re.M)}
+    assert 0.0 <= values["nv_cpu_utilization"] <= 1.0
+    assert 0 < values["nv_cpu_memory_used_bytes"] < values["nv_cpu_memory_total_bytes"]
+
+
+def test_allow_cpu_metrics_false_leaves_them_out(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    write_simple(repo)
+    quiet = ServerProcess([repo], ["--allow-cpu-metrics=false"]).start(tmp_path)
+    try:
+        text = _scrape(quiet)
+        assert "nv_cpu_" not in text and "nv_inference_count" in text
+    finally:
+        quiet.stop()
 
 
 def _simple_inputs(batch: int) -> list[httpclient.InferInput]:

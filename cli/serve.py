@@ -19,6 +19,7 @@ from server.core.options import CoreOptions, ModelControlMode
 from server.core.rate_limiter import parse_rate_limit_resources
 from server.core.response_cache import parse_cache_config
 from server.core.server import InferenceServer
+from server.core.tracing import TraceSettings, parse_trace_config
 from server.restrictions import Restrictions
 from server.runtime import Endpoint, ServeOptions, serve
 
@@ -99,6 +100,12 @@ def serve_command(
     log_error: str = typer.Option("true", "--log-error", metavar="BOOL"),
     log_format: str = typer.Option("default", "--log-format", metavar="default|ISO8601"),
     log_file: str = typer.Option("", "--log-file", help="Write the log to this file instead of stderr."),
+    trace_config: list[str] = typer.Option(
+        None,
+        "--trace-config",
+        metavar="[triton,]SETTING=VALUE",
+        help="Request tracing: level=TIMESTAMPS, rate=N, count=N, triton,file=PATH, triton,log-frequency=N.",
+    ),
     json_output: bool = typer.Option(False, "--json", help="Print the start-up summary as one JSON line."),
 ) -> None:
     """Serve a Triton model repository over HTTP (8000), gRPC (8001) and metrics (8002)."""
@@ -137,6 +144,7 @@ def serve_command(
         rate_limit=_rate_limit_on(rate_limit),
         rate_limit_resources=_rate_limit_resources(rate_limit_resource or []),
         log=log,
+        trace=_trace_settings(trace_config or []),
     )
     options = ServeOptions(
         core=core,
@@ -188,6 +196,13 @@ def _cache_bytes(values: list[str]) -> int | None:
 def _restrictions(values: list[str], flag: str) -> Restrictions:
     try:
         return Restrictions.parse(values, flag)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+def _trace_settings(values: list[str]) -> TraceSettings:
+    try:
+        return parse_trace_config(values)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
 

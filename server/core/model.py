@@ -31,6 +31,7 @@ from server.core.sequence_router import SequenceRouter
 from server.core.statistics import ModelStatistics
 from server.core.tensors import ModelSignature, TensorSpec
 from server.core.timing import ExecutionTimes
+from server.core.tracing import Trace
 from server.core.types import (
     RESERVED_PARAMETERS,
     InferenceRequest,
@@ -152,6 +153,14 @@ class ModelVersion:
                 self._drained.set()
         return response
 
+    def _trace(self, trace: Trace, received: int, queued: int, times: ExecutionTimes, done: int) -> None:
+        self._stamp(trace, _trace_points(received, queued, times, done))
+
+    def _stamp(self, trace: Trace, points: Sequence[tuple[str, int]]) -> None:
+        trace.model_version = self.version_str
+        for name, ns in points:
+            trace.stamp(name, ns)
+
     async def infer_decoupled(self, request: InferenceRequest) -> AsyncIterator[StreamItem]:
         """Every answer a decoupled model sends for ``request``, as it sends them."""
         if self._closing or self._request_scheduler is None:
@@ -231,6 +240,8 @@ class ModelVersion:
             if cached is not None:
                 now = time.perf_counter_ns()
                 self.stats.record_cache_hit(now - received, now - lookup_started)
+                if request.trace is not None:
+                    self._stamp(request.trace, (("REQUEST_START", received), ("REQUEST_END", now)))
                 return cached
         feeds = {t.name: self._to_model_shape(_data_of(t), signature.inputs[t.name]) for t in request.inputs}
         input_done = time.perf_counter_ns()
@@ -273,6 +284,8 @@ class ModelVersion:
         input_ns = input_done - received + times.input_ns
         output_ns = done - output_started + times.output_ns
         self.stats.record_success(done - received, times.queue_ns, input_ns, times.infer_ns, output_ns)
+        if request.trace is not None:
+            self._trace(request.trace, received, input_done, times, done)
         response = InferenceResponse(self.name, self.version_str, request.id, outputs, parameters)
         if cache_key is not None and self.cache is not None:
             self.cache.put(cache_key, response)
@@ -327,6 +340,24 @@ class ModelVersion:
                     instance.close()
             except Exception:
                 logger.exception("closing an instance of '%s' failed", self.name)
+
+
+def _trace_points(received: int, queued: int, times: ExecutionTimes, done: int) -> list[tuple[str, int]]:
+    """Triton's timestamps for one request. The compute points follow from the durations its
+    scheduler measured, laid end to end from the moment the request was queued."""
+    compute_start = queued + times.queue_ns
+    input_end = compute_start + times.input_ns
+    output_start = input_end + times.infer_ns
+    return [
+        ("REQUEST_START", received),
+        ("QUEUE_START", queued),
+        ("COMPUTE_START", compute_start),
+        ("COMPUTE_INPUT_END", input_end),
+        ("COMPUTE_OUTPUT_START", output_start),
+        ("COMPUTE_END", output_start + times.output_ns),
+        ("INFER_RESPONSE_COMPLETE", done),
+        ("REQUEST_END", done),
+    ]
 
 
 def _backend_request(

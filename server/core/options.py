@@ -7,6 +7,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from server.core.log_settings import LogOptions
+from server.core.tracing import TraceSettings
 
 
 class ModelControlMode(StrEnum):
@@ -33,3 +34,4 @@ class CoreOptions:
     rate_limit_resources: dict[str, int] = field(default_factory=dict)  # --rate-limit-resource
     backend_config: dict[str, dict[str, str]] = field(default_factory=dict)
     log: LogOptions = field(default_factory=LogOptions)  # --log-*
+    trace: TraceSettings = field(default_factory=TraceSettings)  # --trace-config

@@ -28,6 +28,7 @@ from server.core.options import CoreOptions, ModelControlMode
 from server.core.pushed_models import PushedModels
 from server.core.shared_memory import SharedMemoryRegistry
 from server.core.statistics import ModelStatistics
+from server.core.tracing import Tracer
 from server.core.types import (
     TRITON_CONTROL_PARAMETERS,
     InferenceRequest,
@@ -67,6 +68,7 @@ class InferenceServer:
         self.models.services = self
         # Shared by both transports, so a change over HTTP shows over gRPC and the other way round.
         self.log_settings = LogSettings(options.log)
+        self.tracer = Tracer(options.trace)
         self.log_settings.apply()
         self.shared_memory = SharedMemoryRegistry()
         self.custom_metrics = CustomMetricsRegistry()  # what models define (pb_utils.MetricFamily)
@@ -96,6 +98,7 @@ class InferenceServer:
         await self.models.stop()
         self.shared_memory.close()
         self.pushed.close()
+        self.tracer.flush()
 
     # -- health and metadata ------------------------------------------------------------------
 

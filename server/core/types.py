@@ -8,9 +8,12 @@ JSON, protobuf or sockets.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from server.core.tracing import Trace
 
 # Request parameters a client may set but that are not forwarded to the model as custom parameters.
 RESERVED_PARAMETERS = frozenset(
@@ -50,6 +53,7 @@ class InferenceRequest:
     # None means "every output of the model".
     outputs: list[RequestedOutput] | None = None
     parameters: dict[str, Any] = field(default_factory=dict)
+    trace: Trace | None = None  # set by the transport when this request is one it traces
 
 
 @dataclass(slots=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -20,6 +21,8 @@ from protos import grpc_service_pb2_grpc, health_pb2, health_pb2_grpc
 from server.core.errors import InvalidArgument, Unsupported
 from server.core.server import InferenceServer
 from server.core.statistics import Duration, ModelStatistics
+from server.core.tracing import Trace
+from server.core.types import InferenceRequest
 from server.grpc import codec
 from server.grpc.errors import GrpcBindError, status_of
 from server.grpc.restrictions import RestrictionInterceptor
@@ -30,14 +33,6 @@ logger = logging.getLogger("trt.grpc")
 # Triton's MAX_GRPC_MESSAGE_SIZE (INT32_MAX).
 MAX_MESSAGE_LENGTH = 2**31 - 1
 
-_TRACE_OFF = {
-    "trace_level": ["OFF"],
-    "trace_rate": ["1000"],
-    "trace_count": ["-1"],
-    "log_frequency": ["0"],
-    "trace_file": [""],
-    "trace_mode": ["triton"],
-}
 
 _Handler = Callable[[Any, Any, Any], Awaitable[Any]]
 
@@ -113,11 +108,29 @@ class GrpcInferenceService(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):
     async def ModelInfer(self, request: Any, context: Any) -> Any:
         # The hot path: the error mapping is inlined rather than wrapped.
         try:
-            response = await self.core.infer(codec.decode_infer_request(request))
+            inference = codec.decode_infer_request(request)
+            tracer = self.core.tracer
+            if tracer.active and (
+                trace := tracer.start(inference.model_name, inference.model_version, inference.id)
+            ):
+                return await self._infer_traced(inference, trace)
+            response = await self.core.infer(inference)
             return codec.encode_infer_response(response)
         except Exception as exc:
             code, message = status_of(exc, "ModelInfer")
             await context.abort(code, message)
+
+    async def _infer_traced(self, inference: InferenceRequest, trace: Trace) -> Any:
+        # grpc.aio hands over a request already read, and sends the reply after this returns: the
+        # end of the read and the start of the send are what this side can see.
+        trace.stamp("GRPC_WAITREAD_END", time.perf_counter_ns())
+        inference.trace = trace
+        try:
+            reply = codec.encode_infer_response(await self.core.infer(inference))
+            trace.stamp("GRPC_SEND_START", time.perf_counter_ns())
+            return reply
+        finally:
+            self.core.tracer.finish(trace)
 
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[Any], context: Any
@@ -273,11 +286,22 @@ class GrpcInferenceService(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):
 
     @_unary
     async def TraceSetting(self, request: Any, context: Any) -> Any:
-        # A key with no values clears a per-model override, which is already the case here.
-        if any(value.value for value in request.settings.values()):
-            raise Unsupported("tracing is not supported by this server yet")
+        model = request.model_name
+        if model:
+            self.core.model_config(model)  # an unknown model is refused with Triton's error
+        if request.settings:
+            changes: dict[str, Any] = {}
+            for key, value in request.settings.items():
+                values = list(value.value)
+                # No values clears a model's override; the level is a list, the rest single strings.
+                changes[key] = (values or None) if key == "trace_level" else (values[0] if values else None)
+            current = self.core.tracer.update(model, changes)
+        else:
+            current = self.core.tracer.settings(model)
         setting = pb.TraceSettingResponse.SettingValue
-        return pb.TraceSettingResponse(settings={k: setting(value=v) for k, v in _TRACE_OFF.items()})
+        return pb.TraceSettingResponse(
+            settings={k: setting(value=v if isinstance(v, list) else [v]) for k, v in current.items()}
+        )
 
     @_unary
     async def LogSettings(self, request: Any, context: Any) -> Any:

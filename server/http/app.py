@@ -13,6 +13,7 @@ import binascii
 import gzip
 import logging
 import re
+import time
 import zlib
 from collections.abc import AsyncIterator
 from typing import Any
@@ -22,7 +23,8 @@ import orjson
 from server.core.errors import InvalidArgument, ServerError
 from server.core.model_config import config_to_json
 from server.core.server import InferenceServer
-from server.core.types import InferenceResponse, StreamItem
+from server.core.tracing import Trace
+from server.core.types import InferenceRequest, InferenceResponse, StreamItem
 from server.http import codec, generate
 from server.http.protocol import HttpRequest, HttpResponse
 from server.http.statistics import statistics_json
@@ -101,7 +103,47 @@ class HttpApp:
         request, binary_choice, default_binary = codec.decode_request(
             match.group(1), match.group(2) or "", body, length
         )
+        tracer = self.core.tracer
+        if tracer.active and (trace := tracer.start(request.model_name, request.model_version, request.id)):
+            return await self._infer_traced(http_request, request, trace, binary_choice, default_binary)
         response = await self.core.infer(request)
+        return self._infer_response(http_request, response, binary_choice, default_binary)
+
+    async def _infer_traced(
+        self,
+        http_request: HttpRequest,
+        request: InferenceRequest,
+        trace: Trace,
+        binary_choice: dict[str, bool],
+        default_binary: bool,
+    ) -> HttpResponse:
+        trace.stamp("HTTP_RECV_START", http_request.started_ns)
+        trace.stamp("HTTP_RECV_END", http_request.received_ns)
+        request.trace = trace
+        tracer = self.core.tracer
+        try:
+            response = await self.core.infer(request)
+        except BaseException:
+            tracer.finish(trace)  # a failed request is traced too, as far as it went
+            raise
+        http_response = self._infer_response(http_request, response, binary_choice, default_binary)
+        trace.stamp("HTTP_SEND_START", time.perf_counter_ns())
+
+        def sent() -> None:
+            trace.stamp("HTTP_SEND_END", time.perf_counter_ns())
+            tracer.finish(trace)
+
+        http_response.sent = sent
+        return http_response
+
+    def _infer_response(
+        self,
+        http_request: HttpRequest,
+        response: InferenceResponse,
+        binary_choice: dict[str, bool],
+        default_binary: bool,
+    ) -> HttpResponse:
+        headers = http_request.headers
         payload, json_length = codec.encode_response(response, binary_choice, default_binary)
         if json_length is None:
             out_headers = [(b"content-type", b"application/json")]
@@ -193,9 +235,14 @@ class HttpApp:
         if path == "/v2/trace/setting" or (
             path.startswith("/v2/models/") and path.endswith("/trace/setting")
         ):
-            if method == "POST" and _parse_json_object(self._body(request)):
-                raise HttpError(501, "tracing is not supported by this server yet")
-            return _json(_TRACE_OFF)
+            model = ""
+            if path != "/v2/trace/setting":
+                model = path.removeprefix("/v2/models/").removesuffix("/trace/setting")
+                self.core.model_config(model)  # an unknown model is refused with Triton's error
+            if method == "GET":
+                return _json(self.core.tracer.settings(model))
+            _allow(method, "POST")
+            return _json(self.core.tracer.update(model, _parse_json_object(self._body(request))))
         match = _MODEL_ROUTE.fullmatch(path)
         if match is not None:
             return await self._model_route(method, match)
@@ -309,16 +356,6 @@ class HttpApp:
             unload_dependents = parameters.get("unload_dependents", False)
             await self.core.unload_model(model_name, bool(unload_dependents))
         return HttpResponse(200, b"", _JSON_HEADERS)
-
-
-_TRACE_OFF = {
-    "trace_level": ["OFF"],
-    "trace_rate": "1000",
-    "trace_count": "-1",
-    "log_frequency": "0",
-    "trace_file": "",
-    "trace_mode": "triton",
-}
 
 
 async def _answers(stream: AsyncIterator[StreamItem]) -> AsyncIterator[InferenceResponse]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -36,6 +37,8 @@ class HttpRequest:
     headers: dict[str, str]  # names in lower case
     body: bytes
     body_too_large: bool = False  # over the limit: the body was dropped and the answer is 413
+    started_ns: int = 0  # perf_counter_ns when its first byte was parsed, and when its last was
+    received_ns: int = 0
 
 
 @dataclass(slots=True)
@@ -46,6 +49,7 @@ class HttpResponse:
     # Sent after the head with chunked transfer encoding, chunk by chunk as it yields (server-sent
     # events); ``body`` is then ignored. Closed early if the client goes away.
     stream: AsyncIterator[bytes] | None = None
+    sent: Callable[[], None] | None = None  # called once the response is written (tracing)
 
 
 Handler = Callable[[HttpRequest], Awaitable[HttpResponse]]
@@ -65,6 +69,7 @@ class HttpProtocol(asyncio.Protocol):
         self._write_ready.set()
         self.last_active = self._loop.time()
         # Per-message parse state.
+        self._started = 0
         self._url = b""
         self._headers: dict[str, str] = {}
         self._body: list[bytes] = []
@@ -118,6 +123,7 @@ class HttpProtocol(asyncio.Protocol):
     # -- httptools callbacks ------------------------------------------------------------------
 
     def on_message_begin(self) -> None:
+        self._started = time.perf_counter_ns()
         self._url = b""
         self._headers = {}
         self._body = []
@@ -160,6 +166,7 @@ class HttpProtocol(asyncio.Protocol):
             body=self._body[0] if len(self._body) == 1 else b"".join(self._body),
         )
         request.body_too_large = self._too_large
+        request.started_ns, request.received_ns = self._started, time.perf_counter_ns()
         self._pending.append((request, self._parser.should_keep_alive()))
         if len(self._pending) > _MAX_PIPELINED and self._transport is not None:
             self._transport.pause_reading()
@@ -202,6 +209,8 @@ class HttpProtocol(asyncio.Protocol):
                 transport.write(
                     _head(response.status, len(response.body), response.headers, keep_alive) + body
                 )
+                if response.sent is not None:
+                    response.sent()
             self.last_active = self._loop.time()
             if not keep_alive:
                 transport.close()

@@ -1,0 +1,137 @@
+"""Request tracing as Triton's: ``--trace-config``, the trace extension over HTTP and gRPC, and the
+JSON trace file with each traced request's timestamps in order."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from server.core.tracing import parse_trace_config
+from tests.support import ServerProcess, simple_inputs, write_simple
+
+CORE_POINTS = [
+    "REQUEST_START",
+    "QUEUE_START",
+    "COMPUTE_START",
+    "COMPUTE_INPUT_END",
+    "COMPUTE_OUTPUT_START",
+    "COMPUTE_END",
+    "INFER_RESPONSE_COMPLETE",
+    "REQUEST_END",
+]
+
+
+def _serve(tmp_path: Path, *trace_config: str) -> ServerProcess:
+    repo = tmp_path / "repo"
+    write_simple(repo)
+    flags = [f"--trace-config={value}" for value in trace_config]
+    return ServerProcess([repo], flags).start(tmp_path)
+
+
+def _traces(path: Path) -> dict[int, dict[str, object]]:
+    """Each trace by id: what it describes, and its timestamps by name in file order."""
+    traces: dict[int, dict[str, object]] = {}
+    for entry in json.loads(path.read_text()):
+        trace = traces.setdefault(entry["id"], {"stamps": []})
+        if "timestamps" in entry:
+            trace["stamps"] += [(t["name"], t["ns"]) for t in entry["timestamps"]]  # type: ignore[operator]
+        else:
+            trace.update(entry)
+    return traces
+
+
+def test_sampled_requests_are_written_with_their_timestamps_in_order(tmp_path: Path) -> None:
+    trace_file = tmp_path / "trace.json"
+    server = _serve(tmp_path, f"triton,file={trace_file}", "level=TIMESTAMPS", "rate=2")
+    data = np.ones((1, 16), dtype=np.int32)
+    try:
+        http = httpclient.InferenceServerClient(server.http_url)
+        grpc = grpcclient.InferenceServerClient(server.grpc_url)
+        assert http.get_trace_settings() == {
+            "trace_level": ["TIMESTAMPS"],
+            "trace_rate": "2",
+            "trace_count": "-1",
+            "log_frequency": "0",
+            "trace_file": str(trace_file),
+            "trace_mode": "triton",
+        }
+        for number in range(4):
+            http.infer("simple", simple_inputs(httpclient, data), request_id=f"http-{number}")
+        for number in range(4):
+            grpc.infer("simple", simple_inputs(grpcclient, data), request_id=f"grpc-{number}")
+    finally:
+        server.stop()
+    traces = _traces(trace_file)
+    assert len(traces) == 4  # one request in two
+    by_request = {str(t["request_id"]): t for t in traces.values()}
+    assert set(by_request) == {"http-1", "http-3", "grpc-1", "grpc-3"}
+    for request_id, trace in by_request.items():
+        assert trace["model_name"] == "simple" and trace["model_version"] == 1
+        stamps: list[tuple[str, int]] = trace["stamps"]  # type: ignore[assignment]
+        names = [name for name, _ in stamps]
+        times = [ns for _, ns in stamps]
+        assert times == sorted(times), stamps
+        if request_id.startswith("http"):
+            assert names[:2] == ["HTTP_RECV_START", "HTTP_RECV_END"]
+            assert names[-2:] == ["HTTP_SEND_START", "HTTP_SEND_END"]
+        else:
+            assert names[0] == "GRPC_WAITREAD_END" and names[-1] == "GRPC_SEND_START"
+        assert [name for name in names if name in CORE_POINTS] == CORE_POINTS
+
+
+def test_settings_change_at_run_time_globally_and_per_model(tmp_path: Path) -> None:
+    trace_file = tmp_path / "trace.json"
+    server = _serve(tmp_path, f"triton,file={trace_file}", "triton,log-frequency=2", "rate=1", "count=3")
+    data = np.ones((1, 16), dtype=np.int32)
+    try:
+        http = httpclient.InferenceServerClient(server.http_url)
+        grpc = grpcclient.InferenceServerClient(server.grpc_url)
+        assert http.get_trace_settings()["trace_level"] == ["OFF"]  # nothing traced until a level is set
+        http.infer("simple", simple_inputs(httpclient, data))
+        assert http.update_trace_settings(settings={"trace_level": ["TIMESTAMPS"]})["trace_level"] == [
+            "TIMESTAMPS"
+        ]
+        model = grpc.update_trace_settings(model_name="simple", settings={"trace_rate": "1"}, as_json=True)
+        assert model["settings"]["trace_rate"]["value"] == ["1"]
+        for _ in range(5):
+            http.infer("simple", simple_inputs(httpclient, data))
+        # count=3: three traces, then the count is spent and tracing stops. A model with settings of
+        # its own counts in them, as Triton's per-model settings do; the global count is untouched.
+        assert http.get_trace_settings(model_name="simple")["trace_count"] == "0"
+        assert http.get_trace_settings()["trace_count"] == "3"
+        cleared = http.update_trace_settings(model_name="simple", settings={"trace_rate": None})
+        assert cleared["trace_rate"] == "1"  # the global value again
+        for settings, message in (
+            ({"trace_level": ["TENSORS"]}, "TENSORS"),
+            ({"trace_rate": "0"}, "at least 1"),
+            ({"trace_file": "/tmp/elsewhere.json"}, "can't be changed"),
+            ({"trace_colour": "red"}, "unknown trace setting"),
+        ):
+            with pytest.raises(InferenceServerException, match=message):
+                http.update_trace_settings(settings=settings)
+        with pytest.raises(InferenceServerException, match="nope"):
+            http.get_trace_settings(model_name="nope")
+    finally:
+        server.stop()
+    # log-frequency=2: the first two traces in trace.json.0, the third when the server stopped.
+    assert len(_traces(Path(f"{trace_file}.0"))) == 2
+    assert len(_traces(Path(f"{trace_file}.1"))) == 1
+
+
+def test_trace_config_flags_are_checked() -> None:
+    assert parse_trace_config(["level=TIMESTAMPS", "level=OFF", "rate=10"]).level == ("TIMESTAMPS",)
+    for values, message in (
+        (["rate=x"], "integer"),
+        (["level=TENSORS"], "TENSORS"),
+        (["opentelemetry,url=http://collector"], "only the triton trace mode"),
+        (["triton,colour=red"], "unknown setting 'colour'"),
+        (["rate"], "takes [triton,]<setting>=<value>"),
+    ):
+        with pytest.raises(ValueError, match=message.replace("[", r"\[")):
+            parse_trace_config(values)

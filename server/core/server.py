@@ -45,6 +45,7 @@ logger = logging.getLogger("trt.server")
 # Protocol extensions this server implements, in Triton's order.
 EXTENSIONS = (
     "classification",
+    "sequence",
     "model_repository",
     "model_repository(unload_dependents)",
     "schedule_policy",
@@ -53,6 +54,7 @@ EXTENSIONS = (
     "binary_tensor_data",
     "parameters",
     "statistics",
+    "trace",
     "logging",
 )
 

@@ -95,9 +95,11 @@ def test_server_metadata(client: grpcclient.InferenceServerClient) -> None:
     metadata = client.get_server_metadata()
     assert metadata.name == "triton"
     assert metadata.version
-    assert {"binary_tensor_data", "model_repository", "statistics", "classification", "logging"} <= set(
-        metadata.extensions
-    )
+    assert list(metadata.extensions) == [
+        "classification", "sequence", "model_repository", "model_repository(unload_dependents)",
+        "schedule_policy", "model_configuration", "system_shared_memory", "binary_tensor_data",
+        "parameters", "statistics", "trace", "logging",
+    ]  # fmt: skip
     assert client.get_server_metadata(as_json=True)["name"] == "triton"
 
 

@@ -100,7 +100,11 @@ async def serve(options: ServeOptions, on_ready: Callable[[InferenceServer, dict
                 continue
             sock = _bind(endpoint, what)
             max_body = options.http_max_input_size if isinstance(app, HttpApp) else 1 << 16
-            server = HttpServer(app, max_body)
+            server = HttpServer(
+                app,
+                max_body,
+                cancellable=HttpApp.cancellable if isinstance(app, HttpApp) else lambda path: False,
+            )
             await server.start(sock)
             servers.append(server)
             logger.info("Started %s at %s:%d", what, endpoint.address, endpoint.port)

@@ -61,6 +61,11 @@ class HttpApp:
         self.max_input_size = max_input_size
         self.restrictions = restrictions or Restrictions()
 
+    @staticmethod
+    def cancellable(path: str) -> bool:
+        """Inference stops when its client disconnects; a load or an unload always runs to its end."""
+        return path.startswith("/v2/models/") and path.endswith(("/infer", "/generate", "/generate_stream"))
+
     async def __call__(self, request: HttpRequest) -> HttpResponse:
         path = request.path
         if self.restrictions:

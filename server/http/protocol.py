@@ -65,6 +65,8 @@ class HttpProtocol(asyncio.Protocol):
         self._pending: deque[tuple[HttpRequest, bool]] = deque()
         self._busy = False
         self._closing = False
+        self._serving: asyncio.Task[None] | None = None
+        self._current: HttpRequest | None = None  # the request being answered
         self._write_ready = asyncio.Event()
         self._write_ready.set()
         self.last_active = self._loop.time()
@@ -85,6 +87,9 @@ class HttpProtocol(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._server.connections.discard(self)
         self._closing = True
+        current = self._current
+        if current is not None and self._serving is not None and self._server.cancellable(current.path):
+            self._serving.cancel()  # its client is gone: the model may stop (request.is_cancelled())
         self._write_ready.set()
 
     def pause_writing(self) -> None:
@@ -172,54 +177,58 @@ class HttpProtocol(asyncio.Protocol):
             self._transport.pause_reading()
         if not self._busy:
             self._busy = True
-            self._loop.create_task(self._serve_pending())
+            self._serving = self._loop.create_task(self._serve_pending())
 
     # -- answering ----------------------------------------------------------------------------
 
     async def _serve_pending(self) -> None:
-        transport = self._transport
-        assert transport is not None
-        while self._pending:
-            request, keep_alive = self._pending.popleft()
-            if len(self._pending) == _MAX_PIPELINED:
-                transport.resume_reading()
-            try:
-                if request.body_too_large:
-                    limit = self._server.max_body_size
-                    message = (
-                        f'{{"error":"request body exceeds the {limit}-byte limit (--http-max-input-size)"}}'
+        try:
+            transport = self._transport
+            assert transport is not None
+            while self._pending:
+                request, keep_alive = self._pending.popleft()
+                if len(self._pending) == _MAX_PIPELINED:
+                    transport.resume_reading()
+                self._current = request
+                try:
+                    if request.body_too_large:
+                        response = _too_large(self._server.max_body_size)
+                    else:
+                        response = await self._handler(request)
+                except Exception:
+                    logger.exception("unhandled error answering %s %s", request.method, request.path)
+                    response = HttpResponse(
+                        500, b'{"error":"internal error"}', [(b"content-type", b"application/json")]
                     )
-                    response = HttpResponse(413, message.encode(), [(b"content-type", b"application/json")])
-                else:
-                    response = await self._handler(request)
-            except Exception:
-                logger.exception("unhandled error answering %s %s", request.method, request.path)
-                response = HttpResponse(
-                    500, b'{"error":"internal error"}', [(b"content-type", b"application/json")]
-                )
-            keep_alive = keep_alive and not self._closing
-            if transport.is_closing():
+                keep_alive = keep_alive and not self._closing
+                if transport.is_closing():
+                    if response.stream is not None:
+                        await _close_stream(response.stream)
+                    break
                 if response.stream is not None:
-                    await _close_stream(response.stream)
-                break
-            if response.stream is not None:
-                await self._write_stream(transport, response, keep_alive)
-            else:
-                body = b"" if request.method == "HEAD" else response.body
-                transport.write(
-                    _head(response.status, len(response.body), response.headers, keep_alive) + body
-                )
-                if response.sent is not None:
-                    response.sent()
-            self.last_active = self._loop.time()
-            if not keep_alive:
+                    await self._write_stream(transport, response, keep_alive)
+                else:
+                    body = b"" if request.method == "HEAD" else response.body
+                    transport.write(
+                        _head(response.status, len(response.body), response.headers, keep_alive) + body
+                    )
+                    if response.sent is not None:
+                        response.sent()
+                self.last_active = self._loop.time()
+                if not keep_alive:
+                    transport.close()
+                    break
+                if not self._write_ready.is_set():
+                    await self._write_ready.wait()
+            self._busy = False
+            if self._closing and not transport.is_closing():
                 transport.close()
-                break
-            if not self._write_ready.is_set():
-                await self._write_ready.wait()
-        self._busy = False
-        if self._closing and not transport.is_closing():
-            transport.close()
+        except asyncio.CancelledError:
+            if not self._closing:
+                raise
+            self._busy = False  # cancelled because the client left: there is no one to answer
+        finally:
+            self._current = None
 
     async def _write_stream(
         self, transport: asyncio.Transport, response: HttpResponse, keep_alive: bool
@@ -243,6 +252,11 @@ class HttpProtocol(asyncio.Protocol):
             await _close_stream(response.stream)
 
 
+def _too_large(limit: int) -> HttpResponse:
+    message = f'{{"error":"request body exceeds the {limit}-byte limit (--http-max-input-size)"}}'
+    return HttpResponse(413, message.encode(), [(b"content-type", b"application/json")])
+
+
 async def _close_stream(stream: AsyncIterator[bytes]) -> None:
     close = getattr(stream, "aclose", None)
     if close is not None:
@@ -264,10 +278,18 @@ def _head(status: int, length: int | None, headers: list[tuple[bytes, bytes]], k
 class HttpServer:
     """Owns the listening socket and the open connections."""
 
-    def __init__(self, handler: Handler, max_body_size: int, idle_timeout: float = 75.0) -> None:
+    def __init__(
+        self,
+        handler: Handler,
+        max_body_size: int,
+        idle_timeout: float = 75.0,
+        cancellable: Callable[[str], bool] = lambda path: False,
+    ) -> None:
         self.handler = handler
         self.max_body_size = max_body_size
         self.idle_timeout = idle_timeout
+        # Paths whose handling stops when the client disconnects (inference); others run to the end.
+        self.cancellable = cancellable
         self.connections: set[HttpProtocol] = set()
         self._server: asyncio.base_events.Server | None = None
         self._sweeper: asyncio.Task[None] | None = None

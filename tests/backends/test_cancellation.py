@@ -3,7 +3,9 @@ request cancelled while it waits in the queue never reaches the model."""
 
 from __future__ import annotations
 
+import json
 import queue
+import socket
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -196,3 +198,25 @@ def test_a_bls_call_cancelled_by_the_calling_model_stops_the_called_one(server: 
     while server.log().count("ticker: cancelled after") == before and time.monotonic() < deadline:
         time.sleep(0.05)
     assert server.log().count("ticker: cancelled after") == before + 1
+
+
+def test_an_http_client_that_disconnects_cancels_its_inference(server: ServerProcess) -> None:
+    # The model waits on requests whose id starts with "wait", until they are cancelled.
+    tensor = {"name": "IN", "shape": [1], "datatype": "INT32", "data": [0]}
+    body = json.dumps({"id": "wait-http", "inputs": [tensor]}).encode()
+    with socket.create_connection(("127.0.0.1", server.http_port), timeout=10) as connection:
+        connection.sendall(_http_request(body))
+        _wait_for_log(server, "waiter: executing wait-http")
+    log = _wait_for_log(server, "waiter: wait-http cancelled")
+    assert "waiter: wait-http not cancelled" not in log
+    # The server goes on answering on other connections.
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    assert client.infer("waiter", [_tensor("IN")], request_id="after-http").as_numpy("OUT")[0] == 1
+
+
+def _http_request(body: bytes) -> bytes:
+    head = (
+        "POST /v2/models/waiter/infer HTTP/1.1\r\nHost: trt\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    )
+    return head.encode() + body

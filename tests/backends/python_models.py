@@ -137,6 +137,7 @@ class TritonPythonModel:
                 model_name=target,
                 requested_output_names=["OUTPUT0"],
                 inputs=[pb_utils.Tensor("INPUT0", a), pb_utils.Tensor("INPUT1", b)],
+                trace=request.trace(),  # as Triton's docs pass it on; trt does not trace BLS calls
             )
             sync_response = call.exec()
             async_response = await call.async_exec()

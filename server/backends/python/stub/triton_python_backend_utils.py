@@ -251,6 +251,15 @@ class ResponseIterator:
             self._abandon()  # responses still to come are dropped on arrival
 
 
+class InferenceTrace:
+    """A request's trace (``request.trace()``), which a model passes on to its BLS requests
+    (``InferenceRequest(..., trace=request.trace())``). trt does not trace BLS calls, so it carries
+    no context to pass."""
+
+    def get_context(self, mode: str = "opentelemetry") -> str | None:
+        return None
+
+
 class InferenceRequest:
     def __init__(
         self,
@@ -320,6 +329,9 @@ class InferenceRequest:
 
     def set_flags(self, flags: int) -> None:
         self._flags = flags
+
+    def trace(self) -> InferenceTrace:
+        return InferenceTrace()
 
     def timeout(self) -> int:
         return self._timeout

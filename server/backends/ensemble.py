@@ -11,7 +11,7 @@ tensor that nothing produces.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -19,7 +19,7 @@ from protos import model_config_pb2
 from server.backends.base import BackendRequest, BackendResponse, InstanceSpec, ModelFiles, ServerServices
 from server.core.datatypes import numpy_to_wire
 from server.core.errors import ModelConfigError, ServerError, Unavailable
-from server.core.types import InferenceRequest, InputTensor, RequestedOutput
+from server.core.types import InferenceRequest, InputTensor, OutputTensor, RequestedOutput
 
 # Ensemble requests are independent: the scheduler may run this many at once.
 CONCURRENT_REQUESTS = 256
@@ -103,57 +103,164 @@ class EnsembleInstance:
         self._outputs = [output.name for output in config.output]
         self._services = services
         step_order(config)
+        self._streaming = _decoupled_step(self._steps, services)
+        if self._streaming is not None:
+            # As in Triton, an ensemble over a decoupled model is decoupled: one response of the
+            # ensemble for each response of that step, each run through the steps after it.
+            config.model_transaction_policy.decoupled = True
+            after = _downstream(self._steps, self._streaming)
+            self._before = [
+                step for i, step in enumerate(self._steps) if i not in after and i != self._streaming
+            ]
+            self._after = [self._steps[i] for i in sorted(after)]
 
     async def execute_requests(self, requests: list[BackendRequest]) -> list[BackendResponse]:
-        return list(await asyncio.gather(*(self._run(request) for request in requests)))
+        return list(await asyncio.gather(*(self._answer(request) for request in requests)))
+
+    async def _answer(self, request: BackendRequest) -> BackendResponse:
+        if request.on_response is None:
+            return await self._run(request)
+        if self._streaming is None:  # a decoupled ensemble without a decoupled step: one response
+            response = await self._run(request)
+            request.on_response(response, True)
+            return BackendResponse({})
+        await self._stream(request, request.on_response)
+        return BackendResponse({})
 
     async def _run(self, request: BackendRequest) -> BackendResponse:
         tensors: dict[str, np.ndarray] = dict(request.inputs)
-        produced = {name: asyncio.Event() for step in self._steps for name in step.output_map.values()}
+        try:
+            await self._run_steps(self._steps, tensors, request)
+        except ServerError as exc:
+            return BackendResponse({}, error=type(exc)(f"in ensemble step: {exc.message}"))
+        return BackendResponse({name: tensors[name] for name in request.requested_outputs or self._outputs})
+
+    async def _stream(
+        self, request: BackendRequest, respond: Callable[[BackendResponse | None, bool], None]
+    ) -> None:
+        """The steps before the decoupled one run once; each of its responses then goes through the
+        steps after it and out as a response of the ensemble."""
+        assert self._streaming is not None
+        tensors: dict[str, np.ndarray] = dict(request.inputs)
+        names = request.requested_outputs or self._outputs
+        try:
+            await self._run_steps(self._before, tensors, request)
+            step = self._steps[self._streaming]
+            async for item in self._services.infer_stream(_step_request(step, tensors, request)):
+                if request.cancelled:
+                    break  # nobody reads on; leaving the loop closes the stream, which tells the step
+                if item.error is not None:
+                    raise item.error if isinstance(item.error, ServerError) else ServerError(str(item.error))
+                if item.response is None:
+                    continue
+                branch = dict(tensors)
+                _take_outputs(step, item.response.outputs, branch)
+                await self._run_steps(self._after, branch, request)
+                respond(BackendResponse({name: branch[name] for name in names}), False)
+        except ServerError as exc:
+            respond(BackendResponse({}, error=type(exc)(f"in ensemble step: {exc.message}")), True)
+            return
+        respond(None, True)
+
+    async def _run_steps(
+        self,
+        steps: Sequence[model_config_pb2.ModelEnsembling.Step],
+        tensors: dict[str, np.ndarray],
+        request: BackendRequest,
+    ) -> None:
+        """Run ``steps`` as a graph over ``tensors`` (which they add to): each once its inputs exist."""
+        produced = {name: asyncio.Event() for step in steps for name in step.output_map.values()}
         for name in tensors:
             produced.setdefault(name, asyncio.Event()).set()
 
         async def run_step(step: model_config_pb2.ModelEnsembling.Step) -> None:
             for tensor in step.input_map.values():
                 await produced[tensor].wait()
-            inputs = [
-                InputTensor(
-                    model_input,
-                    numpy_to_wire(tensors[tensor].dtype),
-                    tuple(tensors[tensor].shape),
-                    tensors[tensor],
-                )
-                for model_input, tensor in step.input_map.items()
-            ]
-            version = "" if step.model_version in (-1, 0) else str(step.model_version)
-            outputs = [RequestedOutput(name) for name in step.output_map]
-            response = await self._services.infer(
-                InferenceRequest(
-                    step.model_name, version, request.id, inputs, outputs, dict(request.parameters)
-                )
-            )
-            by_name = {output.name: output.data for output in response.outputs}
-            for model_output, tensor in step.output_map.items():
-                data = by_name.get(model_output)
-                if data is None:
-                    raise Unavailable(f"ensemble step '{step.model_name}' returned no '{model_output}'")
-                tensors[tensor] = data
+            response = await self._services.infer(_step_request(step, tensors, request))
+            for tensor in _take_outputs(step, response.outputs, tensors):
                 produced[tensor].set()
 
-        tasks = [asyncio.ensure_future(run_step(step)) for step in self._steps]
+        tasks = [asyncio.ensure_future(run_step(step)) for step in steps]
         try:
             await asyncio.gather(*tasks)
-        except ServerError as exc:
+        except BaseException:
             for task in tasks:
                 task.cancel()
-            return BackendResponse({}, error=type(exc)(f"in ensemble step: {exc.message}"))
-        return BackendResponse({name: tensors[name] for name in request.requested_outputs or self._outputs})
+            raise
 
     async def aclose(self) -> None:
         pass
 
     def close(self) -> None:
         pass
+
+
+def _step_request(
+    step: model_config_pb2.ModelEnsembling.Step, tensors: dict[str, np.ndarray], request: BackendRequest
+) -> InferenceRequest:
+    inputs = [
+        InputTensor(
+            model_input, numpy_to_wire(tensors[tensor].dtype), tuple(tensors[tensor].shape), tensors[tensor]
+        )
+        for model_input, tensor in step.input_map.items()
+    ]
+    version = "" if step.model_version in (-1, 0) else str(step.model_version)
+    outputs = [RequestedOutput(name) for name in step.output_map]
+    return InferenceRequest(step.model_name, version, request.id, inputs, outputs, dict(request.parameters))
+
+
+def _take_outputs(
+    step: model_config_pb2.ModelEnsembling.Step,
+    outputs: Sequence[OutputTensor],
+    tensors: dict[str, np.ndarray],
+) -> list[str]:
+    """Put a step's outputs into ``tensors`` under their ensemble names; the names it filled."""
+    by_name = {output.name: output.data for output in outputs}
+    filled = []
+    for model_output, tensor in step.output_map.items():
+        data = by_name.get(model_output)
+        if data is None:
+            raise Unavailable(f"ensemble step '{step.model_name}' returned no '{model_output}'")
+        tensors[tensor] = data
+        filled.append(tensor)
+    return filled
+
+
+def _decoupled_step(
+    steps: Sequence[model_config_pb2.ModelEnsembling.Step], services: ServerServices
+) -> int | None:
+    """The step whose model is decoupled, if one is (among the models loaded so far); refuses two."""
+    found = []
+    for index, step in enumerate(steps):
+        version = "" if step.model_version in (-1, 0) else str(step.model_version)
+        try:
+            decoupled = services.model_config(step.model_name, version).model_transaction_policy.decoupled
+        except ServerError:
+            continue  # not loaded yet: its own load says whether it works
+        if decoupled:
+            found.append(index)
+    if len(found) > 1:
+        names = " and ".join(f"'{steps[i].model_name}'" for i in found)
+        raise ModelConfigError(
+            f"an ensemble can stream from one decoupled step; steps {names} are both decoupled",
+            "ensemble_scheduling",
+        )
+    return found[0] if found else None
+
+
+def _downstream(steps: Sequence[model_config_pb2.ModelEnsembling.Step], source: int) -> set[int]:
+    """The steps that need, directly or not, a tensor that step ``source`` produces."""
+    tainted = set(steps[source].output_map.values())
+    after: set[int] = set()
+    changed = True
+    while changed:
+        changed = False
+        for index, step in enumerate(steps):
+            if index != source and index not in after and tainted & set(step.input_map.values()):
+                after.add(index)
+                tainted |= set(step.output_map.values())
+                changed = True
+    return after
 
 
 def instance_copies(instance: EnsembleInstance) -> Sequence[EnsembleInstance]:

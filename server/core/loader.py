@@ -111,10 +111,10 @@ def effective_config(
     if options.auto_complete_config:
         backend.auto_complete(config, files, options.default_max_batch_size)
         _hide_sequence_tensors(config)
-    if config.model_transaction_policy.decoupled and entry.name != "python":
+    if config.model_transaction_policy.decoupled and entry.name not in ("python", ENSEMBLE_PLATFORM):
         raise ModelConfigError(
             f"model_transaction_policy decoupled needs a backend that can send many responses per request "
-            f"(python); '{entry.name}' answers each request once",
+            f"(python, or an ensemble); '{entry.name}' answers each request once",
             "model_transaction_policy",
         )
     if entry.name != ENSEMBLE_PLATFORM:  # an ensemble runs in its steps' instances, not its own

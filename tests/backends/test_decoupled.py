@@ -75,6 +75,63 @@ class TritonPythonModel:
         sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 """
 
+# An ensemble around `square`: `double` before it, `describe` after it on each of its responses.
+DOUBLE = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [
+            pb_utils.InferenceResponse([
+                pb_utils.Tensor("OUT", pb_utils.get_input_tensor_by_name(r, "IN").as_numpy() * 2)
+            ])
+            for r in requests
+        ]
+"""
+
+DESCRIBE = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            out = int(pb_utils.get_input_tensor_by_name(request, "OUT").as_numpy()[0])
+            idx = int(pb_utils.get_input_tensor_by_name(request, "IDX").as_numpy()[0])
+            text = np.array([f"{idx}/{out}".encode()], dtype=np.object_)
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("TEXT", text)]))
+        return responses
+"""
+
+DOUBLE_CONFIG = """
+backend: "python"
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+"""
+
+DESCRIBE_CONFIG = """
+backend: "python"
+input [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] }, { name: "IDX" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "TEXT" data_type: TYPE_STRING dims: [ 1 ] } ]
+"""
+
+PIPELINE_CONFIG = """
+platform: "ensemble"
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "TEXT" data_type: TYPE_STRING dims: [ 1 ] } ]
+ensemble_scheduling { step [
+  { model_name: "double" model_version: -1 input_map { key: "IN" value: "IN" } output_map { key: "OUT" value: "doubled" } },
+  { model_name: "square" model_version: -1 input_map { key: "IN" value: "doubled" }
+    output_map { key: "OUT" value: "count" } output_map { key: "IDX" value: "index" } },
+  { model_name: "describe" model_version: -1 input_map { key: "OUT" value: "count" } input_map { key: "IDX" value: "index" }
+    output_map { key: "TEXT" value: "TEXT" } }
+] }
+"""
+
 CONFIG = """
 backend: "python"
 model_transaction_policy { decoupled: true }
@@ -194,8 +251,12 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         ("gather", GATHER, GATHER_CONFIG),
         ("square_one_instance", SQUARE, one_instance),
         ("pid_ticker", PID_TICKER, CONFIG),
+        ("double", DOUBLE, DOUBLE_CONFIG),
+        ("describe", DESCRIBE, DESCRIBE_CONFIG),
     ):
         write_python_model(repo, name, source, config)
+    (repo / "pipeline" / "1").mkdir(parents=True)
+    (repo / "pipeline" / "config.pbtxt").write_text(PIPELINE_CONFIG)
     write_simple(repo)
     write_simple(repo, "onnx_decoupled")
     config = (repo / "onnx_decoupled" / "config.pbtxt").read_text()
@@ -359,3 +420,28 @@ def test_a_process_that_dies_ends_the_streams_it_was_still_sending(server: Serve
         assert error is not None and "exited" in str(error), error
     finally:
         client.stop_stream()
+
+
+def test_an_ensemble_streams_each_response_of_its_decoupled_step_through_the_steps_after_it(
+    server: ServerProcess,
+) -> None:
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    received = collect_stream(client)
+    try:
+        tensor = grpcclient.InferInput("IN", [1], "INT32")
+        tensor.set_data_from_numpy(np.array([2], dtype=np.int32))  # doubled: square sends 4 responses
+        client.async_stream_infer("pipeline", [tensor], enable_empty_final_response=True)
+        answers = [received.get(timeout=20) for _ in range(5)]
+    finally:
+        client.stop_stream()
+    assert all(error is None for _, error in answers), answers
+    texts = [r.as_numpy("TEXT")[0].decode() for r, _ in answers[:4]]  # type: ignore[attr-defined]
+    assert texts == ["0/4", "1/4", "2/4", "3/4"]
+    last = answers[4][0].get_response()  # type: ignore[attr-defined]
+    assert last.parameters["triton_final_response"].bool_param and not last.outputs
+    # As a decoupled model, the ensemble refuses a single-response call.
+    http = httpclient.InferenceServerClient(server.http_url)
+    plain = httpclient.InferInput("IN", [1], "INT32")
+    plain.set_data_from_numpy(np.array([2], dtype=np.int32))
+    with pytest.raises(InferenceServerException, match="decoupled"):
+        http.infer("pipeline", [plain])

@@ -39,7 +39,7 @@ class MetricFamily:
         lines = [f"# HELP {self.name} {self.documentation}", f"# TYPE {self.name} {self.kind}"]
         for values, value in self.samples:
             labels = ",".join(f'{k}="{_escape(v)}"' for k, v in zip(self.labels, values, strict=True))
-            number = int(value) if float(value).is_integer() else value
+            number = _number(value)
             lines.append(f"{self.name}{{{labels}}} {number}" if labels else f"{self.name} {number}")
         return "\n".join(lines) + "\n"
 

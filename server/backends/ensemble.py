@@ -204,9 +204,15 @@ def _step_request(
         )
         for model_input, tensor in step.input_map.items()
     ]
-    version = "" if step.model_version in (-1, 0) else str(step.model_version)
     outputs = [RequestedOutput(name) for name in step.output_map]
-    return InferenceRequest(step.model_name, version, request.id, inputs, outputs, dict(request.parameters))
+    return InferenceRequest(
+        step.model_name, _version(step), request.id, inputs, outputs, dict(request.parameters)
+    )
+
+
+def _version(step: model_config_pb2.ModelEnsembling.Step) -> str:
+    """The version a step names, as a request gives it ("" for the model's policy to choose)."""
+    return "" if step.model_version in (-1, 0) else str(step.model_version)
 
 
 def _take_outputs(
@@ -232,9 +238,10 @@ def _decoupled_step(
     """The step whose model is decoupled, if one is (among the models loaded so far); refuses two."""
     found = []
     for index, step in enumerate(steps):
-        version = "" if step.model_version in (-1, 0) else str(step.model_version)
         try:
-            decoupled = services.model_config(step.model_name, version).model_transaction_policy.decoupled
+            decoupled = services.model_config(
+                step.model_name, _version(step)
+            ).model_transaction_policy.decoupled
         except ServerError:
             continue  # not loaded yet: its own load says whether it works
         if decoupled:

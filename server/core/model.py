@@ -153,9 +153,6 @@ class ModelVersion:
                 self._drained.set()
         return response
 
-    def _trace(self, trace: Trace, received: int, queued: int, times: ExecutionTimes, done: int) -> None:
-        self._stamp(trace, _trace_points(received, queued, times, done))
-
     def _stamp(self, trace: Trace, points: Sequence[tuple[str, int]]) -> None:
         trace.model_version = self.version_str
         for name, ns in points:
@@ -285,7 +282,7 @@ class ModelVersion:
         output_ns = done - output_started + times.output_ns
         self.stats.record_success(done - received, times.queue_ns, input_ns, times.infer_ns, output_ns)
         if request.trace is not None:
-            self._trace(request.trace, received, input_done, times, done)
+            self._stamp(request.trace, _trace_points(received, input_done, times, done))
         response = InferenceResponse(self.name, self.version_str, request.id, outputs, parameters)
         if cache_key is not None and self.cache is not None:
             self.cache.put(cache_key, response)

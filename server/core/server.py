@@ -69,9 +69,9 @@ class InferenceServer:
         self.models = ModelManager(options)
         self.models.services = self
         # Shared by both transports, so a change over HTTP shows over gRPC and the other way round.
+        # What the logging API reports; `trt serve` applied these settings before the server existed.
         self.log_settings = LogSettings(options.log)
         self.tracer = Tracer(options.trace)
-        self.log_settings.apply()
         self.shared_memory = SharedMemoryRegistry()
         self.custom_metrics = CustomMetricsRegistry()  # what models define (pb_utils.MetricFamily)
         # Python models' initialize() runs on loader threads; its model-control calls come here.

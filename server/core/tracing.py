@@ -112,7 +112,6 @@ class Tracer:
                         override.pop(key, None)
                     else:
                         override[key] = value
-                self._effective_locked(model)  # checked above; keeps the override consistent
             else:
                 for key, value in changes.items():
                     if value is None and key != "trace_file":

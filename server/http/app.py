@@ -26,7 +26,7 @@ from server.core.server import InferenceServer
 from server.core.tracing import Trace
 from server.core.types import InferenceRequest, InferenceResponse, StreamItem
 from server.http import codec, generate
-from server.http.protocol import HttpRequest, HttpResponse
+from server.http.protocol import HttpRequest, HttpResponse, close_stream
 from server.http.statistics import statistics_json
 from server.restrictions import Restrictions
 
@@ -64,7 +64,7 @@ class HttpApp:
     @staticmethod
     def cancellable(path: str) -> bool:
         """Inference stops when its client disconnects; a load or an unload always runs to its end."""
-        return path.startswith("/v2/models/") and path.endswith(("/infer", "/generate", "/generate_stream"))
+        return _is_inference(path)
 
     async def __call__(self, request: HttpRequest) -> HttpResponse:
         path = request.path
@@ -374,9 +374,7 @@ async def _answers(stream: AsyncIterator[StreamItem]) -> AsyncIterator[Inference
             if item.response is not None:
                 yield item.response
     finally:
-        close = getattr(stream, "aclose", None)  # a generator: closing it tells the model, if it still runs
-        if close is not None:
-            await close()
+        await close_stream(stream)  # a generator: closing it tells the model, if it still runs
 
 
 async def _events(
@@ -392,9 +390,11 @@ async def _events(
     except ServerError as exc:
         yield b"data: " + generate.encode_generate_error(exc.message) + b"\n\n"
     finally:
-        close = getattr(answers, "aclose", None)
-        if close is not None:
-            await close()
+        await close_stream(answers)
+
+
+def _is_inference(path: str) -> bool:
+    return path.startswith("/v2/models/") and path.endswith(("/infer", "/generate", "/generate_stream"))
 
 
 def _category(path: str) -> str | None:
@@ -413,9 +413,9 @@ def _category(path: str) -> str | None:
         return "model-repository"
     if path.startswith(("/v2/systemsharedmemory", "/v2/cudasharedmemory")):
         return "shared-memory"
+    if _is_inference(path):
+        return "inference"
     if path.startswith("/v2/models/"):
-        if path.endswith(("/infer", "/generate", "/generate_stream")):
-            return "inference"
         match = _MODEL_ROUTE.fullmatch(path)
         action = match.group(3) if match is not None else None
         return {"ready": "health", "config": "model-config", "stats": "statistics"}.get(

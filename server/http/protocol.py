@@ -20,6 +20,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
+from typing import Any
 
 import httptools
 
@@ -203,7 +204,7 @@ class HttpProtocol(asyncio.Protocol):
                 keep_alive = keep_alive and not self._closing
                 if transport.is_closing():
                     if response.stream is not None:
-                        await _close_stream(response.stream)
+                        await close_stream(response.stream)
                     break
                 if response.stream is not None:
                     await self._write_stream(transport, response, keep_alive)
@@ -249,7 +250,7 @@ class HttpProtocol(asyncio.Protocol):
             if not transport.is_closing():
                 transport.write(b"0\r\n\r\n")
         finally:
-            await _close_stream(response.stream)
+            await close_stream(response.stream)
 
 
 def _too_large(limit: int) -> HttpResponse:
@@ -257,7 +258,8 @@ def _too_large(limit: int) -> HttpResponse:
     return HttpResponse(413, message.encode(), [(b"content-type", b"application/json")])
 
 
-async def _close_stream(stream: AsyncIterator[bytes]) -> None:
+async def close_stream(stream: AsyncIterator[Any]) -> None:
+    """Close an async generator early (a consumer that stops reading); other iterators need nothing."""
     close = getattr(stream, "aclose", None)
     if close is not None:
         await close()

@@ -72,8 +72,7 @@ class _Execution:
     done: ExecutionDone
     count: int
     responses: list[list[BackendResponse]]
-    streams: list[Any]  # per request: its on_response callback or None
-    requests: list[BackendRequest]
+    requests: list[BackendRequest]  # a request's ``on_response`` set: its responses stream
     finals: set[int] = field(default_factory=set)
     returned: bool = False  # execute() has returned (with None: answers come through senders)
     settled: bool = False  # ``done`` was called: the instance is free
@@ -82,7 +81,7 @@ class _Execution:
     def streamed(self) -> bool:
         """Every request streams its responses (a decoupled model's): as in Triton, the instance is
         free once ``execute`` returns, while its response senders go on answering."""
-        return all(stream is not None for stream in self.streams)
+        return all(request.on_response is not None for request in self.requests)
 
     @property
     def finished(self) -> bool:
@@ -94,11 +93,13 @@ class _Execution:
             self.settled = True
             self.done(answers, error)
 
-    def fail_open_streams(self, error: ServerError) -> None:
-        for index, stream in enumerate(self.streams):
-            if stream is not None and index not in self.finals:
+    def fail(self, error: ServerError) -> None:
+        """End it with ``error``: the requests not yet answered, and the streams still open."""
+        self.settle(None, error)
+        for index, request in enumerate(self.requests):
+            if request.on_response is not None and index not in self.finals:
                 self.finals.add(index)
-                stream(BackendResponse({}, error=error), True)
+                request.on_response(BackendResponse({}, error=error), True)
 
     def settle_if_complete(self) -> None:
         if self.settled or not self.returned:
@@ -110,7 +111,7 @@ class _Execution:
             return
         answers = []
         for index, responses in enumerate(self.responses):
-            if self.streams[index] is not None:
+            if self.requests[index].on_response is not None:
                 answers.append(BackendResponse({}))  # already delivered, one by one
             elif not responses:
                 answers.append(
@@ -276,8 +277,7 @@ class PythonModelInstance:
             "it is being restarted"
         )
         for execution in list(self._executions.values()):
-            execution.settle(None, error)
-            execution.fail_open_streams(error)
+            execution.fail(error)
         self._executions.clear()
         if self._metrics is not None:  # its metrics go with it; the new process makes its own
             self._metrics.release_all()
@@ -330,7 +330,7 @@ class PythonModelInstance:
             if execution is None:
                 return  # the request already failed (process restart) or was answered
             answer = self._response(described, copy=True) if described is not None else None
-            stream = execution.streams[index]
+            stream = execution.requests[index].on_response
             if stream is not None:
                 stream(answer, bool(final))
             elif answer is not None:
@@ -380,9 +380,9 @@ class PythonModelInstance:
             execution.settle_if_complete()
         else:
             answers = [self._response(d, copy=True) for d in payload["responses"]]
-            for index, stream in enumerate(execution.streams):
-                if stream is not None:  # a decoupled model that returned its responses anyway
-                    stream(answers[index], True)
+            for request, answer in zip(execution.requests, answers, strict=True):
+                if request.on_response is not None:  # a decoupled model that returned its responses anyway
+                    request.on_response(answer, True)
             execution.finals.update(range(execution.count))
             execution.settle(answers)
         if execution.finished:
@@ -397,7 +397,7 @@ class PythonModelInstance:
 
     async def _bls(self, call: int, payload: dict[str, Any]) -> None:
         """A request from the model to another model, through the server's own scheduler."""
-        answers: list[dict[str, Any]]
+        answer: dict[str, Any]
         try:
             if self.services is None:
                 raise Unavailable("BLS is not available in this context")
@@ -405,14 +405,14 @@ class PythonModelInstance:
             if payload.get("decoupled"):
                 await self._bls_stream(call, request)
                 return
-            answers = [_bls_answer(await self.services.infer(request))]
+            answer = _bls_answer(await self.services.infer(request))
         except DecoupledModelNeedsStream as exc:
             message = f"model '{exc.model_name}' is decoupled: call exec(decoupled=True) for its responses"
-            answers = [_bls_error(Unsupported(message))]
+            answer = _call_error(Unsupported(message))
         except Exception as exc:
-            answers = [self._bls_failure(exc)]
+            answer = self._bls_failure(exc)
         if not self._closed:
-            self._post(("bls_result", call, answers))
+            self._post(("answer", call, answer))
 
     async def _bls_stream(self, call: int, request: InferenceRequest) -> None:
         """``exec(decoupled=True)``: each response goes to the model as it comes (an LLM-style model
@@ -445,7 +445,7 @@ class PythonModelInstance:
 
     def _bls_failure(self, exc: BaseException) -> dict[str, Any]:
         if isinstance(exc, ServerError):
-            return _bls_error(exc)
+            return _call_error(exc)
         logger.error("BLS call from %s failed", self.model_py, exc_info=exc)
         return {"error": (f"{type(exc).__name__}: {exc}", 1)}
 
@@ -605,9 +605,7 @@ class PythonModelInstance:
         ]
         number = self._next_execution
         self._next_execution += 1
-        self._executions[number] = _Execution(
-            done, len(requests), [[] for _ in requests], [r.on_response for r in requests], requests
-        )
+        self._executions[number] = _Execution(done, len(requests), [[] for _ in requests], requests)
         self._post(("execute", number, metas))
 
     def _after_restart(
@@ -644,8 +642,7 @@ class PythonModelInstance:
             self._metrics.release_all()
         unloaded = Unavailable("the model was unloaded before it sent its final response")
         for execution in self._executions.values():  # streams still open after the drain
-            execution.settle(None, unloaded)
-            execution.fail_open_streams(unloaded)
+            execution.fail(unloaded)
         self._executions.clear()
 
     def close(self) -> None:
@@ -700,10 +697,6 @@ def _bls_request(payload: dict[str, Any]) -> InferenceRequest:
 def _bls_answer(response: InferenceResponse) -> dict[str, Any]:
     outputs = {output.name: output.data for output in response.outputs}
     return {"error": None, "outputs": outputs, "parameters": response.parameters}
-
-
-def _bls_error(exc: ServerError) -> dict[str, Any]:
-    return _call_error(exc)
 
 
 _CANCELLED = 7  # pb_utils.TritonError.CANCELLED

@@ -3,7 +3,7 @@
 Started by the server with ``python trt_python_stub.py --fd N`` (or ``--auto-complete``), under the
 model's own interpreter when ``EXECUTION_ENV_PATH`` names one. The server sends ``init`` over the
 inherited socket and this side answers ``ready``; after that, messages travel through the rings of
-a shared-memory segment (``_ipc``): the server sends ``execute``, ``bls_result`` and ``finalize``;
+a shared-memory segment (``_ipc``): the server sends ``execute``, ``answer`` and ``finalize``;
 this side answers with results, and sends ``bls`` requests, responses from response senders and
 log lines of its own. The hot path is plain blocking code: no event loop unless the model's
 ``execute`` is a coroutine.
@@ -137,7 +137,7 @@ class Runtime:
                     self._reading = False
                     if self._waiting:
                         state.notify_all()
-                if message[0] in ("bls_result", "answer"):
+                if message[0] == "answer":
                     self._answers[message[1]] = message[2]
                 elif message[0] == "bls_stream":
                     stream = self._streams.get(message[1])
@@ -158,12 +158,17 @@ class Runtime:
 
     # -- called by pb_utils ----------------------------------------------------------------------
 
-    def bls(self, request: pb_utils.InferenceRequest, decoupled: bool) -> Any:
-        """Run ``request`` on another model: its response, or with ``decoupled`` an iterator over
-        its responses that yields each as the server sends it."""
+    def _new_call(self) -> int:
+        """A number for a message the server will answer (``answer`` / ``bls_stream`` carry it)."""
         with self._call_lock:
             call = self._next_call
             self._next_call += 1
+        return call
+
+    def bls(self, request: pb_utils.InferenceRequest, decoupled: bool) -> Any:
+        """Run ``request`` on another model: its response, or with ``decoupled`` an iterator over
+        its responses that yields each as the server sends it."""
+        call = self._new_call()
         if decoupled:
             self._streams[call] = deque()
         self.send(
@@ -194,7 +199,7 @@ class Runtime:
             result = self._wait_for(lambda: self._answers.pop(call, None))
         except (EOFError, OSError):
             raise pb_utils.TritonModelException("the server went away during a BLS call") from None
-        return _bls_response(result[0])
+        return _bls_response(result)
 
     def _next_streamed(self, call: int) -> tuple[pb_utils.InferenceResponse, bool]:
         stream = self._streams[call]
@@ -212,9 +217,7 @@ class Runtime:
     def call(self, operation: str, *arguments: Any) -> Any:
         """An operation on the server whose answer the model waits for: creating a metric or reading
         one, loading or unloading a model, asking whether one is ready."""
-        with self._call_lock:
-            call = self._next_call
-            self._next_call += 1
+        call = self._new_call()
         message = ("call", call, operation, arguments)
         try:
             if self._outbox is None:  # still in initialize(): the socket carries both ways

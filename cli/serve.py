@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import orjson
 import typer
@@ -19,9 +21,11 @@ from server.core.options import CoreOptions, ModelControlMode
 from server.core.rate_limiter import parse_rate_limit_resources
 from server.core.response_cache import parse_cache_config
 from server.core.server import InferenceServer
-from server.core.tracing import TraceSettings, parse_trace_config
+from server.core.tracing import parse_trace_config
 from server.restrictions import Restrictions
 from server.runtime import Endpoint, ServeOptions, serve
+
+T = TypeVar("T")
 
 # tritonserver flags a launch script may carry that have no counterpart here, and why: taken with a
 # warning, so that the script still starts the server. Any other unknown flag is an error.
@@ -140,11 +144,11 @@ def serve_command(
         model_load_thread_count=model_load_thread_count,
         server_id=server_id,
         backend_config=backend_settings,
-        response_cache_bytes=_cache_bytes(cache_config or []),
+        response_cache_bytes=_parsed(parse_cache_config, cache_config or []),
         rate_limit=_rate_limit_on(rate_limit),
-        rate_limit_resources=_rate_limit_resources(rate_limit_resource or []),
+        rate_limit_resources=_parsed(parse_rate_limit_resources, rate_limit_resource or []),
         log=log,
-        trace=_trace_settings(trace_config or []),
+        trace=_parsed(parse_trace_config, trace_config or []),
     )
     options = ServeOptions(
         core=core,
@@ -157,8 +161,10 @@ def serve_command(
         cpu_metrics=parse_bool(allow_cpu_metrics, "--allow-cpu-metrics"),
         exit_timeout_secs=exit_timeout_secs,
         http_max_input_size=http_max_input_size,
-        http_restrictions=_restrictions(http_restricted_api or [], "--http-restricted-api"),
-        grpc_restrictions=_restrictions(grpc_restricted_protocol or [], "--grpc-restricted-protocol"),
+        http_restrictions=_parsed(Restrictions.parse, http_restricted_api or [], "--http-restricted-api"),
+        grpc_restrictions=_parsed(
+            Restrictions.parse, grpc_restricted_protocol or [], "--grpc-restricted-protocol"
+        ),
     )
 
     def on_ready(server: InferenceServer, failures: dict[str, str]) -> None:
@@ -186,23 +192,10 @@ def _repository(location: str) -> str | Path:
     return location if is_remote(location) else Path(location)
 
 
-def _cache_bytes(values: list[str]) -> int | None:
+def _parsed(parse: Callable[..., T], *arguments: Any) -> T:
+    """A flag's parsed value; a parser's ValueError becomes the usage error typer prints."""
     try:
-        return parse_cache_config(values)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from None
-
-
-def _restrictions(values: list[str], flag: str) -> Restrictions:
-    try:
-        return Restrictions.parse(values, flag)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from None
-
-
-def _trace_settings(values: list[str]) -> TraceSettings:
-    try:
-        return parse_trace_config(values)
+        return parse(*arguments)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
 
@@ -211,13 +204,6 @@ def _rate_limit_on(value: str) -> bool:
     if value not in ("off", "execution_count"):
         raise typer.BadParameter(f"--rate-limit takes off or execution_count, got '{value}'")
     return value == "execution_count"
-
-
-def _rate_limit_resources(values: list[str]) -> dict[str, int]:
-    try:
-        return parse_rate_limit_resources(values)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from None
 
 
 def _run(coroutine: object) -> int:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing as mp
+import resource
 import time
 from dataclasses import dataclass
 
@@ -18,6 +19,11 @@ class LoadResult:
     errors: int
     seconds: float
     latencies_us: np.ndarray
+    client_cpu_s: float = 0.0  # CPU the client processes used, warm-up included
+
+    @property
+    def client_cpu_us_per_request(self) -> float:
+        return self.client_cpu_s / max(self.requests, 1) * 1e6
 
     @property
     def throughput(self) -> float:
@@ -110,6 +116,7 @@ def run_load(
     """Closed loop: ``concurrency`` requests in flight, split across ``processes`` client processes."""
     processes = max(1, min(processes, concurrency))
     shares = [concurrency // processes + (i < concurrency % processes) for i in range(processes)]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     queue: mp.Queue = mp.get_context("fork").Queue()
     workers = [
         mp.get_context("fork").Process(target=_process_main, args=(kind, args, share, seconds, warmup, queue))
@@ -120,5 +127,9 @@ def run_load(
     results = [queue.get() for _ in workers]
     for worker in workers:
         worker.join()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)  # the workers count once they are joined
+    client_cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    # The warm-up's share is taken out in proportion to time: near enough for a per-request figure.
+    client_cpu *= seconds / (seconds + warmup)
     latencies = np.array([lat for _, _, lats in results for lat in lats])
-    return LoadResult(sum(r[0] for r in results), sum(r[1] for r in results), seconds, latencies)
+    return LoadResult(sum(r[0] for r in results), sum(r[1] for r in results), seconds, latencies, client_cpu)

@@ -19,6 +19,7 @@ from protos import model_config_pb2
 from server.core.errors import ModelLoadError
 
 if TYPE_CHECKING:
+    from server.core.cpu_colocation import CpuColocation
     from server.core.custom_metrics import CustomMetricsRegistry
     from server.core.errors import ServerError
     from server.core.types import InferenceRequest, InferenceResponse, StreamItem
@@ -29,6 +30,7 @@ class ServerServices(Protocol):
     control from Python models."""
 
     custom_metrics: CustomMetricsRegistry
+    colocation: CpuColocation  # Python model processes share the loop's CPU while the load is light
     event_loop: asyncio.AbstractEventLoop | None  # the loop serving requests, once started
 
     def model_ready(self, name: str, version: str = "") -> bool: ...

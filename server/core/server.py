@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 
 from protos import model_config_pb2
 from server import __version__
+from server.core.cpu_colocation import CpuColocation
 from server.core.custom_metrics import CustomMetricsRegistry
 from server.core.errors import (
     DecoupledModelNeedsStream,
@@ -74,6 +75,10 @@ class InferenceServer:
         self.tracer = Tracer(options.trace)
         self.shared_memory = SharedMemoryRegistry()
         self.custom_metrics = CustomMetricsRegistry()  # what models define (pb_utils.MetricFamily)
+        python_settings = options.backend_config.get("python", {})
+        self.colocation = CpuColocation(
+            enabled=python_settings.get("cpu-colocation", "true").strip().lower() not in ("false", "0", "off")
+        )
         # Python models' initialize() runs on loader threads; its model-control calls come here.
         self.event_loop: asyncio.AbstractEventLoop | None = None
         self.pushed = PushedModels()
@@ -98,6 +103,7 @@ class InferenceServer:
     async def stop(self) -> None:
         self._shutting_down = True
         await self.models.stop()
+        self.colocation.stop()
         self.shared_memory.close()
         self.pushed.close()
         self.tracer.flush()

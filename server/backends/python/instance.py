@@ -236,6 +236,9 @@ class PythonModelInstance:
             loop = self._loop = asyncio.get_running_loop()
             loop.add_reader(self._to_server, self._on_messages)
             loop.add_reader(self._sock.fileno(), self._on_socket)
+            colocation = getattr(self.services, "colocation", None)
+            if colocation is not None:
+                colocation.add(self._process.pid, loop)
 
     def _on_messages(self) -> None:
         try:
@@ -291,6 +294,9 @@ class PythonModelInstance:
     def _disconnect(self) -> None:
         """Stop watching the child and close this side of its connection."""
         if self._loop is not None:
+            colocation = getattr(self.services, "colocation", None)
+            if colocation is not None:
+                colocation.discard(self._process.pid)
             self._loop.remove_reader(self._to_server)
             self._loop.remove_reader(self._sock.fileno())
             self._loop = None

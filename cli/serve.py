@@ -39,7 +39,6 @@ IGNORED_TRITON_FLAGS = {
     "--http-thread-count": "HTTP runs on the event loop",
     "--grpc-infer-allocation-pool-size": "gRPC messages are not pooled",
     "--metrics-interval-ms": "metrics are read when Prometheus scrapes",
-    "--model-load-retry-count": "a failed load is not retried",
     "--allow-client-shm": "shared memory registration is always allowed",
 }
 
@@ -76,6 +75,9 @@ def serve_command(
     ),
     backend_config: list[str] = typer.Option(None, "--backend-config", metavar="[BACKEND,]KEY=VALUE"),
     model_load_thread_count: int = typer.Option(4, "--model-load-thread-count"),
+    model_load_retry_count: int = typer.Option(
+        0, "--model-load-retry-count", min=0, help="Times a model version that failed to load is tried again."
+    ),
     rate_limit: str = typer.Option("off", "--rate-limit", metavar="off|execution_count"),
     rate_limit_resource: list[str] = typer.Option(
         None, "--rate-limit-resource", metavar="NAME:COUNT[:DEVICE]"
@@ -142,6 +144,7 @@ def serve_command(
         auto_complete_config=auto_complete,
         default_max_batch_size=int(default_batch),
         model_load_thread_count=model_load_thread_count,
+        model_load_retry_count=model_load_retry_count,
         server_id=server_id,
         backend_config=backend_settings,
         response_cache_bytes=_parsed(parse_cache_config, cache_config or []),

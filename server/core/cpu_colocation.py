@@ -4,9 +4,10 @@ A request to a Python model crosses processes twice: the event loop wakes the mo
 the model's process wakes the loop. When the woken side last ran on a CPU that is now idle, the
 wake-up waits for that CPU to leave its idle state. On the virtual machines measured here that
 costs 30-40 us each way, a fifth of a request at concurrency 1; on the CPU the waker is about to
-leave, it is a context switch of a few us. One CPU caps throughput, though, so this holds only
-while the server and its model processes together use well under one CPU: above that, or when
-something else competes for that CPU, they spread again over every CPU the server may use.
+leave, it is a context switch of a few us. One CPU caps throughput, though, so this pays only
+while their work takes turns rather than running side by side. The server tries one CPU while its
+load is light, and spreads over every CPU it may use again as soon as the loop and the models spend
+much of their time runnable but waiting (for each other, or for another program on that CPU).
 
 Only the loop thread and each model process's main thread are pinned. Threads the loop thread
 starts while pinned inherit its single CPU; every sample hands them the server's CPUs back.
@@ -20,7 +21,7 @@ import logging
 import os
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 logger = logging.getLogger("trt.colocation")
 
@@ -55,7 +56,6 @@ class ColocationState:
     retry_s: float = 0.0  # the wait before the next trial (0: none has failed yet)
     next_trial: float = 0.0  # monotonic seconds
     joined_at: float = 0.0
-    history: list[str] = field(default_factory=list)  # "together"/"apart", in order (diagnostics)
 
 
 def decide(policy: ColocationPolicy, state: ColocationState, sample: LoadSample, now: float) -> str | None:
@@ -202,9 +202,11 @@ class CpuColocation:
         cpu = _current_cpu()
         if cpu is None or cpu not in self._allowed:
             return
+        try:
+            os.sched_setaffinity(0, {cpu})  # the calling thread: the loop
+        except OSError:  # the CPUs this process may use changed under it
+            return
         self.state.cpu = cpu
-        self.state.history.append("together")
-        os.sched_setaffinity(0, {cpu})  # the calling thread: the loop
         with self._lock:
             pids = list(self._pids)
         for pid in pids:
@@ -213,7 +215,6 @@ class CpuColocation:
 
     def _spread(self) -> None:
         cpu, self.state.cpu = self.state.cpu, None
-        self.state.history.append("apart")
         try:
             os.sched_setaffinity(self._loop_tid, self._allowed)
         except OSError:

@@ -13,7 +13,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from protos import model_config_pb2
-from server.backends.base import InstanceSpec, ModelFiles, ModelInstance, RequestLevelInstance, ServerServices
+from server.backends.base import (
+    Backend,
+    InstanceSpec,
+    ModelFiles,
+    ModelInstance,
+    RequestLevelInstance,
+    ServerServices,
+)
 from server.backends.ensemble import instance_copies
 from server.backends.registry import ENSEMBLE_PLATFORM, get_backend, resolve_entry
 from server.core import devices
@@ -200,32 +207,56 @@ def load_model(
     backend = get_backend(entry)
     result = LoadResult(config, read_labels(config, model_dir))
     specs = instance_specs(config, services)
+    ensemble = entry.name == ENSEMBLE_PLATFORM
+    attempts = 1 + max(options.model_load_retry_count, 0)  # --model-load-retry-count
     for version in versions:
         files = ModelFiles(name, version, model_dir, available[version])
-        instances: list[ModelInstance | RequestLevelInstance] = []
-        try:
-            backend.validate(config, files)
-            if entry.name == ENSEMBLE_PLATFORM:
-                ensemble = backend.create_instance(
-                    config, files, InstanceSpec("ensemble", "KIND_CPU", 0, 1, services)
-                )
-                instances.extend(instance_copies(ensemble))  # type: ignore[arg-type]
-            for spec in specs:
-                instances.append(backend.create_instance(config, files, spec))
-            run_warmup(config, list(instances), model_dir, version)
-        except ServerError as exc:
-            close_instances(instances)
-            result.failed[version] = exc.message
-            logger.error("failed to load '%s' version %d: %s", name, version, exc.message)
-            continue
-        except Exception as exc:
-            close_instances(instances)
-            result.failed[version] = f"{type(exc).__name__}: {exc}"
-            logger.exception("failed to load '%s' version %d", name, version)
-            continue
-        needs = [((), 0)] * (len(instances) - len(specs)) + [(s.resources, s.rate_priority) for s in specs]
-        result.versions[version] = LoadedVersion(files, instances, needs)
+        for attempt in range(1, attempts + 1):
+            try:
+                instances = _create_instances(backend, config, files, specs, services, ensemble)
+            except Exception as exc:
+                reason = exc.message if isinstance(exc, ServerError) else f"{type(exc).__name__}: {exc}"
+                if attempt < attempts:
+                    logger.warning(
+                        "failed to load '%s' version %d (attempt %d of %d), trying again: %s",
+                        name, version, attempt, attempts, reason,
+                    )  # fmt: skip
+                    continue
+                result.failed[version] = reason
+                if isinstance(exc, ServerError):
+                    logger.error("failed to load '%s' version %d: %s", name, version, reason)
+                else:
+                    logger.exception("failed to load '%s' version %d", name, version)
+            else:
+                unlimited = [((), 0)] * (len(instances) - len(specs))  # an ensemble's routers
+                needs = unlimited + [(spec.resources, spec.rate_priority) for spec in specs]
+                result.versions[version] = LoadedVersion(files, instances, needs)
+            break
     return result
+
+
+def _create_instances(
+    backend: Backend,
+    config: Config,
+    files: ModelFiles,
+    specs: list[InstanceSpec],
+    services: ServerServices | None,
+    ensemble: bool,
+) -> list[ModelInstance | RequestLevelInstance]:
+    """Every instance of one version, warmed up; those made before a failure are closed."""
+    instances: list[ModelInstance | RequestLevelInstance] = []
+    try:
+        backend.validate(config, files)
+        if ensemble:  # it runs in its steps' instances; these only route to them
+            spec = InstanceSpec("ensemble", "KIND_CPU", 0, 1, services)
+            instances.extend(instance_copies(backend.create_instance(config, files, spec)))  # type: ignore[arg-type]
+        for spec in specs:
+            instances.append(backend.create_instance(config, files, spec))
+        run_warmup(config, list(instances), files.model_dir, files.version)
+    except BaseException:
+        close_instances(instances)
+        raise
+    return instances
 
 
 def close_instances(instances: list[ModelInstance | RequestLevelInstance]) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tests.support import ROOT, ServerProcess, write_simple
+from tests.support import ROOT, ServerProcess, write_python_model, write_simple
 
 
 def test_json_summary_lists_endpoints_and_models(tmp_path: Path) -> None:
@@ -101,3 +101,50 @@ def test_help_lists_serve() -> None:
     )
     assert result.returncode == 0
     assert "serve" in result.stdout
+
+
+# Fails its first initialize(): a marker file beside it says whether this is a second try.
+FAILS_ONCE = """
+import os
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        marker = os.path.join(os.path.dirname(__file__), "tried")
+        if not os.path.exists(marker):
+            open(marker, "w").close()
+            raise pb_utils.TritonModelException("not this time")
+
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.get_input_tensor_by_name(r, "X")]) for r in requests]
+"""
+
+FAILS_ONCE_CONFIG = """
+backend: "python"
+input [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]
+"""
+
+
+def _states_with_flaky_model(tmp_path: Path, *flags: str) -> dict[str, str]:
+    repo = tmp_path / "repo"
+    write_python_model(repo, "flaky", FAILS_ONCE, FAILS_ONCE_CONFIG)
+    write_simple(repo)
+    proc = ServerProcess([repo], ["--exit-on-error=false", "--strict-readiness=false", *flags])
+    proc.start(tmp_path)
+    try:
+        connection = http.client.HTTPConnection(proc.http_url)
+        connection.request("POST", "/v2/repository/index", body="{}")
+        return {entry["name"]: entry["state"] for entry in json.loads(connection.getresponse().read())}
+    finally:
+        proc.stop()
+
+
+def test_model_load_retry_count_tries_a_failed_version_again(tmp_path: Path) -> None:
+    assert _states_with_flaky_model(tmp_path / "retried", "--model-load-retry-count=1") == {
+        "flaky": "READY",
+        "simple": "READY",
+    }
+    assert _states_with_flaky_model(tmp_path / "once") == {"flaky": "UNAVAILABLE", "simple": "READY"}

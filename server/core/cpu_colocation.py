@@ -139,8 +139,8 @@ class CpuColocation:
         with self._lock:
             self._pids.add(pid)
             cpu = self.state.cpu
-        if cpu is not None:
-            self._set_affinity(pid, {cpu})
+        # Apart, it gets every CPU even if it was started from a thread that inherited the loop's one.
+        self._set_affinity(pid, self._allowed if cpu is None else {cpu})
         loop.call_soon_threadsafe(self._start, loop)
 
     def discard(self, pid: int) -> None:

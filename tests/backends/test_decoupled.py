@@ -132,6 +132,33 @@ ensemble_scheduling { step [
 ] }
 """
 
+# Decoupled: one response, then its sender is let go without the final flag (request IN = 0 never
+# even gets a sender). Each request's stream must still end.
+FORGETFUL = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            value = int(pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()[0])
+            if value:
+                out = pb_utils.Tensor("OUT", np.array([value], dtype=np.int32))
+                idx = pb_utils.Tensor("IDX", np.array([0], dtype=np.int32))
+                request.get_response_sender().send(pb_utils.InferenceResponse([out, idx]))
+        return None
+"""
+
+# Not decoupled, but answers through its senders, and forgets: requests that must not hang.
+# IN = 1: a response without the final flag; IN = 0: nothing at all.
+FORGETFUL_UNARY_CONFIG = """
+backend: "python"
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] }, { name: "IDX" data_type: TYPE_INT32 dims: [ 1 ] } ]
+"""
+
+
 CONFIG = """
 backend: "python"
 model_transaction_policy { decoupled: true }
@@ -253,6 +280,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         ("pid_ticker", PID_TICKER, CONFIG),
         ("double", DOUBLE, DOUBLE_CONFIG),
         ("describe", DESCRIBE, DESCRIBE_CONFIG),
+        ("forgetful", FORGETFUL, CONFIG),
+        ("forgetful_unary", FORGETFUL, FORGETFUL_UNARY_CONFIG),
     ):
         write_python_model(repo, name, source, config)
     (repo / "pipeline" / "1").mkdir(parents=True)
@@ -445,3 +474,42 @@ def test_an_ensemble_streams_each_response_of_its_decoupled_step_through_the_ste
     plain.set_data_from_numpy(np.array([2], dtype=np.int32))
     with pytest.raises(InferenceServerException, match="decoupled"):
         http.infer("pipeline", [plain])
+
+
+def test_a_stream_whose_sender_is_let_go_without_the_final_flag_ends_with_an_error(
+    server: ServerProcess,
+) -> None:
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    received = collect_stream(client)
+    try:
+        for value in (5, 0):
+            tensor = grpcclient.InferInput("IN", [1], "INT32")
+            tensor.set_data_from_numpy(np.array([value], dtype=np.int32))
+            client.async_stream_infer("forgetful", [tensor], request_id=str(value))
+        answers = [received.get(timeout=10) for _ in range(3)]
+    finally:
+        client.stop_stream(cancel_requests=True)  # without the fix, the stream would wait forever
+    data = [result for result, error in answers if error is None]
+    errors = [str(error) for _, error in answers if error is not None]
+    assert [int(result.as_numpy("OUT")[0]) for result in data] == [5]  # type: ignore[attr-defined]
+    assert len(errors) == 2 and all("without sending the final flag" in e for e in errors), errors
+
+
+def test_a_model_that_answers_through_senders_and_forgets_the_final_flag_does_not_hang_requests(
+    server: ServerProcess,
+) -> None:
+    client = httpclient.InferenceServerClient(server.http_url, network_timeout=20)
+
+    def infer(value: int) -> object:
+        tensor = httpclient.InferInput("IN", [1], "INT32")
+        tensor.set_data_from_numpy(np.array([value], dtype=np.int32))
+        try:
+            return client.infer("forgetful_unary", [tensor])
+        except InferenceServerException as exc:
+            return exc
+
+    answered = infer(7)  # its one response counts, final flag or not
+    assert int(answered.as_numpy("OUT")[0]) == 7  # type: ignore[attr-defined]
+    unanswered = infer(0)
+    assert isinstance(unanswered, InferenceServerException)
+    assert "without sending the final flag" in str(unanswered)

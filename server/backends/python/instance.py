@@ -332,20 +332,10 @@ class PythonModelInstance:
             self._on_result(message[1], message[2])
         elif kind == "response":
             _, number, index, described, final = message
-            execution = self._executions.get(number)
-            if execution is None:
-                return  # the request already failed (process restart) or was answered
             answer = self._response(described, copy=True) if described is not None else None
-            stream = execution.requests[index].on_response
-            if stream is not None:
-                stream(answer, bool(final))
-            elif answer is not None:
-                execution.responses[index].append(answer)
-            if final:
-                execution.finals.add(index)
-            execution.settle_if_complete()
-            if execution.finished:
-                self._executions.pop(number, None)
+            self._on_response(number, index, answer, bool(final))
+        elif kind == "sender_dropped":
+            self._on_sender_dropped(message[1], message[2])
         elif kind == "bls":
             call = message[1]
             task = asyncio.get_running_loop().create_task(self._bls(call, message[2]))
@@ -369,6 +359,35 @@ class PythonModelInstance:
             logger.log(level, "%s: %s", self.args["model_name"], message[2])
         elif kind == "finalized":
             pass
+
+    def _on_response(self, number: int, index: int, answer: BackendResponse | None, final: bool) -> None:
+        execution = self._executions.get(number)
+        if execution is None:
+            return  # the request already failed (process restart) or was answered
+        stream = execution.requests[index].on_response
+        if stream is not None:
+            stream(answer, final)
+        elif answer is not None:
+            execution.responses[index].append(answer)
+        if final:
+            execution.finals.add(index)
+        execution.settle_if_complete()
+        if execution.finished:
+            self._executions.pop(number, None)
+
+    def _on_sender_dropped(self, number: int, index: int) -> None:
+        """The model let go of a request's response sender (or returned None from execute() without
+        ever making one) before sending the final flag: nothing can answer it any more. A stream ends
+        with an error; a request that waits for one response gets what was sent, or an error."""
+        execution = self._executions.get(number)
+        if execution is None or index in execution.finals:
+            return
+        answered = execution.requests[index].on_response is None and execution.responses[index]
+        error = ServerError(
+            f"model '{self.args['model_name']}' let go of the response sender of request {index} of an "
+            "execute() call without sending the final flag (TRITONSERVER_RESPONSE_COMPLETE_FINAL)"
+        )
+        self._on_response(number, index, None if answered else BackendResponse({}, error=error), True)
 
     def _on_result(self, number: int, payload: dict[str, Any]) -> None:
         execution = self._executions.get(number)

@@ -189,6 +189,10 @@ class InferenceResponseSender:
         self._index = index
         self._closed = False
 
+    def __del__(self) -> None:
+        if not self._closed:  # it can send nothing more: the server ends the request
+            _released.append(("sender_dropped", self._execution, self._index))
+
     def send(self, response: InferenceResponse | None = None, flags: int = 0) -> None:
         if self._closed:
             raise TritonModelException("the response sender is already closed (a final flag was sent)")
@@ -288,6 +292,7 @@ class InferenceRequest:
         )
         self._sender: InferenceResponseSender | None = None
         self._origin: tuple[int, int] | None = None  # (execution, index) of a request sent to execute
+        self._owes_final = False  # set when execute() returned None: its answers go through senders
 
     @classmethod
     def _received(
@@ -313,7 +318,14 @@ class InferenceRequest:
         request._parameters = parameters
         request._sender = None
         request._origin = origin
+        request._owes_final = False
         return request
+
+    def __del__(self) -> None:
+        # execute() returned None and no sender was ever made for this request: nothing can answer it.
+        if getattr(self, "_owes_final", False) and self._sender is None:
+            assert self._origin is not None
+            _released.append(("sender_dropped", *self._origin))
 
     def inputs(self) -> list[Tensor]:
         return self._inputs
@@ -500,10 +512,10 @@ def is_model_ready(model_name: str, model_version: str = "") -> bool:
 
 # -- custom metrics -------------------------------------------------------------------------------
 
-# Releases of families and series whose objects were collected. ``__del__`` may run inside any
-# allocation, even while this process is sending a message, so it only queues; the runtime sends
-# them ahead of its next message.
-_released: deque[tuple[str, int]] = deque()
+# Messages from ``__del__``: releases of metric families and series, and response senders dropped
+# without their final flag. ``__del__`` may run inside any allocation, even while this process is
+# sending a message, so it only queues; the runtime sends them ahead of its next message.
+_released: deque[tuple[Any, ...]] = deque()
 _LIFETIME_ERROR = "Invalid metric operation as the corresponding 'MetricFamily' has been deleted."
 
 
@@ -532,7 +544,7 @@ class MetricFamily:
         if self._handle:
             for metric in list(self._metrics):
                 metric._release()
-            _released.append(("release_family", self._handle))
+            _released.append(("metric", "release_family", self._handle, 0.0))
             self._handle = 0
 
 
@@ -579,7 +591,7 @@ class Metric:
 
     def _release(self) -> None:
         if self._handle:
-            _released.append(("release_series", self._handle))
+            _released.append(("metric", "release_series", self._handle, 0.0))
             self._handle = 0
 
     def __del__(self) -> None:

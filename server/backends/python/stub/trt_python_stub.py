@@ -29,7 +29,7 @@ from typing import Any
 import _ipc
 import triton_python_backend_utils as pb_utils
 
-released = pb_utils._released  # metric releases queued by __del__, sent ahead of the next message
+released = pb_utils._released  # messages queued by __del__, sent ahead of the next message
 
 
 class Runtime:
@@ -86,12 +86,12 @@ class Runtime:
         if outbox is None:
             with self._send_lock:
                 while released:
-                    self._sock.sendall(_ipc.encode_frame(("metric", *released.popleft(), 0.0)))
+                    self._sock.sendall(_ipc.encode_frame(released.popleft()))
                 self._sock.sendall(_ipc.encode_frame(message))
             return
         with self._send_lock:
             while released:
-                self._put(outbox, ("metric", *released.popleft(), 0.0))
+                self._put(outbox, released.popleft())
             self._put(outbox, message)
             _ipc.wake(self._wake_fd)
 
@@ -330,6 +330,8 @@ def execute(runtime: Runtime, model: Any, loop: asyncio.AbstractEventLoop, execu
         runtime.send(("result", execution, failure))
         return
     if result is None:  # responses went through response senders
+        _owe_finals(requests)
+        del requests  # a request no one holds any more, and no sender ever held, is reported with this
         runtime.send(("result", execution, {"responses": None}))
         return
     if not isinstance(result, (list, tuple)) or len(result) != len(requests):
@@ -344,6 +346,13 @@ def execute(runtime: Runtime, model: Any, loop: asyncio.AbstractEventLoop, execu
         for r in result
     ]
     runtime.send(("result", execution, {"responses": described}))
+
+
+def _owe_finals(requests: list[pb_utils.InferenceRequest]) -> None:
+    """Mark requests whose answers go through response senders: one dropped without its final flag
+    (or never made) is reported when it is collected."""
+    for request in requests:
+        request._owes_final = True
 
 
 def serve(fd: int) -> None:

@@ -145,6 +145,10 @@ def serve_command(
         default_max_batch_size=int(default_batch),
         model_load_thread_count=model_load_thread_count,
         model_load_retry_count=model_load_retry_count,
+        cpu_colocation=parse_bool(
+            backend_settings.get("python", {}).get("cpu-colocation", "true"),
+            "--backend-config=python,cpu-colocation",
+        ),
         server_id=server_id,
         backend_config=backend_settings,
         response_cache_bytes=_parsed(parse_cache_config, cache_config or []),

@@ -29,6 +29,7 @@ class CoreOptions:
     default_max_batch_size: int = 4
     model_load_thread_count: int = 4
     model_load_retry_count: int = 0  # a version that fails to load is tried this many times more
+    cpu_colocation: bool = True  # --backend-config=python,cpu-colocation=BOOL (see CpuColocation)
     server_id: str = "triton"
     response_cache_bytes: int | None = None  # --cache-config local,size=BYTES
     rate_limit: bool = False  # --rate-limit=execution_count

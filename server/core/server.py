@@ -75,10 +75,7 @@ class InferenceServer:
         self.tracer = Tracer(options.trace)
         self.shared_memory = SharedMemoryRegistry()
         self.custom_metrics = CustomMetricsRegistry()  # what models define (pb_utils.MetricFamily)
-        python_settings = options.backend_config.get("python", {})
-        self.colocation = CpuColocation(
-            enabled=python_settings.get("cpu-colocation", "true").strip().lower() not in ("false", "0", "off")
-        )
+        self.colocation = CpuColocation(enabled=options.cpu_colocation)
         # Python models' initialize() runs on loader threads; its model-control calls come here.
         self.event_loop: asyncio.AbstractEventLoop | None = None
         self.pushed = PushedModels()

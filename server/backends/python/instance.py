@@ -26,6 +26,7 @@ from typing import Any, cast
 
 from server.backends.base import BackendRequest, BackendResponse, ServerServices
 from server.backends.python.stub import _ipc
+from server.core.cpu_colocation import CpuColocation
 from server.core.custom_metrics import Owner
 from server.core.errors import (
     AlreadyExists,
@@ -129,6 +130,7 @@ class PythonModelInstance:
         self.model_py = model_py
         self.args = args
         self.services = services
+        self._colocation: CpuColocation | None = getattr(services, "colocation", None)
         registry = getattr(services, "custom_metrics", None)
         # The metric families and series this model's process holds (pb_utils.MetricFamily).
         self._metrics: Owner | None = registry.owner() if registry is not None else None
@@ -236,9 +238,8 @@ class PythonModelInstance:
             loop = self._loop = asyncio.get_running_loop()
             loop.add_reader(self._to_server, self._on_messages)
             loop.add_reader(self._sock.fileno(), self._on_socket)
-            colocation = getattr(self.services, "colocation", None)
-            if colocation is not None:
-                colocation.add(self._process.pid, loop)
+            if self._colocation is not None:
+                self._colocation.add(self._process.pid, loop)
 
     def _on_messages(self) -> None:
         try:
@@ -294,9 +295,8 @@ class PythonModelInstance:
     def _disconnect(self) -> None:
         """Stop watching the child and close this side of its connection."""
         if self._loop is not None:
-            colocation = getattr(self.services, "colocation", None)
-            if colocation is not None:
-                colocation.discard(self._process.pid)
+            if self._colocation is not None:
+                self._colocation.discard(self._process.pid)
             self._loop.remove_reader(self._to_server)
             self._loop.remove_reader(self._sock.fileno())
             self._loop = None

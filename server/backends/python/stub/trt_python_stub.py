@@ -350,7 +350,8 @@ def execute(runtime: Runtime, model: Any, loop: asyncio.AbstractEventLoop, execu
 
 def _owe_finals(requests: list[pb_utils.InferenceRequest]) -> None:
     """Mark requests whose answers go through response senders: one dropped without its final flag
-    (or never made) is reported when it is collected."""
+    (or never made) is reported when it is collected. A function of its own so that no loop variable
+    of ``execute`` keeps the last request alive past the result."""
     for request in requests:
         request._owes_final = True
 

@@ -124,6 +124,14 @@ class BackendRequest:
     # Set once whoever asked stopped waiting (a gRPC client cancelled, a stream closed): a model that
     # asks (``request.is_cancelled()``) can stop early; its answer would go nowhere.
     cancelled: bool = False
+    # Set by an instance that holds the request before it starts it (an execution slot): told at
+    # ``cancel()``, so that a request cancelled while it waits is never executed.
+    on_cancel: Callable[[], None] | None = None
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        if self.on_cancel is not None:
+            self.on_cancel()
 
 
 @dataclass(slots=True)
@@ -141,7 +149,11 @@ class RequestLevelInstance(Protocol):
     An instance may also offer ``start_requests(requests, done)``, which starts an execution and
     returns at once, calling ``done(responses, None)`` or ``done(None, error)`` on the loop when it
     ends; the request scheduler prefers it, as it saves a task and two loop passes per execution
-    (the Python backend offers it)."""
+    (the Python backend offers it). ``done`` also gets when the execution really started (it may
+    have waited behind another), or None.
+
+    ``execution_slots`` (default 1), where present, is how many executions the instance accepts at
+    once: it runs them one after another, in order."""
 
     async def execute_requests(self, requests: list[BackendRequest]) -> list[BackendResponse]: ...
 

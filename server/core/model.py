@@ -217,7 +217,7 @@ class ModelVersion:
             raise
         finally:
             if not finished:  # the consumer went away (a cancelled stream): tell the model, if it asks
-                backend_request.cancelled = True
+                backend_request.cancel()
                 execution.cancel()
                 self.stats.record_failure(time.perf_counter_ns() - received, "CANCELED")
             self._in_flight -= 1

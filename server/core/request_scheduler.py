@@ -5,6 +5,13 @@ waiting for it goes along (up to ``max_batch_size`` items) if the model batches,
 Triton's dynamic batcher hands a Python model; each request still gets its own response or error.
 Under ``--rate-limit=execution_count`` an instance with ``rate_limiter`` resources executes only once
 it holds them, as tensor-backend instances do.
+
+An instance that declares ``execution_slots`` > 1 (the Python backend) is handed its next request
+while it still executes one, when requests do not go together (the model does not batch) and no rate
+limiter counts executions: the model process then goes from one ``execute`` to the next at once,
+instead of idling until the event loop has seen the result (a loop busy with other connections is
+slow to). It runs them one at a time, in order, as before; a request counts as queued until its
+``execute`` starts.
 """
 
 from __future__ import annotations
@@ -42,7 +49,16 @@ class RequestScheduler:
         limiter: RateLimiter | None = None,
         needs: Sequence[tuple[Needs, int]] = (),
     ) -> None:
-        self._idle: deque[RequestLevelInstance] = deque(instances)
+        # An instance is here once per execution it may take now: with slots, round-robin first.
+        slots = min((getattr(i, "execution_slots", 1) for i in instances), default=1)
+        if gather or limiter:
+            slots = 1
+        self._idle: deque[RequestLevelInstance] = deque(list(instances) * slots)
+        self._slots = slots
+        # With slots: per instance, the request count of each execution it holds but has not
+        # started (it runs another); they count as pending until it starts them.
+        self._held: dict[int, deque[int]] = {id(i): deque() for i in instances} if slots > 1 else {}
+        self._executing: dict[int, int] = dict.fromkeys(self._held, 0)
         self._limiter = limiter
         # With a rate limiter: each limited instance's (resources, priority), in the order of ``instances``.
         self._needs = (
@@ -69,7 +85,7 @@ class RequestScheduler:
         try:
             return await future
         except asyncio.CancelledError:
-            request.cancelled = True  # still queued: skipped; in execute: the model may ask
+            request.cancel()  # still waiting: skipped; in execute: the model may ask
             raise
 
     def _dispatch(self) -> None:
@@ -85,7 +101,12 @@ class RequestScheduler:
                 item = self._waiting.popleft()
                 batch.append(item)
                 total += item.batch_size
-            self._stats.pending -= len(batch)
+            if self._held and self._executing[id(instance)]:
+                self._held[id(instance)].append(len(batch))  # waits behind the running one
+            else:
+                self._stats.pending -= len(batch)
+            if self._held:
+                self._executing[id(instance)] += 1
             limited = self._needs.get(id(instance))
             if limited is not None:
                 self._track(self._run_limited(instance, batch, total, limited))
@@ -134,10 +155,16 @@ class RequestScheduler:
         instance: RequestLevelInstance,
         batch: list[_Waiting],
         total: int,
-        started: int,
+        dispatched: int,
         responses: list[BackendResponse] | None,
         error: BaseException | None,
+        started: int | None,
     ) -> None:
+        if self._held:
+            self._executing[id(instance)] -= 1
+            held = self._held[id(instance)]
+            if held:  # the instance starts the next execution it holds now
+                self._stats.pending -= held.popleft()
         self._idle.append(instance)
         self._dispatch()
         if error is not None or responses is None:
@@ -145,7 +172,7 @@ class RequestScheduler:
                 if not item.future.done():
                     item.future.set_exception(error or ServerError("the execution ended without responses"))
             return
-        self._record(batch, total, started, responses)
+        self._record(batch, total, dispatched if started is None else max(started, dispatched), responses)
 
     async def _run_batch(self, instance: RequestLevelInstance, batch: list[_Waiting], total: int) -> None:
         started = time.perf_counter_ns()

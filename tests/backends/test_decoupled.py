@@ -159,6 +159,31 @@ output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] }, { name: "IDX" data_t
 """
 
 
+# Keeps its input as numpy gives it (a view, no copy) and reads it from a thread 300 ms after
+# execute() has returned, as models that stream from their own threads do.
+LATE_READER = """
+import threading
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            data = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
+            threading.Thread(target=self.respond, args=(request.get_response_sender(), data)).start()
+        return None
+
+    def respond(self, sender, data):
+        time.sleep(0.3)
+        out = pb_utils.Tensor("OUT", data.copy())
+        idx = pb_utils.Tensor("IDX", np.array([0], dtype=np.int32))
+        sender.send(pb_utils.InferenceResponse([out, idx]), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+"""
+
+
 CONFIG = """
 backend: "python"
 model_transaction_policy { decoupled: true }
@@ -282,6 +307,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         ("describe", DESCRIBE, DESCRIBE_CONFIG),
         ("forgetful", FORGETFUL, CONFIG),
         ("forgetful_unary", FORGETFUL, FORGETFUL_UNARY_CONFIG),
+        ("late_reader", LATE_READER, one_instance),
     ):
         write_python_model(repo, name, source, config)
     (repo / "pipeline" / "1").mkdir(parents=True)
@@ -429,6 +455,27 @@ def test_an_instance_takes_new_requests_once_execute_returns_while_its_senders_s
     assert order.count("0") == order.count("1") == 30
     last_of_first = len(order) - 1 - order[::-1].index("0")
     assert order.index("1") < last_of_first, order  # the two requests streamed at the same time
+
+
+def test_inputs_stay_intact_until_the_final_response_while_later_requests_execute(
+    server: ServerProcess,
+) -> None:
+    """A request's input tensors live in shared memory the next executions reuse: a model that reads
+    them from a thread after execute() returned must still see its own, however many requests
+    executed meanwhile (two hold the instance's two arenas, the rest travel inline)."""
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    received = collect_stream(client)
+    try:
+        for value in (11, 22, 33, 44):
+            tensor = grpcclient.InferInput("IN", [1], "INT32")
+            tensor.set_data_from_numpy(np.array([value], dtype=np.int32))
+            client.async_stream_infer("late_reader", [tensor], request_id=str(value))
+        answers = [received.get(timeout=20) for _ in range(4)]
+    finally:
+        client.stop_stream()
+    assert all(error is None for _, error in answers), answers
+    echoed = {result.get_response().id: int(result.as_numpy("OUT")[0]) for result, _ in answers}  # type: ignore[attr-defined]
+    assert echoed == {"11": 11, "22": 22, "33": 33, "44": 44}
 
 
 def test_a_process_that_dies_ends_the_streams_it_was_still_sending(server: ServerProcess) -> None:

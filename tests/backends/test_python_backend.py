@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import glob
+import itertools
 import json
 import mmap
 import os
@@ -25,6 +26,9 @@ from tritonclient.utils import InferenceServerException
 from server.backends.base import BackendRequest, BackendResponse
 from server.backends.python.instance import ModelProcessDied, PythonModelInstance
 from server.backends.python.stub import _ipc
+from server.core.request_scheduler import RequestScheduler
+from server.core.statistics import ModelStatistics
+from server.core.timing import ExecutionTimes
 from server.core.types import InferenceRequest, InferenceResponse, OutputTensor
 from tests.backends import python_models as models
 from tests.support import ServerProcess, int_inputs, write_simple
@@ -504,3 +508,59 @@ def test_many_bls_answers_at_once_reach_their_callers_through_a_small_ring(tmp_p
     [answer] = asyncio.run(scenario())
     assert answer.error is None, answer.error
     assert list(answer.outputs["FIRSTS"]) == list(range(60))
+
+
+# Takes 0.4 s per request and says when (CLOCK_MONOTONIC, as the server's perf_counter_ns).
+TIMED = """
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        started = time.perf_counter_ns()
+        time.sleep(0.4)
+        span = np.array([started, time.perf_counter_ns()], dtype=np.int64)
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("SPAN", span)]) for _ in requests]
+"""
+
+
+def test_an_instance_holds_its_next_request_while_it_runs_one_and_times_it_from_its_start(
+    tmp_path: Path,
+) -> None:
+    """The scheduler hands a Python instance the next request while one executes (it is in the
+    model process's ring when the first ends); they still run one at a time, in order, and the
+    statistics see the held one as queued until it starts, as Triton's would."""
+    instance = _instance(tmp_path, TIMED, {})
+    stats = ModelStatistics("m", "1")
+    scheduler = RequestScheduler([instance], stats)
+
+    async def scenario() -> tuple[list[tuple[BackendResponse, ExecutionTimes]], list[int]]:
+        try:
+            submitted = time.perf_counter_ns()
+            calls = [
+                asyncio.ensure_future(scheduler.submit(BackendRequest(str(n), {}, ("SPAN",), {}), 1))
+                for n in range(3)
+            ]
+            await asyncio.sleep(0.2)
+            pending_while_first_runs = stats.pending
+            assert len(instance._executions) == 2  # the running one, and the next in its ring
+            await asyncio.sleep(0.4)
+            pending_while_second_runs = stats.pending
+            answers = await asyncio.gather(*calls)
+            return answers, [submitted, pending_while_first_runs, pending_while_second_runs]
+        finally:
+            await instance.aclose()
+
+    answers, (submitted, pending_first, pending_second) = asyncio.run(scenario())
+    assert (pending_first, pending_second) == (2, 1)
+    spans = [answer.outputs["SPAN"] for answer, _ in answers]
+    for earlier, later in itertools.pairwise(spans):
+        assert later[0] >= earlier[1]  # one at a time, in order
+    for (_, times), span in zip(answers, spans, strict=True):
+        # Queued from submission until the model started it; executing for its own 0.4 s only.
+        assert abs(times.queue_ns - (span[0] - submitted)) < 50_000_000, (times, span - submitted)
+        assert 0.4e9 <= times.infer_ns < 0.55e9, times
+    assert stats.execution_count == 3 and stats.pending == 0

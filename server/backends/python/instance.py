@@ -2,10 +2,14 @@
 
 Messages cross through two shared-memory rings (``_ipc.Ring``), each message announced on an
 eventfd; the event loop waits on the model's eventfd with ``add_reader`` (no thread hop). Inputs
-are written into the input arena, outputs read back from the output arena; BYTES tensors travel
-in the messages. The socket that carried start-up stays open to tell each side when the other
-exits: a child that dies fails the requests it held and is started again; requests that arrive
-meanwhile wait for the new one.
+are written into an input arena, outputs read back from an output arena; BYTES tensors travel
+in the messages. There are two pairs of arenas, one per execution slot: the scheduler may hand an
+instance its next execution while one runs (``execution_slots``), so that the model process goes
+from one ``execute`` to the next without waiting for the event loop to see the first one's result.
+
+The socket that carried start-up stays open to tell each side when the other exits: a child that
+dies fails the requests it held and is started again; requests that arrive meanwhile wait for the
+new one.
 """
 
 from __future__ import annotations
@@ -43,7 +47,8 @@ from server.core.types import InferenceRequest, InferenceResponse, InputTensor, 
 logger = logging.getLogger("trt.backends.python")
 
 STUB = Path(__file__).resolve().parent / "stub" / "trt_python_stub.py"
-ARENA_BYTES = 16 * 1024 * 1024
+ARENA_BYTES = 16 * 1024 * 1024  # per slot and direction
+EXECUTION_SLOTS = 2
 RING_BYTES = 1 << 20  # per direction; a message over a quarter of it spills into a segment of its own
 START_TIMEOUT_S = 120.0
 
@@ -64,8 +69,9 @@ class ModelProcessDied(ServerError):
     """The model's process exited while it held the request."""
 
 
-# Called once per execution, from the event loop: (responses, None) or (None, the error).
-ExecutionDone = Callable[[list[BackendResponse] | None, BaseException | None], None]
+# Called once per execution, from the event loop: (responses, None) or (None, the error), and
+# when the model process started it (perf_counter ns; None if it never did).
+ExecutionDone = Callable[[list[BackendResponse] | None, BaseException | None, int | None], None]
 
 
 @dataclass(slots=True)
@@ -74,6 +80,9 @@ class _Execution:
     count: int
     responses: list[list[BackendResponse]]
     requests: list[BackendRequest]  # a request's ``on_response`` set: its responses stream
+    slot: int | None  # the pair of arenas its tensors are in, held until it finishes; None: inline
+    started_ns: int | None = None  # when the model process began it
+    withdrawn: bool = False  # the process was asked not to start it (its requests were cancelled)
     finals: set[int] = field(default_factory=set)
     returned: bool = False  # execute() has returned (with None: answers come through senders)
     settled: bool = False  # ``done`` was called: the instance is free
@@ -92,7 +101,7 @@ class _Execution:
     def settle(self, answers: list[BackendResponse] | None, error: BaseException | None = None) -> None:
         if not self.settled:
             self.settled = True
-            self.done(answers, error)
+            self.done(answers, error, self.started_ns)
 
     def fail(self, error: ServerError) -> None:
         """End it with ``error``: the requests not yet answered, and the streams still open."""
@@ -124,6 +133,9 @@ class _Execution:
 
 
 class PythonModelInstance:
+    # Executions it can hold at once: one running, the next already in its process' ring.
+    execution_slots = EXECUTION_SLOTS
+
     def __init__(self, python: str, model_py: Path, args: dict[str, str], services: ServerServices | None,
                  arena_bytes: int = ARENA_BYTES, ring_bytes: int = RING_BYTES) -> None:  # fmt: skip
         self.python = python
@@ -138,13 +150,14 @@ class PythonModelInstance:
         self._arena_bytes = arena_bytes
         self._ring_bytes = ring_bytes
         control_bytes = 2 * _ipc.Ring.bytes_needed(ring_bytes)
-        self._memories = [
-            shared_memory.SharedMemory(name=f"{tag}_in", create=True, size=arena_bytes),
-            shared_memory.SharedMemory(name=f"{tag}_out", create=True, size=arena_bytes),
+        slots = EXECUTION_SLOTS
+        self._memories = [  # tmpfs: only the pages written are ever allocated
+            shared_memory.SharedMemory(name=f"{tag}_in", create=True, size=slots * arena_bytes),
+            shared_memory.SharedMemory(name=f"{tag}_out", create=True, size=slots * arena_bytes),
             shared_memory.SharedMemory(name=f"{tag}_ctl", create=True, size=control_bytes),
         ]
-        self._input_arena = _ipc.Arena(f"{tag}_in", arena_bytes)
-        self._output_arena = _ipc.Arena(f"{tag}_out", arena_bytes)
+        self._input_arenas = [_ipc.Arena(f"{tag}_in", arena_bytes, i * arena_bytes) for i in range(slots)]
+        self._output_arenas = [_ipc.Arena(f"{tag}_out", arena_bytes, i * arena_bytes) for i in range(slots)]
         self._control = _ipc.map_segment(f"{tag}_ctl", control_bytes)
         self._outbox, self._inbox = _ipc.ring_pair(self._control, ring_bytes, f"{tag}_x")
         self._backlog: list[Any] = []  # messages waiting for room in the outbox (rare)
@@ -201,7 +214,10 @@ class PythonModelInstance:
             "wait_fd": to_model,
             "wake_fd": to_server,
         }
-        arenas = ((f"{self._tag}_in", self._arena_bytes), (f"{self._tag}_out", self._arena_bytes))
+        arenas = (
+            (f"{self._tag}_in", self._arena_bytes, EXECUTION_SLOTS),
+            (f"{self._tag}_out", self._arena_bytes, EXECUTION_SLOTS),
+        )
         try:
             parent.sendall(_ipc.encode_frame(("init", self.args, str(self.model_py), *arenas, channel)))
             frames = _ipc.BlockingFrameSource(parent)
@@ -332,7 +348,8 @@ class PythonModelInstance:
             self._on_result(message[1], message[2])
         elif kind == "response":
             _, number, index, described, final = message
-            answer = self._response(described, copy=True) if described is not None else None
+            # Sent from any thread at any time, so never through an arena: inline in the message.
+            answer = _response(described, None) if described is not None else None
             self._on_response(number, index, answer, bool(final))
         elif kind == "sender_dropped":
             self._on_sender_dropped(message[1], message[2])
@@ -393,7 +410,10 @@ class PythonModelInstance:
         execution = self._executions.get(number)
         if execution is None:
             return
-        if "error" in payload:
+        execution.started_ns = payload.get("started_ns")
+        if payload.get("withdrawn"):  # cancelled before it started: it never ran
+            execution.fail(ServerError("the request was cancelled before its execution started"))
+        elif "error" in payload:
             message, code = payload["error"]
             if payload.get("traceback"):
                 logger.debug("execute() of %s raised:\n%s", self.model_py, payload["traceback"])
@@ -404,7 +424,8 @@ class PythonModelInstance:
             execution.returned = True
             execution.settle_if_complete()
         else:
-            answers = [self._response(d, copy=True) for d in payload["responses"]]
+            arena = None if execution.slot is None else self._output_arenas[execution.slot]
+            answers = [_response(d, arena) for d in payload["responses"]]
             for request, answer in zip(execution.requests, answers, strict=True):
                 if request.on_response is not None:  # a decoupled model that returned its responses anyway
                     request.on_response(answer, True)
@@ -412,13 +433,6 @@ class PythonModelInstance:
             execution.settle(answers)
         if execution.finished:
             self._executions.pop(number, None)
-
-    def _response(self, described: dict[str, Any], copy: bool) -> BackendResponse:
-        if described["error"] is not None:
-            message, code = described["error"]
-            return BackendResponse({}, error=_ERRORS_BY_CODE.get(code, ServerError)(message))
-        outputs = _ipc.unpack_tensors(described["outputs"], self._output_arena, copy=copy)
-        return BackendResponse(outputs, described.get("parameters") or {})
 
     async def _bls(self, call: int, payload: dict[str, Any]) -> None:
         """A request from the model to another model, through the server's own scheduler."""
@@ -599,7 +613,7 @@ class PythonModelInstance:
     async def execute_requests(self, requests: list[BackendRequest]) -> list[BackendResponse]:
         future: asyncio.Future[list[BackendResponse]] = asyncio.get_running_loop().create_future()
 
-        def done(answers: list[BackendResponse] | None, error: BaseException | None) -> None:
+        def done(answers: list[BackendResponse] | None, error: BaseException | None, _: int | None) -> None:
             if not future.done():
                 if error is not None:
                     future.set_exception(error)
@@ -614,32 +628,55 @@ class PythonModelInstance:
         this returns, and ``done`` is called from the event loop when it ends (a scheduler saves a
         task and two trips through the loop per execution)."""
         if self._closed:  # answered from the loop: a scheduler may call again from ``done``
-            asyncio.get_running_loop().call_soon(done, None, Unavailable("the model is unloading"))
+            asyncio.get_running_loop().call_soon(done, None, Unavailable("the model is unloading"), None)
             return
         if self._restarting is not None:
             self._restarting.add_done_callback(partial(self._after_restart, requests, done))
             return
         if self._loop is None:
             self._attach()
-        arena = self._input_arena
-        arena.reset()
+        number = self._next_execution
+        self._next_execution += 1
+        slot = self._free_slot()
+        arena = None
+        if slot is not None:
+            arena = self._input_arenas[slot]
+            arena.reset()
         pack = _ipc.pack_tensors
         metas = [
             (r.id, pack(r.inputs, arena), r.requested_outputs, r.parameters, r.correlation_id, r.flags)
             for r in requests
         ]
-        number = self._next_execution
-        self._next_execution += 1
-        self._executions[number] = _Execution(done, len(requests), [[] for _ in requests], requests)
-        self._post(("execute", number, metas))
+        self._executions[number] = _Execution(done, len(requests), [[] for _ in requests], requests, slot)
+        for request in requests:
+            request.on_cancel = partial(self._withdraw, number)
+        self._post(("execute", number, slot, metas))
+
+    def _withdraw(self, number: int) -> None:
+        """A request of execution ``number`` was cancelled. If the process has not started that
+        execution yet (it waits behind another, in a slot), it skips it when every request in it
+        was cancelled; a started one sees it through ``is_cancelled()``."""
+        execution = self._executions.get(number)
+        if execution is None or execution.withdrawn or execution.settled:
+            return
+        if all(request.cancelled for request in execution.requests):
+            execution.withdrawn = True
+            self._post(("withdraw", number))
+
+    def _free_slot(self) -> int | None:
+        """A pair of arenas no unfinished execution holds. An execution holds its pair until its
+        last response: a model may read its inputs from another thread until it sends its final
+        flag. With none free (streams left open) the tensors travel inline, in the messages."""
+        held = {execution.slot for execution in self._executions.values()}
+        return next((slot for slot in range(EXECUTION_SLOTS) if slot not in held), None)
 
     def _after_restart(
         self, requests: list[BackendRequest], done: ExecutionDone, restart: asyncio.Future[None]
     ) -> None:
         if restart.cancelled():
-            done(None, Unavailable("the Python model process was not restarted"))
+            done(None, Unavailable("the Python model process was not restarted"), None)
         elif restart.exception() is not None:
-            done(None, restart.exception())
+            done(None, restart.exception(), None)
         else:
             self.start_requests(requests, done)
 
@@ -688,7 +725,7 @@ class PythonModelInstance:
         self._remove_spills()
         for ring in (self._outbox, self._inbox):
             ring.close()
-        for arena in (self._input_arena, self._output_arena):
+        for arena in (*self._input_arenas, *self._output_arenas):
             arena.close()
         try:
             self._control.close()
@@ -730,3 +767,13 @@ _MODEL_CONTROL = ("load_model", "unload_model")  # calls answered once the serve
 
 def _call_error(exc: ServerError) -> dict[str, Any]:
     return {"error": (exc.message, _CODES_BY_TRITON_NAME.get(exc.triton_code, 1))}
+
+
+def _response(described: dict[str, Any], arena: _ipc.Arena | None) -> BackendResponse:
+    """A response the model process described; its tensors copied out of ``arena``, which the
+    process reuses."""
+    if described["error"] is not None:
+        message, code = described["error"]
+        return BackendResponse({}, error=_ERRORS_BY_CODE.get(code, ServerError)(message))
+    outputs = _ipc.unpack_tensors(described["outputs"], arena, copy=True)
+    return BackendResponse(outputs, described.get("parameters") or {})

@@ -289,22 +289,25 @@ EMPTY: Any = _Empty()
 
 
 class Arena:
-    """A shared-memory region filled front to back for one execution, then reused."""
+    """A shared-memory region filled front to back for one execution, then reused: the ``size``
+    bytes from ``start`` of segment ``name`` (a segment holds one arena per execution slot)."""
 
-    def __init__(self, name: str, size: int) -> None:
+    def __init__(self, name: str, size: int, start: int = 0) -> None:
         self.name = name
         self.size = size
-        self._map = map_segment(name, size)
-        self._used = 0
+        self._map = map_segment(name, start + size)
+        self._start = start
+        self._end = start + size
+        self._used = start
 
     def reset(self) -> None:
-        self._used = 0
+        self._used = self._start
 
     def put(self, array: np.ndarray) -> tuple[int, int] | None:
         """Copy ``array`` (C-contiguous) in; return (offset, nbytes), or None if it does not fit."""
         nbytes = array.nbytes
-        offset = (self._used + 63) & ~63  # cache-line aligned
-        if offset + nbytes > self.size:
+        offset = (self._used + 63) & ~63  # cache-line aligned (segments start page-aligned)
+        if offset + nbytes > self._end:
             return None
         if nbytes:
             self._map[offset : offset + nbytes] = array.data  # a slice copy: cheaper than numpy's copyto

@@ -60,8 +60,8 @@ class Runtime:
         self._wait_fd = -1
         self._wake_fd = -1
         self._server_gone = False
-        self.input_arena: _ipc.Arena | None = None
-        self.output_arena: _ipc.Arena | None = None
+        self.input_arenas: list[_ipc.Arena] = []  # one per execution slot
+        self.output_arenas: list[_ipc.Arena] = []
 
     def start_up_message(self) -> Any:
         return self._frames.next()
@@ -137,14 +137,18 @@ class Runtime:
                     self._reading = False
                     if self._waiting:
                         state.notify_all()
-                if message[0] == "answer":
-                    self._answers[message[1]] = message[2]
-                elif message[0] == "bls_stream":
-                    stream = self._streams.get(message[1])
-                    if stream is not None:  # else the model dropped the iterator: nobody reads it
-                        stream.append((message[2], message[3]))
-                else:
-                    self._commands.append(message)
+                self._sort(message)
+
+    def _sort(self, message: Any) -> None:
+        """File a message read from the ring where its reader looks (``_state`` held)."""
+        if message[0] == "answer":
+            self._answers[message[1]] = message[2]
+        elif message[0] == "bls_stream":
+            stream = self._streams.get(message[1])
+            if stream is not None:  # else the model dropped the iterator: nobody reads it
+                stream.append((message[2], message[3]))
+        else:
+            self._commands.append(message)
 
     def _queued_command(self) -> Any:
         return self._commands.popleft() if self._commands else None
@@ -155,6 +159,22 @@ class Runtime:
             return self._wait_for(self._queued_command)
         except (EOFError, OSError):
             return ("finalize",)
+
+    def withdrawn(self, execution: int) -> bool:
+        """Whether the server withdrew ``execution`` (its requests were cancelled while it waited
+        behind another), from what has arrived so far: looked at, not waited for."""
+        assert self._inbox is not None
+        with self._state:
+            if not self._reading:  # else another thread reads the ring, and files what it reads
+                message = self._inbox.get()
+                while message is not _ipc.EMPTY:
+                    self._sort(message)
+                    message = self._inbox.get()
+            for command in self._commands:
+                if command[0] == "withdraw" and command[1] == execution:
+                    self._commands.remove(command)
+                    return True
+        return False
 
     # -- called by pb_utils ----------------------------------------------------------------------
 
@@ -297,16 +317,20 @@ def _error_message(exc: Exception) -> tuple[str, int]:
     return message, pb_utils.TritonError.INTERNAL
 
 
-def _input_tensors(packed: list[tuple[Any, ...]], arena: _ipc.Arena) -> list[pb_utils.Tensor]:
+def _input_tensors(packed: list[tuple[Any, ...]], arena: _ipc.Arena | None) -> list[pb_utils.Tensor]:
     wrap = pb_utils.Tensor._wrap
     return [wrap(name, array) for name, array in _ipc.unpack_tensors(packed, arena, copy=False).items()]
 
 
 def execute(runtime: Runtime, model: Any, loop: asyncio.AbstractEventLoop, execution: int,
-            metas: list[tuple[Any, ...]]) -> None:  # fmt: skip
-    """Run one ``execute(requests)`` and send its result."""
-    input_arena, output_arena = runtime.input_arena, runtime.output_arena
-    assert input_arena is not None and output_arena is not None
+            slot: int | None, metas: list[tuple[Any, ...]]) -> None:  # fmt: skip
+    """Run one ``execute(requests)`` and send its result. Its tensors are in the arenas of ``slot``
+    (None: all inline)."""
+    started_ns = time.perf_counter_ns()  # CLOCK_MONOTONIC: the server's clock too
+    input_arena = output_arena = None
+    if slot is not None:
+        input_arena, output_arena = runtime.input_arenas[slot], runtime.output_arenas[slot]
+        output_arena.reset()
     received = pb_utils.InferenceRequest._received
     requests = [
         received(
@@ -320,24 +344,24 @@ def execute(runtime: Runtime, model: Any, loop: asyncio.AbstractEventLoop, execu
         )
         for index, (request_id, inputs, outputs, parameters, correlation_id, flags) in enumerate(metas)
     ]
-    output_arena.reset()
     try:
         result = model.execute(requests)
         if type(result) is not list and inspect.isawaitable(result):
             result = loop.run_until_complete(result)
     except Exception as exc:
         failure = {"error": _error_message(exc), "traceback": traceback.format_exc()}
-        runtime.send(("result", execution, failure))
+        runtime.send(("result", execution, {**failure, "started_ns": started_ns}))
         return
     if result is None:  # responses went through response senders
         _owe_finals(requests)
         del requests  # a request no one holds any more, and no sender ever held, is reported with this
-        runtime.send(("result", execution, {"responses": None}))
+        runtime.send(("result", execution, {"responses": None, "started_ns": started_ns}))
         return
     if not isinstance(result, (list, tuple)) or len(result) != len(requests):
         count = len(result) if isinstance(result, (list, tuple)) else type(result).__name__
         message = f"execute() must return one response per request ({len(requests)}), got {count}"
-        runtime.send(("result", execution, {"error": (message, pb_utils.TritonError.INTERNAL)}))
+        failure = {"error": (message, pb_utils.TritonError.INTERNAL)}
+        runtime.send(("result", execution, {**failure, "started_ns": started_ns}))
         return
     described = [
         _describe(r, output_arena)
@@ -345,7 +369,7 @@ def execute(runtime: Runtime, model: Any, loop: asyncio.AbstractEventLoop, execu
         else {"error": (f"execute() returned {type(r).__name__}, not InferenceResponse", 1), "outputs": []}
         for r in result
     ]
-    runtime.send(("result", execution, {"responses": described}))
+    runtime.send(("result", execution, {"responses": described, "started_ns": started_ns}))
 
 
 def _owe_finals(requests: list[pb_utils.InferenceRequest]) -> None:
@@ -354,6 +378,10 @@ def _owe_finals(requests: list[pb_utils.InferenceRequest]) -> None:
     of ``execute`` keeps the last request alive past the result."""
     for request in requests:
         request._owes_final = True
+
+
+def _slot_arenas(name: str, size: int, slots: int) -> list[_ipc.Arena]:
+    return [_ipc.Arena(name, size, slot * size) for slot in range(slots)]
 
 
 def serve(fd: int) -> None:
@@ -379,8 +407,8 @@ def serve(fd: int) -> None:
         return
     _, args, model_path, input_arena, output_arena, channel = message
     try:
-        runtime.input_arena = _ipc.Arena(*input_arena)
-        runtime.output_arena = _ipc.Arena(*output_arena)
+        runtime.input_arenas = _slot_arenas(*input_arena)
+        runtime.output_arenas = _slot_arenas(*output_arena)
         segment = _ipc.map_segment(channel["segment"], channel["size"])
         inbox, outbox = _ipc.ring_pair(segment, channel["capacity"], channel["spill_prefix"])
         model = load_model_class(model_path)()
@@ -397,7 +425,12 @@ def serve(fd: int) -> None:
         message = runtime.next_command()
         kind = message[0]
         if kind == "execute":
-            execute(runtime, model, loop, message[1], message[2])
+            if runtime.withdrawn(message[1]):
+                runtime.send(("result", message[1], {"withdrawn": True}))
+            else:
+                execute(runtime, model, loop, message[1], message[2], message[3])
+        elif kind == "withdraw":
+            pass  # for an execution already started: its model sees is_cancelled()
         elif kind == "finalize":
             if hasattr(model, "finalize"):
                 try:

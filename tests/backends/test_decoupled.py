@@ -159,6 +159,29 @@ output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] }, { name: "IDX" data_t
 """
 
 
+# Answers from a thread that ends without the final flag, its sender dropped there, after
+# execute() has returned: the model process then has nothing else to send.
+THREAD_FORGETFUL = """
+import threading
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            value = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy().copy()
+            threading.Thread(target=self.respond, args=(request.get_response_sender(), value)).start()
+        return None
+
+    def respond(self, sender, value):
+        time.sleep(0.2)  # execute() has returned and its result is sent
+        idx = pb_utils.Tensor("IDX", np.array([0], dtype=np.int32))
+        sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", value), idx]))
+"""
+
 # Keeps its input as numpy gives it (a view, no copy) and reads it from a thread 300 ms after
 # execute() has returned, as models that stream from their own threads do.
 LATE_READER = """
@@ -308,6 +331,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         ("forgetful", FORGETFUL, CONFIG),
         ("forgetful_unary", FORGETFUL, FORGETFUL_UNARY_CONFIG),
         ("late_reader", LATE_READER, one_instance),
+        ("thread_forgetful", THREAD_FORGETFUL, CONFIG),
     ):
         write_python_model(repo, name, source, config)
     (repo / "pipeline" / "1").mkdir(parents=True)
@@ -540,6 +564,23 @@ def test_a_stream_whose_sender_is_let_go_without_the_final_flag_ends_with_an_err
     errors = [str(error) for _, error in answers if error is not None]
     assert [int(result.as_numpy("OUT")[0]) for result in data] == [5]  # type: ignore[attr-defined]
     assert len(errors) == 2 and all("without sending the final flag" in e for e in errors), errors
+
+
+def test_a_sender_dropped_in_a_model_thread_ends_its_stream_while_the_model_is_otherwise_idle(
+    server: ServerProcess,
+) -> None:
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    received = collect_stream(client)
+    try:
+        tensor = grpcclient.InferInput("IN", [1], "INT32")
+        tensor.set_data_from_numpy(np.array([7], dtype=np.int32))
+        client.async_stream_infer("thread_forgetful", [tensor])
+        answers = [received.get(timeout=10) for _ in range(2)]  # nothing else is sent meanwhile
+    finally:
+        client.stop_stream(cancel_requests=True)
+    (first, first_error), (_, error) = answers
+    assert first_error is None and int(first.as_numpy("OUT")[0]) == 7  # type: ignore[attr-defined]
+    assert error is not None and "without sending the final flag" in str(error), error
 
 
 def test_a_model_that_answers_through_senders_and_forgets_the_final_flag_does_not_hang_requests(

@@ -8,6 +8,7 @@ senders and log lines back to the server.
 from __future__ import annotations
 
 import json
+import os
 import struct
 import weakref
 from collections import deque
@@ -191,7 +192,7 @@ class InferenceResponseSender:
 
     def __del__(self) -> None:
         if not self._closed:  # it can send nothing more: the server ends the request
-            _released.append(("sender_dropped", self._execution, self._index))
+            _release(("sender_dropped", self._execution, self._index))
 
     def send(self, response: InferenceResponse | None = None, flags: int = 0) -> None:
         if self._closed:
@@ -325,7 +326,7 @@ class InferenceRequest:
         # execute() returned None and no sender was ever made for this request: nothing can answer it.
         if getattr(self, "_owes_final", False) and self._sender is None:
             assert self._origin is not None
-            _released.append(("sender_dropped", *self._origin))
+            _release(("sender_dropped", *self._origin))
 
     def inputs(self) -> list[Tensor]:
         return self._inputs
@@ -514,8 +515,20 @@ def is_model_ready(model_name: str, model_version: str = "") -> bool:
 
 # Messages from ``__del__``: releases of metric families and series, and response senders dropped
 # without their final flag. ``__del__`` may run inside any allocation, even while this process is
-# sending a message, so it only queues; the runtime sends them ahead of its next message.
+# sending a message, so it only queues, and writes a byte to ``_released_pipe``: the runtime sends
+# them ahead of its next message, or from a thread of its own woken by that byte (a model may send
+# nothing else for long, while the request it dropped waits).
 _released: deque[tuple[Any, ...]] = deque()
+_released_pipe = -1
+
+
+def _release(message: tuple[Any, ...]) -> None:
+    _released.append(message)
+    if _released_pipe >= 0:
+        try:
+            os.write(_released_pipe, b"\0")
+        except OSError:  # full: a wake-up is pending already
+            pass
 _LIFETIME_ERROR = "Invalid metric operation as the corresponding 'MetricFamily' has been deleted."
 
 
@@ -544,7 +557,7 @@ class MetricFamily:
         if self._handle:
             for metric in list(self._metrics):
                 metric._release()
-            _released.append(("metric", "release_family", self._handle, 0.0))
+            _release(("metric", "release_family", self._handle, 0.0))
             self._handle = 0
 
 
@@ -591,7 +604,7 @@ class Metric:
 
     def _release(self) -> None:
         if self._handle:
-            _released.append(("metric", "release_series", self._handle, 0.0))
+            _release(("metric", "release_series", self._handle, 0.0))
             self._handle = 0
 
     def __del__(self) -> None:

@@ -71,6 +71,11 @@ class Runtime:
         self._inbox, self._outbox = inbox, outbox
         self._wait_fd, self._wake_fd = wait_fd, wake_fd
         threading.Thread(target=self._watch_server, name="trt-watch-server", daemon=True).start()
+        signal_read, pb_utils._released_pipe = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        os.set_blocking(signal_read, True)
+        threading.Thread(
+            target=self._send_released, args=(signal_read,), name="trt-send-released", daemon=True
+        ).start()
 
     def _watch_server(self) -> None:
         try:
@@ -80,6 +85,16 @@ class Runtime:
             pass
         self._server_gone = True
         _ipc.wake(self._wait_fd)
+
+    def _send_released(self, signal_read: int) -> None:
+        """Send what ``__del__`` queued as soon as it says so (``pb_utils._release``)."""
+        while os.read(signal_read, 4096):
+            with self._send_lock:
+                if released:
+                    assert self._outbox is not None
+                    while released:
+                        self._put(self._outbox, released.popleft())
+                    _ipc.wake(self._wake_fd)
 
     def send(self, message: Any) -> None:
         outbox = self._outbox

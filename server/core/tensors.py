@@ -130,6 +130,8 @@ class ModelSignature:
 
     @staticmethod
     def _dims_match(shape: tuple[int, ...], dims: tuple[int, ...]) -> bool:
+        if shape == dims:  # the usual case, and the cheap one: this runs on every input
+            return True
         return all(got == want or want == -1 for got, want in zip(shape, dims, strict=True))
 
     def _shape_error(self, tensor: InputTensor, spec: TensorSpec) -> InvalidInput:

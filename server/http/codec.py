@@ -116,9 +116,7 @@ def _decode_input(raw: Any, binary: memoryview, offset: int) -> tuple[InputTenso
     if not isinstance(datatype, str):
         raise InvalidInput(f"input '{name}' has no 'datatype'")
     shape_value = raw.get("shape")
-    if not isinstance(shape_value, list) or not all(
-        isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape_value
-    ):
+    if type(shape_value) is not list or not _all_sizes(shape_value):
         raise InvalidInput(f"input '{name}': 'shape' must be an array of non-negative integers")
     shape = tuple(shape_value)
     check_shape(name, shape)
@@ -148,6 +146,14 @@ def _decode_input(raw: Any, binary: memoryview, offset: int) -> tuple[InputTenso
     return InputTensor(
         name, datatype, shape, _json_data(name, datatype, shape, raw["data"]), parameters
     ), offset
+
+
+def _all_sizes(values: list[Any]) -> bool:
+    """Every item an int >= 0 (not a bool: ``type`` is exact)."""
+    for value in values:  # noqa: SIM110 (a loop, not all() over a generator: it runs on every input)
+        if type(value) is not int or value < 0:
+            return False
+    return True
 
 
 def _json_data(name: str, datatype: str, shape: tuple[int, ...], data: Any) -> np.ndarray:

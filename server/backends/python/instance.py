@@ -96,7 +96,7 @@ class _Execution:
     @property
     def finished(self) -> bool:
         """Nothing more can arrive for it: settled, and every stream has had its final response."""
-        return self.settled and (not self.streamed or len(self.finals) >= self.count)
+        return self.settled and (len(self.finals) >= self.count or not self.streamed)
 
     def settle(self, answers: list[BackendResponse] | None, error: BaseException | None = None) -> None:
         if not self.settled:
@@ -667,8 +667,11 @@ class PythonModelInstance:
         """A pair of arenas no unfinished execution holds. An execution holds its pair until its
         last response: a model may read its inputs from another thread until it sends its final
         flag. With none free (streams left open) the tensors travel inline, in the messages."""
-        held = {execution.slot for execution in self._executions.values()}
-        return next((slot for slot in range(EXECUTION_SLOTS) if slot not in held), None)
+        free = list(range(EXECUTION_SLOTS))
+        for execution in self._executions.values():
+            if execution.slot is not None:
+                free.remove(execution.slot)
+        return free[0] if free else None
 
     def _after_restart(
         self, requests: list[BackendRequest], done: ExecutionDone, restart: asyncio.Future[None]

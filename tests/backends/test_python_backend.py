@@ -510,8 +510,10 @@ def test_many_bls_answers_at_once_reach_their_callers_through_a_small_ring(tmp_p
     assert list(answer.outputs["FIRSTS"]) == list(range(60))
 
 
-# Takes 0.4 s per request and says when (CLOCK_MONOTONIC, as the server's perf_counter_ns).
+# Takes 0.4 s per request and says when (CLOCK_MONOTONIC, as the server's perf_counter_ns), and
+# in which process.
 TIMED = """
+import os
 import time
 
 import numpy as np
@@ -522,8 +524,9 @@ class TritonPythonModel:
     def execute(self, requests):
         started = time.perf_counter_ns()
         time.sleep(0.4)
-        span = np.array([started, time.perf_counter_ns()], dtype=np.int64)
-        return [pb_utils.InferenceResponse([pb_utils.Tensor("SPAN", span)]) for _ in requests]
+        span = pb_utils.Tensor("SPAN", np.array([started, time.perf_counter_ns()], dtype=np.int64))
+        pid = pb_utils.Tensor("PID", np.array([os.getpid()], dtype=np.int64))
+        return [pb_utils.InferenceResponse([span, pid]) for _ in requests]
 """
 
 
@@ -564,3 +567,31 @@ def test_an_instance_holds_its_next_request_while_it_runs_one_and_times_it_from_
         assert abs(times.queue_ns - (span[0] - submitted)) < 50_000_000, (times, span - submitted)
         assert 0.4e9 <= times.infer_ns < 0.55e9, times
     assert stats.execution_count == 3 and stats.pending == 0
+
+
+def test_a_request_held_behind_one_whose_process_dies_runs_on_the_new_process(tmp_path: Path) -> None:
+    """Only what the process was executing fails with it; the request it held but had not started
+    is still queued work, as in Triton, and the restarted process answers it."""
+    instance = _instance(tmp_path, TIMED, {})
+    scheduler = RequestScheduler([instance], ModelStatistics("m", "1"))
+
+    async def scenario() -> tuple[int, BaseException, BackendResponse]:
+        try:
+            first = instance.pid
+            running, held = (
+                asyncio.ensure_future(scheduler.submit(BackendRequest(name, {}, ("PID",), {}), 1))
+                for name in ("running", "held")
+            )
+            await asyncio.sleep(0.2)
+            assert len(instance._executions) == 2
+            os.kill(first, signal.SIGKILL)
+            with pytest.raises(ModelProcessDied) as failure:
+                await running
+            answer, _ = await held
+            return first, failure.value, answer
+        finally:
+            await instance.aclose()
+
+    first, failure, answer = asyncio.run(scenario())
+    assert "exited" in str(failure)
+    assert answer.error is None and answer.outputs["PID"][0] != first

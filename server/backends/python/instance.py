@@ -296,6 +296,10 @@ class PythonModelInstance:
             f"the Python model process (pid {pid}) exited with code {code} before answering; "
             "it is being restarted"
         )
+        # It runs executions in order, one at a time: the first that has not returned was running;
+        # those behind it (held in its ring) never started, and go to the new process instead.
+        waiting = sorted(n for n, e in self._executions.items() if not e.settled and not e.returned)
+        never_started = [self._executions.pop(number) for number in waiting[1:]]
         for execution in list(self._executions.values()):
             execution.fail(error)
         self._executions.clear()
@@ -304,6 +308,10 @@ class PythonModelInstance:
         self._backlog.clear()
         self._remove_spills()
         self._restarting = asyncio.get_running_loop().create_future()
+        for execution in never_started:  # ahead of requests that arrive while it restarts
+            self._restarting.add_done_callback(
+                partial(self._after_restart, execution.requests, execution.done)
+            )
         task = asyncio.get_running_loop().create_task(self._restart(self._restarting))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

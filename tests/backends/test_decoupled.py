@@ -347,6 +347,22 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     proc.stop()
 
 
+def _answers(server: ServerProcess, model: str, values: list[int], count: int) -> list[tuple[object, object]]:
+    """Stream one request per value (IN = value, request id str(value)) and collect ``count`` answers;
+    the stream is then stopped with its requests cancelled, so a model that never ends one fails the
+    test instead of hanging it."""
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    received = collect_stream(client)
+    try:
+        for value in values:
+            tensor = grpcclient.InferInput("IN", [1], "INT32")
+            tensor.set_data_from_numpy(np.array([value], dtype=np.int32))
+            client.async_stream_infer(model, [tensor], request_id=str(value))
+        return [received.get(timeout=10) for _ in range(count)]
+    finally:
+        client.stop_stream(cancel_requests=True)
+
+
 def _stream(server: ServerProcess, counts: list[int], empty_final: bool) -> list[tuple[object, object]]:
     client = grpcclient.InferenceServerClient(server.grpc_url)
     received = collect_stream(client)
@@ -487,16 +503,7 @@ def test_inputs_stay_intact_until_the_final_response_while_later_requests_execut
     """A request's input tensors live in shared memory the next executions reuse: a model that reads
     them from a thread after execute() returned must still see its own, however many requests
     executed meanwhile (two hold the instance's two arenas, the rest travel inline)."""
-    client = grpcclient.InferenceServerClient(server.grpc_url)
-    received = collect_stream(client)
-    try:
-        for value in (11, 22, 33, 44):
-            tensor = grpcclient.InferInput("IN", [1], "INT32")
-            tensor.set_data_from_numpy(np.array([value], dtype=np.int32))
-            client.async_stream_infer("late_reader", [tensor], request_id=str(value))
-        answers = [received.get(timeout=20) for _ in range(4)]
-    finally:
-        client.stop_stream()
+    answers = _answers(server, "late_reader", [11, 22, 33, 44], 4)
     assert all(error is None for _, error in answers), answers
     echoed = {result.get_response().id: int(result.as_numpy("OUT")[0]) for result, _ in answers}  # type: ignore[attr-defined]
     assert echoed == {"11": 11, "22": 22, "33": 33, "44": 44}
@@ -550,16 +557,7 @@ def test_an_ensemble_streams_each_response_of_its_decoupled_step_through_the_ste
 def test_a_stream_whose_sender_is_let_go_without_the_final_flag_ends_with_an_error(
     server: ServerProcess,
 ) -> None:
-    client = grpcclient.InferenceServerClient(server.grpc_url)
-    received = collect_stream(client)
-    try:
-        for value in (5, 0):
-            tensor = grpcclient.InferInput("IN", [1], "INT32")
-            tensor.set_data_from_numpy(np.array([value], dtype=np.int32))
-            client.async_stream_infer("forgetful", [tensor], request_id=str(value))
-        answers = [received.get(timeout=10) for _ in range(3)]
-    finally:
-        client.stop_stream(cancel_requests=True)  # without the fix, the stream would wait forever
+    answers = _answers(server, "forgetful", [5, 0], 3)
     data = [result for result, error in answers if error is None]
     errors = [str(error) for _, error in answers if error is not None]
     assert [int(result.as_numpy("OUT")[0]) for result in data] == [5]  # type: ignore[attr-defined]
@@ -569,15 +567,7 @@ def test_a_stream_whose_sender_is_let_go_without_the_final_flag_ends_with_an_err
 def test_a_sender_dropped_in_a_model_thread_ends_its_stream_while_the_model_is_otherwise_idle(
     server: ServerProcess,
 ) -> None:
-    client = grpcclient.InferenceServerClient(server.grpc_url)
-    received = collect_stream(client)
-    try:
-        tensor = grpcclient.InferInput("IN", [1], "INT32")
-        tensor.set_data_from_numpy(np.array([7], dtype=np.int32))
-        client.async_stream_infer("thread_forgetful", [tensor])
-        answers = [received.get(timeout=10) for _ in range(2)]  # nothing else is sent meanwhile
-    finally:
-        client.stop_stream(cancel_requests=True)
+    answers = _answers(server, "thread_forgetful", [7], 2)  # nothing else is sent meanwhile
     (first, first_error), (_, error) = answers
     assert first_error is None and int(first.as_numpy("OUT")[0]) == 7  # type: ignore[attr-defined]
     assert error is not None and "without sending the final flag" in str(error), error

@@ -595,3 +595,27 @@ def test_a_request_held_behind_one_whose_process_dies_runs_on_the_new_process(tm
     first, failure, answer = asyncio.run(scenario())
     assert "exited" in str(failure)
     assert answer.error is None and answer.outputs["PID"][0] != first
+
+
+def test_a_held_request_cancelled_while_its_process_restarts_never_runs(tmp_path: Path) -> None:
+    instance = _instance(tmp_path, TIMED, {})
+    stats = ModelStatistics("m", "1")
+    scheduler = RequestScheduler([instance], stats)
+
+    async def scenario() -> None:
+        try:
+            running, held = (
+                asyncio.ensure_future(scheduler.submit(BackendRequest(name, {}, ("PID",), {}), 1))
+                for name in ("running", "held")
+            )
+            await asyncio.sleep(0.2)
+            os.kill(instance.pid, signal.SIGKILL)
+            with pytest.raises(ModelProcessDied):
+                await running
+            held.cancel()  # the new process is still starting
+            await scheduler.submit(BackendRequest("after", {}, ("PID",), {}), 1)
+        finally:
+            await instance.aclose()
+
+    asyncio.run(scenario())
+    assert stats.execution_count == 1  # "after" alone: "running" failed, "held" never ran

@@ -688,6 +688,8 @@ class PythonModelInstance:
             done(None, Unavailable("the Python model process was not restarted"), None)
         elif restart.exception() is not None:
             done(None, restart.exception(), None)
+        elif all(request.cancelled for request in requests):  # nobody waits for it any more
+            done(None, ServerError("the request was cancelled while the model process restarted"), None)
         else:
             self.start_requests(requests, done)
 

@@ -11,7 +11,8 @@ tensor that nothing produces.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+import itertools
+from collections.abc import AsyncIterator, Callable, Sequence
 
 import numpy as np
 
@@ -103,16 +104,13 @@ class EnsembleInstance:
         self._outputs = [output.name for output in config.output]
         self._services = services
         step_order(config)
-        self._streaming = _decoupled_step(self._steps, services)
-        if self._streaming is not None:
+        self._decoupled = _decoupled_steps(self._steps, services)
+        self._downstream = {index: _downstream(self._steps, index) for index in self._decoupled}
+        if self._decoupled:
             # As in Triton, an ensemble over a decoupled model is decoupled: one response of the
-            # ensemble for each response of that step, each run through the steps after it.
+            # ensemble for each response of its last decoupled step, each run through the steps
+            # after it (a decoupled step after another runs once per response of the first).
             config.model_transaction_policy.decoupled = True
-            after = _downstream(self._steps, self._streaming)
-            self._before = [
-                step for i, step in enumerate(self._steps) if i not in after and i != self._streaming
-            ]
-            self._after = [self._steps[i] for i in sorted(after)]
 
     async def execute_requests(self, requests: list[BackendRequest]) -> list[BackendResponse]:
         return list(await asyncio.gather(*(self._answer(request) for request in requests)))
@@ -120,7 +118,7 @@ class EnsembleInstance:
     async def _answer(self, request: BackendRequest) -> BackendResponse:
         if request.on_response is None:
             return await self._run(request)
-        if self._streaming is None:  # a decoupled ensemble without a decoupled step: one response
+        if not self._decoupled:  # a decoupled ensemble without a decoupled step: one response
             response = await self._run(request)
             request.on_response(response, True)
             return BackendResponse({})
@@ -138,29 +136,44 @@ class EnsembleInstance:
     async def _stream(
         self, request: BackendRequest, respond: Callable[[BackendResponse | None, bool], None]
     ) -> None:
-        """The steps before the decoupled one run once; each of its responses then goes through the
-        steps after it and out as a response of the ensemble."""
-        assert self._streaming is not None
-        tensors: dict[str, np.ndarray] = dict(request.inputs)
+        """Each set of tensors the steps produce (one per response of the last decoupled step) goes
+        out as a response of the ensemble."""
         names = request.requested_outputs or self._outputs
         try:
-            await self._run_steps(self._before, tensors, request)
-            step = self._steps[self._streaming]
-            async for item in self._services.infer_stream(_step_request(step, tensors, request)):
-                if request.cancelled:
-                    break  # nobody reads on; leaving the loop closes the stream, which tells the step
-                if item.error is not None:
-                    raise item.error if isinstance(item.error, ServerError) else ServerError(str(item.error))
-                if item.response is None:
-                    continue
-                branch = dict(tensors)
-                _take_outputs(step, item.response.outputs, branch)
-                await self._run_steps(self._after, branch, request)
-                respond(BackendResponse({name: branch[name] for name in names}), False)
+            branches = self._branches(list(range(len(self._steps))), dict(request.inputs), request)
+            async for tensors in branches:
+                respond(BackendResponse({name: tensors[name] for name in names}), False)
         except ServerError as exc:
             respond(BackendResponse({}, error=type(exc)(f"in ensemble step: {exc.message}")), True)
             return
         respond(None, True)
+
+    async def _branches(
+        self, steps: list[int], tensors: dict[str, np.ndarray], request: BackendRequest
+    ) -> AsyncIterator[dict[str, np.ndarray]]:
+        """Run ``steps`` over ``tensors``. The steps before the first decoupled one run once; each
+        response of that step then runs the steps after it on a copy of the tensors (recursively:
+        they may hold the next decoupled step). Yields the tensors of every branch that ends."""
+        first = next((index for index in self._decoupled if index in steps), None)  # upstream first
+        if first is None:
+            await self._run_steps([self._steps[index] for index in steps], tensors, request)
+            yield tensors
+            return
+        after = self._downstream[first] & set(steps)
+        before = [index for index in steps if index not in after and index != first]
+        await self._run_steps([self._steps[index] for index in before], tensors, request)
+        step = self._steps[first]
+        async for item in self._services.infer_stream(_step_request(step, tensors, request)):
+            if request.cancelled:
+                break  # nobody reads on; leaving the loop closes the stream, which tells the step
+            if item.error is not None:
+                raise item.error if isinstance(item.error, ServerError) else ServerError(str(item.error))
+            if item.response is None:
+                continue
+            branch = dict(tensors)
+            _take_outputs(step, item.response.outputs, branch)
+            async for done in self._branches(sorted(after), branch, request):
+                yield done
 
     async def _run_steps(
         self,
@@ -232,10 +245,12 @@ def _take_outputs(
     return filled
 
 
-def _decoupled_step(
+def _decoupled_steps(
     steps: Sequence[model_config_pb2.ModelEnsembling.Step], services: ServerServices
-) -> int | None:
-    """The step whose model is decoupled, if one is (among the models loaded so far); refuses two."""
+) -> list[int]:
+    """The steps whose models are decoupled (among the models loaded so far), upstream first. They
+    must form a chain, each fed by the one before it: two side by side would each answer any number
+    of times, and there is no telling which answer of one goes with which of the other."""
     found = []
     for index, step in enumerate(steps):
         try:
@@ -246,13 +261,16 @@ def _decoupled_step(
             continue  # not loaded yet: its own load says whether it works
         if decoupled:
             found.append(index)
-    if len(found) > 1:
-        names = " and ".join(f"'{steps[i].model_name}'" for i in found)
-        raise ModelConfigError(
-            f"an ensemble can stream from one decoupled step; steps {names} are both decoupled",
-            "ensemble_scheduling",
-        )
-    return found[0] if found else None
+    found.sort(key=lambda index: -len(_downstream(steps, index)))  # upstream ones feed more steps
+    for upstream, downstream in itertools.pairwise(found):
+        if downstream not in _downstream(steps, upstream):
+            raise ModelConfigError(
+                f"ensemble steps '{steps[upstream].model_name}' and '{steps[downstream].model_name}' are "
+                "both decoupled and neither feeds the other; an ensemble streams through decoupled "
+                "steps one after another only",
+                "ensemble_scheduling",
+            )
+    return found
 
 
 def _downstream(steps: Sequence[model_config_pb2.ModelEnsembling.Step], source: int) -> set[int]:

@@ -159,6 +159,35 @@ output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] }, { name: "IDX" data_t
 """
 
 
+# `square` fed by `square`: each of the first's responses runs the second, which answers as often.
+SQUARE_TWICE_CONFIG = """
+platform: "ensemble"
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [
+  { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] }, { name: "IDX" data_type: TYPE_INT32 dims: [ 1 ] },
+  { name: "FIRST_IDX" data_type: TYPE_INT32 dims: [ 1 ] }
+]
+ensemble_scheduling { step [
+  { model_name: "square" model_version: -1 input_map { key: "IN" value: "IN" }
+    output_map { key: "OUT" value: "first" } output_map { key: "IDX" value: "FIRST_IDX" } },
+  { model_name: "square" model_version: -1 input_map { key: "IN" value: "first" }
+    output_map { key: "OUT" value: "OUT" } output_map { key: "IDX" value: "IDX" } }
+] }
+"""
+
+# Two decoupled steps side by side: which answer of one would go with which of the other?
+SIDE_BY_SIDE_CONFIG = """
+platform: "ensemble"
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "A" data_type: TYPE_INT32 dims: [ 1 ] }, { name: "B" data_type: TYPE_INT32 dims: [ 1 ] } ]
+ensemble_scheduling { step [
+  { model_name: "square" model_version: -1 input_map { key: "IN" value: "IN" }
+    output_map { key: "OUT" value: "A" } output_map { key: "IDX" value: "a_index" } },
+  { model_name: "square_one_instance" model_version: -1 input_map { key: "IN" value: "IN" }
+    output_map { key: "OUT" value: "B" } output_map { key: "IDX" value: "b_index" } }
+] }
+"""
+
 # Answers from a thread that ends without the final flag, its sender dropped there, after
 # execute() has returned: the model process then has nothing else to send.
 THREAD_FORGETFUL = """
@@ -334,8 +363,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         ("thread_forgetful", THREAD_FORGETFUL, CONFIG),
     ):
         write_python_model(repo, name, source, config)
-    (repo / "pipeline" / "1").mkdir(parents=True)
-    (repo / "pipeline" / "config.pbtxt").write_text(PIPELINE_CONFIG)
+    for name, config in (
+        ("pipeline", PIPELINE_CONFIG), ("square_twice", SQUARE_TWICE_CONFIG), ("side_by_side", SIDE_BY_SIDE_CONFIG)
+    ):
+        (repo / name / "1").mkdir(parents=True)
+        (repo / name / "config.pbtxt").write_text(config)
     write_simple(repo)
     write_simple(repo, "onnx_decoupled")
     config = (repo / "onnx_decoupled" / "config.pbtxt").read_text()
@@ -552,6 +584,25 @@ def test_an_ensemble_streams_each_response_of_its_decoupled_step_through_the_ste
     plain.set_data_from_numpy(np.array([2], dtype=np.int32))
     with pytest.raises(InferenceServerException, match="decoupled"):
         http.infer("pipeline", [plain])
+
+
+def test_an_ensemble_streams_through_a_decoupled_step_fed_by_another(server: ServerProcess) -> None:
+    answers = _answers(server, "square_twice", [2], 4)  # 2 responses, each answered twice
+    assert all(error is None for _, error in answers), answers
+    pairs = sorted(
+        (int(r.as_numpy("FIRST_IDX")[0]), int(r.as_numpy("IDX")[0]), int(r.as_numpy("OUT")[0]))  # type: ignore[attr-defined]
+        for r, _ in answers
+    )
+    assert pairs == [(0, 0, 2), (0, 1, 2), (1, 0, 2), (1, 1, 2)]
+
+
+def test_an_ensemble_with_decoupled_steps_side_by_side_is_refused_at_load(server: ServerProcess) -> None:
+    index = {
+        r["name"]: r for r in httpclient.InferenceServerClient(server.http_url).get_model_repository_index()
+    }
+    assert index["side_by_side"]["state"] == "UNAVAILABLE"
+    assert "neither feeds the other" in index["side_by_side"]["reason"]
+    assert index["square_twice"]["state"] == "READY"
 
 
 def test_a_stream_whose_sender_is_let_go_without_the_final_flag_ends_with_an_error(

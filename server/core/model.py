@@ -241,6 +241,8 @@ class ModelVersion:
                     self._stamp(request.trace, (("REQUEST_START", received), ("REQUEST_END", now)))
                 return cached
         feeds = {t.name: self._to_model_shape(_data_of(t), signature.inputs[t.name]) for t in request.inputs}
+        if request.trace is not None and request.trace.with_tensors:
+            _trace_tensors(request.trace, "TENSOR_QUEUE_INPUT", request.inputs)
         input_done = time.perf_counter_ns()
         parameters: dict[str, Any] = {}
         if self._request_level:
@@ -283,6 +285,8 @@ class ModelVersion:
         self.stats.record_success(done - received, times.queue_ns, input_ns, times.infer_ns, output_ns)
         if request.trace is not None:
             self._stamp(request.trace, _trace_points(received, input_done, times, done))
+            if request.trace.with_tensors:
+                _trace_tensors(request.trace, "TENSOR_BACKEND_OUTPUT", outputs)
         response = InferenceResponse(self.name, self.version_str, request.id, outputs, parameters)
         if cache_key is not None and self.cache is not None:
             self.cache.put(cache_key, response)
@@ -370,6 +374,12 @@ def _backend_request(
     return BackendRequest(
         request.id, feeds, tuple(output_names), custom, parameters.get("sequence_id", 0) or 0, flags
     )
+
+
+def _trace_tensors(trace: Trace, activity: str, tensors: Sequence[InputTensor | OutputTensor]) -> None:
+    for tensor in tensors:
+        if tensor.data is not None:
+            trace.tensor(activity, tensor.name, tensor.datatype, tensor.data)
 
 
 def _data_of(tensor: InputTensor) -> np.ndarray:

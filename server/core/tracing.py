@@ -1,5 +1,7 @@
-"""Triton's request tracing (``triton`` mode, ``TIMESTAMPS`` level): one request in every ``rate`` is
-traced, its timestamps written to a JSON trace file that Triton's ``trace_summary.py`` reads.
+"""Triton's request tracing (``triton`` mode): one request in every ``rate`` is traced, and written
+to a JSON trace file that Triton's ``trace_summary.py`` reads: with level ``TIMESTAMPS`` its
+timestamps, with ``TENSORS`` the tensors the model was given (``TENSOR_QUEUE_INPUT``) and gave back
+(``TENSOR_BACKEND_OUTPUT``), their values as comma-separated text, as Triton writes them.
 
 Settings are global, with per-model overrides, changeable at run time through the trace extension
 (HTTP ``/v2[/models/{m}]/trace/setting``, gRPC ``TraceSetting``); values travel as strings, as
@@ -18,9 +20,11 @@ import threading
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
+
 from server.core.errors import InvalidArgument, Unsupported
 
-LEVELS = ("OFF", "TIMESTAMPS")
+LEVELS = ("OFF", "TIMESTAMPS", "TENSORS")
 _KEYS = ("trace_level", "trace_rate", "trace_count", "log_frequency", "trace_file", "trace_mode")
 
 
@@ -44,21 +48,39 @@ class TraceSettings:
 
     @property
     def on(self) -> bool:
-        return "TIMESTAMPS" in self.level and self.count != 0 and bool(self.file)
+        traced = "TIMESTAMPS" in self.level or "TENSORS" in self.level
+        return traced and self.count != 0 and bool(self.file)
 
 
 @dataclass
 class Trace:
-    """One traced request: what it was, and the timestamps (name, ns on the monotonic clock)."""
+    """One traced request: what it was, the timestamps (name, ns on the monotonic clock) and, at
+    level TENSORS, its tensors."""
 
     id: int
     model_name: str
     model_version: str
     request_id: str
     timestamps: list[tuple[str, int]] = field(default_factory=list)
+    with_timestamps: bool = True
+    with_tensors: bool = False
+    tensors: list[dict[str, Any]] = field(default_factory=list)
 
     def stamp(self, name: str, ns: int) -> None:
         self.timestamps.append((name, ns))
+
+    def tensor(self, activity: str, name: str, datatype: str, data: np.ndarray) -> None:
+        """Record a tensor now (as text: its buffer may be reused once the request moves on)."""
+        self.tensors.append({
+            "id": self.id,
+            "activity": activity,
+            "tensor": {
+                "name": name,
+                "data": tensor_text(data, datatype),
+                "shape": ",".join(str(dim) for dim in data.shape),
+                "dtype": datatype,
+            },
+        })  # fmt: skip
 
     def as_json(self) -> list[dict[str, Any]]:
         about: dict[str, Any] = {"id": self.id, "model_name": self.model_name}
@@ -66,8 +88,27 @@ class Trace:
             about["model_version"] = int(self.model_version)
         if self.request_id:
             about["request_id"] = self.request_id
-        ordered = sorted(self.timestamps, key=lambda stamp: stamp[1])
-        return [about, {"id": self.id, "timestamps": [{"name": n, "ns": ns} for n, ns in ordered]}]
+        entries = [about]
+        if self.with_timestamps:
+            ordered = sorted(self.timestamps, key=lambda stamp: stamp[1])
+            entries.append({"id": self.id, "timestamps": [{"name": n, "ns": ns} for n, ns in ordered]})
+        return entries + self.tensors
+
+
+def tensor_text(data: np.ndarray, datatype: str) -> str:
+    """A tensor's values as Triton's trace file gives them: comma-separated, row-major; floats with
+    six significant digits, BOOL as 1/0, BYTES each in double quotes."""
+    flat = data.reshape(-1)
+    if datatype == "BYTES":
+        return ",".join(
+            '"' + (item.decode("utf-8", "replace") if isinstance(item, bytes) else str(item)) + '"'
+            for item in flat
+        )
+    if datatype == "BOOL":
+        return ",".join("1" if item else "0" for item in flat.tolist())
+    if datatype in ("FP16", "FP32", "FP64"):
+        return ",".join(format(item, "g") for item in flat.tolist())
+    return ",".join(str(item) for item in flat.tolist())
 
 
 class Tracer:
@@ -146,7 +187,14 @@ class Tracer:
             if settings.count > 0:
                 self._count_one(owner, settings.count - 1)
                 self._refresh()
-            trace = Trace(self._next_id, model_name, model_version, request_id)
+            trace = Trace(
+                self._next_id,
+                model_name,
+                model_version,
+                request_id,
+                with_timestamps="TIMESTAMPS" in settings.level,
+                with_tensors="TENSORS" in settings.level,
+            )
             self._next_id += 1
             return trace
 
@@ -236,10 +284,8 @@ def _with(settings: TraceSettings, key: str, value: Any) -> TraceSettings:
     if key == "trace_level":
         levels = tuple(value) if isinstance(value, list | tuple) else (value,)
         for level in levels:
-            if level == "TENSORS":
-                raise Unsupported("trace level TENSORS is not supported; use TIMESTAMPS")
             if level not in LEVELS:
-                raise InvalidArgument(f"trace_level must be OFF or TIMESTAMPS, got '{level}'")
+                raise InvalidArgument(f"trace_level must be OFF, TIMESTAMPS or TENSORS, got '{level}'")
         return replace(settings, level=levels or ("OFF",))
     if key == "trace_mode":
         if value != "triton":

@@ -12,7 +12,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from server.core.tracing import parse_trace_config
+from server.core.tracing import parse_trace_config, tensor_text
 from tests.support import ServerProcess, simple_inputs, write_simple
 
 CORE_POINTS = [
@@ -108,7 +108,7 @@ def test_settings_change_at_run_time_globally_and_per_model(tmp_path: Path) -> N
         cleared = http.update_trace_settings(model_name="simple", settings={"trace_rate": None})
         assert cleared["trace_rate"] == "1"  # the global value again
         for settings, message in (
-            ({"trace_level": ["TENSORS"]}, "TENSORS"),
+            ({"trace_level": ["TENSOR"]}, "OFF, TIMESTAMPS or TENSORS"),
             ({"trace_rate": "0"}, "at least 1"),
             ({"trace_file": "/tmp/elsewhere.json"}, "can't be changed"),
             ({"trace_colour": "red"}, "unknown trace setting"),
@@ -124,11 +124,42 @@ def test_settings_change_at_run_time_globally_and_per_model(tmp_path: Path) -> N
     assert len(_traces(Path(f"{trace_file}.1"))) == 1
 
 
+def test_level_tensors_writes_what_the_model_was_given_and_gave_back(tmp_path: Path) -> None:
+    trace_file = tmp_path / "trace.json"
+    server = _serve(tmp_path, f"triton,file={trace_file}", "level=TENSORS", "rate=1")
+    data = np.arange(-3, 13, dtype=np.int32).reshape(1, 16)
+    try:
+        http = httpclient.InferenceServerClient(server.http_url)
+        http.infer("simple", simple_inputs(httpclient, data), request_id="tensors")
+    finally:
+        server.stop()
+    entries = json.loads(trace_file.read_text())
+    assert not any("timestamps" in entry for entry in entries)  # TENSORS only
+    [about] = [entry for entry in entries if "model_name" in entry]
+    assert about["request_id"] == "tensors"
+    tensors = {(e["activity"], e["tensor"]["name"]): e["tensor"] for e in entries if "activity" in e}
+    assert all(e["id"] == about["id"] for e in entries)
+    values = ",".join(str(v) for v in range(-3, 13))
+    for name in ("INPUT0", "INPUT1"):
+        assert tensors["TENSOR_QUEUE_INPUT", name] == {
+            "name": name, "data": values, "shape": "1,16", "dtype": "INT32"
+        }
+    assert tensors["TENSOR_BACKEND_OUTPUT", "OUTPUT0"]["data"] == ",".join(str(2 * v) for v in range(-3, 13))
+    assert tensors["TENSOR_BACKEND_OUTPUT", "OUTPUT1"]["data"] == ",".join("0" for _ in range(16))
+
+
+def test_tensor_values_are_written_as_triton_writes_them() -> None:
+    floats = np.array([[0.1, 1.23456789], [2.0, -1e-7]], np.float32)
+    assert tensor_text(floats, "FP32") == "0.1,1.23457,2,-1e-07"  # six significant digits
+    assert tensor_text(np.array([True, False]), "BOOL") == "1,0"
+    assert tensor_text(np.array([b"a", b"caf\xc3\xa9"], dtype=np.object_), "BYTES") == '"a","caf\u00e9"'
+
+
 def test_trace_config_flags_are_checked() -> None:
     assert parse_trace_config(["level=TIMESTAMPS", "level=OFF", "rate=10"]).level == ("TIMESTAMPS",)
     for values, message in (
         (["rate=x"], "integer"),
-        (["level=TENSORS"], "TENSORS"),
+        (["level=EVERYTHING"], "OFF, TIMESTAMPS or TENSORS"),
         (["opentelemetry,url=http://collector"], "only the triton trace mode"),
         (["triton,colour=red"], "unknown setting 'colour'"),
         (["rate"], "takes [triton,]<setting>=<value>"),

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from server.core.cpu_colocation import CpuColocation
     from server.core.custom_metrics import CustomMetricsRegistry
     from server.core.errors import ServerError
+    from server.core.tracing import Trace, Tracer
     from server.core.types import InferenceRequest, InferenceResponse, StreamItem
 
 
@@ -31,6 +32,7 @@ class ServerServices(Protocol):
 
     custom_metrics: CustomMetricsRegistry
     colocation: CpuColocation  # Python model processes share the loop's CPU while the load is light
+    tracer: Tracer
     event_loop: asyncio.AbstractEventLoop | None  # the loop serving requests, once started
 
     def model_ready(self, name: str, version: str = "") -> bool: ...
@@ -121,6 +123,8 @@ class BackendRequest:
     # Decoupled models: called with each response as the model sends it, and final=True once it is
     # done (with None when the final flag came without a response). None: collect one response.
     on_response: Callable[[BackendResponse | None, bool], None] | None = None
+    # The request's trace, when it is one being traced (an ensemble traces its steps under it).
+    trace: Trace | None = None
     # Set once whoever asked stopped waiting (a gRPC client cancelled, a stream closed): a model that
     # asks (``request.is_cancelled()``) can stop early; its answer would go nowhere.
     cancelled: bool = False

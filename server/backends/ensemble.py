@@ -163,6 +163,7 @@ class EnsembleInstance:
         before = [index for index in steps if index not in after and index != first]
         await self._run_steps([self._steps[index] for index in before], tensors, request)
         step = self._steps[first]
+        # Not traced: streamed requests are not (the steps after it are, one trace per response).
         async for item in self._services.infer_stream(_step_request(step, tensors, request)):
             if request.cancelled:
                 break  # nobody reads on; leaving the loop closes the stream, which tells the step
@@ -189,7 +190,12 @@ class EnsembleInstance:
         async def run_step(step: model_config_pb2.ModelEnsembling.Step) -> None:
             for tensor in step.input_map.values():
                 await produced[tensor].wait()
-            response = await self._services.infer(_step_request(step, tensors, request))
+            step_request = self._step_request(step, tensors, request)
+            try:
+                response = await self._services.infer(step_request)
+            finally:
+                if step_request.trace is not None:
+                    self._services.tracer.finish(step_request.trace)
             for tensor in _take_outputs(step, response.outputs, tensors):
                 produced[tensor].set()
 
@@ -200,6 +206,18 @@ class EnsembleInstance:
             for task in tasks:
                 task.cancel()
             raise
+
+    def _step_request(
+        self,
+        step: model_config_pb2.ModelEnsembling.Step,
+        tensors: dict[str, np.ndarray],
+        request: BackendRequest,
+    ) -> InferenceRequest:
+        """A step's request; traced, as a child of the ensemble's trace, when the ensemble's is."""
+        step_request = _step_request(step, tensors, request)
+        if request.trace is not None:
+            step_request.trace = self._services.tracer.child(request.trace, step.model_name, _version(step))
+        return step_request
 
     async def aclose(self) -> None:
         pass

@@ -372,7 +372,13 @@ def _backend_request(
         flags |= 2
     custom = {k: v for k, v in parameters.items() if k not in RESERVED_PARAMETERS}
     return BackendRequest(
-        request.id, feeds, tuple(output_names), custom, parameters.get("sequence_id", 0) or 0, flags
+        request.id,
+        feeds,
+        tuple(output_names),
+        custom,
+        parameters.get("sequence_id", 0) or 0,
+        flags,
+        trace=request.trace,
     )
 
 

@@ -62,6 +62,7 @@ class Trace:
     model_version: str
     request_id: str
     timestamps: list[tuple[str, int]] = field(default_factory=list)
+    parent_id: int | None = None  # a step of an ensemble: the ensemble's trace
     with_timestamps: bool = True
     with_tensors: bool = False
     tensors: list[dict[str, Any]] = field(default_factory=list)
@@ -88,6 +89,8 @@ class Trace:
             about["model_version"] = int(self.model_version)
         if self.request_id:
             about["request_id"] = self.request_id
+        if self.parent_id is not None:
+            about["parent_id"] = self.parent_id
         entries = [about]
         if self.with_timestamps:
             ordered = sorted(self.timestamps, key=lambda stamp: stamp[1])
@@ -194,6 +197,22 @@ class Tracer:
                 request_id,
                 with_timestamps="TIMESTAMPS" in settings.level,
                 with_tensors="TENSORS" in settings.level,
+            )
+            self._next_id += 1
+            return trace
+
+    def child(self, parent: Trace, model_name: str, model_version: str) -> Trace:
+        """The trace of a request made on behalf of a traced one (an ensemble's step): taken with it,
+        whatever the rate and count, at its levels, and written beside it."""
+        with self._lock:
+            trace = Trace(
+                self._next_id,
+                model_name,
+                model_version,
+                parent.request_id,
+                parent_id=parent.id,
+                with_timestamps=parent.with_timestamps,
+                with_tensors=parent.with_tensors,
             )
             self._next_id += 1
             return trace

@@ -27,9 +27,28 @@ CORE_POINTS = [
 ]
 
 
+# `simple` twice: the sums and differences, then their sums (2 * INPUT0) and differences (2 * INPUT1).
+SIMPLE_TWICE_CONFIG = """
+platform: "ensemble"
+max_batch_size: 8
+input [ { name: "A" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "B" data_type: TYPE_INT32 dims: [ 16 ] } ]
+output [ { name: "TWICE_A" data_type: TYPE_INT32 dims: [ 16 ] } ]
+ensemble_scheduling { step [
+  { model_name: "simple" model_version: -1
+    input_map { key: "INPUT0" value: "A" } input_map { key: "INPUT1" value: "B" }
+    output_map { key: "OUTPUT0" value: "sum" } output_map { key: "OUTPUT1" value: "difference" } },
+  { model_name: "simple" model_version: -1
+    input_map { key: "INPUT0" value: "sum" } input_map { key: "INPUT1" value: "difference" }
+    output_map { key: "OUTPUT0" value: "TWICE_A" } }
+] }
+"""
+
+
 def _serve(tmp_path: Path, *trace_config: str) -> ServerProcess:
     repo = tmp_path / "repo"
     write_simple(repo)
+    (repo / "simple_twice" / "1").mkdir(parents=True)
+    (repo / "simple_twice" / "config.pbtxt").write_text(SIMPLE_TWICE_CONFIG)
     flags = [f"--trace-config={value}" for value in trace_config]
     return ServerProcess([repo], flags).start(tmp_path)
 
@@ -41,7 +60,7 @@ def _traces(path: Path) -> dict[int, dict[str, object]]:
         trace = traces.setdefault(entry["id"], {"stamps": []})
         if "timestamps" in entry:
             trace["stamps"] += [(t["name"], t["ns"]) for t in entry["timestamps"]]  # type: ignore[operator]
-        else:
+        elif "activity" not in entry:  # tensors (level TENSORS) are read on their own
             trace.update(entry)
     return traces
 
@@ -146,6 +165,37 @@ def test_level_tensors_writes_what_the_model_was_given_and_gave_back(tmp_path: P
         }
     assert tensors["TENSOR_BACKEND_OUTPUT", "OUTPUT0"]["data"] == ",".join(str(2 * v) for v in range(-3, 13))
     assert tensors["TENSOR_BACKEND_OUTPUT", "OUTPUT1"]["data"] == ",".join("0" for _ in range(16))
+
+
+def test_an_ensemble_s_steps_are_traced_under_its_trace(tmp_path: Path) -> None:
+    trace_file = tmp_path / "trace.json"
+    server = _serve(tmp_path, f"triton,file={trace_file}", "level=TIMESTAMPS", "level=TENSORS", "rate=1")
+    a, b = np.arange(16, dtype=np.int32).reshape(1, 16), np.ones((1, 16), dtype=np.int32)
+    try:
+        inputs = [httpclient.InferInput(name, [1, 16], "INT32") for name in ("A", "B")]
+        for tensor, data in zip(inputs, (a, b), strict=True):
+            tensor.set_data_from_numpy(data)
+        client = httpclient.InferenceServerClient(server.http_url)
+        result = client.infer("simple_twice", inputs, request_id="e")
+        np.testing.assert_array_equal(result.as_numpy("TWICE_A"), 2 * a)
+    finally:
+        server.stop()
+    traces = _traces(trace_file)
+    [ensemble] = [t for t in traces.values() if t["model_name"] == "simple_twice"]
+    steps = [t for t in traces.values() if t["model_name"] == "simple"]
+    assert "parent_id" not in ensemble and len(steps) == 2
+    assert all(step["parent_id"] == ensemble["id"] and step["request_id"] == "e" for step in steps)
+    for step in steps:
+        names = [name for name, _ in step["stamps"]]  # type: ignore[attr-defined]
+        assert [name for name in names if name in CORE_POINTS] == CORE_POINTS
+    # The second step was given the first's outputs: its TENSOR_QUEUE_INPUT INPUT0 holds A + B.
+    entries = json.loads(trace_file.read_text())
+    inputs_seen = [
+        entry["tensor"]["data"]
+        for entry in entries
+        if entry.get("activity") == "TENSOR_QUEUE_INPUT" and entry["tensor"]["name"] == "INPUT0"
+    ]
+    assert ",".join(str(v) for v in (a + b).reshape(-1)) in inputs_seen
 
 
 def test_tensor_values_are_written_as_triton_writes_them() -> None:

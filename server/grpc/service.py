@@ -108,29 +108,42 @@ class GrpcInferenceService(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):
     async def ModelInfer(self, request: Any, context: Any) -> Any:
         # The hot path: the error mapping is inlined rather than wrapped.
         try:
-            inference = codec.decode_infer_request(request)
             tracer = self.core.tracer
+            decoding = time.perf_counter_ns() if tracer.active else 0
+            inference = codec.decode_infer_request(request)
             if tracer.active and (
                 trace := tracer.start(inference.model_name, inference.model_version, inference.id)
             ):
-                return await self._infer_traced(inference, trace)
+                return await self._infer_traced(inference, trace, decoding, context)
             response = await self.core.infer(inference)
             return codec.encode_infer_response(response)
         except Exception as exc:
             code, message = status_of(exc, "ModelInfer")
             await context.abort(code, message)
 
-    async def _infer_traced(self, inference: InferenceRequest, trace: Trace) -> Any:
-        # grpc.aio hands over a request already read, and sends the reply after this returns: the
-        # end of the read and the start of the send are what this side can see.
+    async def _infer_traced(
+        self, inference: InferenceRequest, trace: Trace, decoding: int, context: Any
+    ) -> Any:
+        # grpc.aio hands over a request already received and sends the reply after this returns:
+        # this side sees the read from the decoding of the message on, and the send until the call
+        # ends (Triton's trace_summary.py needs all four points to count a gRPC request).
+        trace.stamp("GRPC_WAITREAD_START", decoding)
         trace.stamp("GRPC_WAITREAD_END", time.perf_counter_ns())
         inference.trace = trace
+        tracer = self.core.tracer
+
+        def sent(_: Any) -> None:
+            trace.stamp("GRPC_SEND_END", time.perf_counter_ns())
+            tracer.finish(trace)
+
         try:
             reply = codec.encode_infer_response(await self.core.infer(inference))
-            trace.stamp("GRPC_SEND_START", time.perf_counter_ns())
-            return reply
-        finally:
-            self.core.tracer.finish(trace)
+        except BaseException:
+            tracer.finish(trace)  # a failed request is traced too, as far as it went
+            raise
+        trace.stamp("GRPC_SEND_START", time.perf_counter_ns())
+        context.add_done_callback(sent)
+        return reply
 
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[Any], context: Any

@@ -216,7 +216,8 @@ class EnsembleInstance:
         """A step's request; traced, as a child of the ensemble's trace, when the ensemble's is."""
         step_request = _step_request(step, tensors, request)
         if request.trace is not None:
-            step_request.trace = self._services.tracer.child(request.trace, step.model_name, _version(step))
+            tracer = self._services.tracer
+            step_request.trace = tracer.child(request.trace, step.model_name, _version(step), request.id)
         return step_request
 
     async def aclose(self) -> None:

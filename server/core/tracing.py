@@ -201,15 +201,15 @@ class Tracer:
             self._next_id += 1
             return trace
 
-    def child(self, parent: Trace, model_name: str, model_version: str) -> Trace:
-        """The trace of a request made on behalf of a traced one (an ensemble's step): taken with it,
-        whatever the rate and count, at its levels, and written beside it."""
+    def child(self, parent: Trace, model_name: str, model_version: str, request_id: str) -> Trace:
+        """The trace of a request made on behalf of a traced one (an ensemble's step, a BLS call):
+        taken with it, whatever the rate and count, at its levels, and written beside it."""
         with self._lock:
             trace = Trace(
                 self._next_id,
                 model_name,
                 model_version,
-                parent.request_id,
+                request_id,
                 parent_id=parent.id,
                 with_timestamps=parent.with_timestamps,
                 with_tensors=parent.with_tensors,

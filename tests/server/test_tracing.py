@@ -13,7 +13,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from server.core.tracing import parse_trace_config, tensor_text
-from tests.support import ServerProcess, simple_inputs, write_simple
+from tests.support import ServerProcess, simple_inputs, write_python_model, write_simple
 
 CORE_POINTS = [
     "REQUEST_START",
@@ -44,9 +44,40 @@ ensemble_scheduling { step [
 """
 
 
+# Calls `simple` twice through BLS, once passing its request's trace on: only that call is traced.
+BLS_TWICE = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            data = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            inputs = [pb_utils.Tensor("INPUT0", data), pb_utils.Tensor("INPUT1", data)]
+            calls = [
+                pb_utils.InferenceRequest(
+                    model_name="simple", requested_output_names=["OUTPUT0"], inputs=inputs, **extra
+                ).exec()
+                for extra in ({"trace": request.trace()}, {})
+            ]
+            total = sum(pb_utils.get_output_tensor_by_name(call, "OUTPUT0").as_numpy() for call in calls)
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", total)]))
+        return responses
+"""
+
+BLS_TWICE_CONFIG = """
+backend: "python"
+max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 16 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 16 ] } ]
+"""
+
+
 def _serve(tmp_path: Path, *trace_config: str) -> ServerProcess:
     repo = tmp_path / "repo"
     write_simple(repo)
+    write_python_model(repo, "bls_twice", BLS_TWICE, BLS_TWICE_CONFIG)
     (repo / "simple_twice" / "1").mkdir(parents=True)
     (repo / "simple_twice" / "config.pbtxt").write_text(SIMPLE_TWICE_CONFIG)
     flags = [f"--trace-config={value}" for value in trace_config]
@@ -197,6 +228,26 @@ def test_an_ensemble_s_steps_are_traced_under_its_trace(tmp_path: Path) -> None:
         if entry.get("activity") == "TENSOR_QUEUE_INPUT" and entry["tensor"]["name"] == "INPUT0"
     ]
     assert ",".join(str(v) for v in (a + b).reshape(-1)) in inputs_seen
+
+
+def test_a_bls_call_given_the_request_s_trace_is_traced_under_it(tmp_path: Path) -> None:
+    trace_file = tmp_path / "trace.json"
+    server = _serve(tmp_path, f"triton,file={trace_file}", "level=TIMESTAMPS", "rate=1")
+    data = np.arange(16, dtype=np.int32).reshape(1, 16)
+    try:
+        tensor = httpclient.InferInput("INPUT0", [1, 16], "INT32")
+        tensor.set_data_from_numpy(data)
+        client = httpclient.InferenceServerClient(server.http_url)
+        result = client.infer("bls_twice", [tensor], request_id="bls")
+        np.testing.assert_array_equal(result.as_numpy("OUT"), 4 * data)
+    finally:
+        server.stop()
+    traces = _traces(trace_file)
+    [parent] = [t for t in traces.values() if t["model_name"] == "bls_twice"]
+    [child] = [t for t in traces.values() if t["model_name"] == "simple"]  # the call without it: none
+    assert child["parent_id"] == parent["id"] and "request_id" not in child  # the call set none
+    names = [name for name, _ in child["stamps"]]  # type: ignore[attr-defined]
+    assert [name for name in names if name in CORE_POINTS] == CORE_POINTS
 
 
 def test_tensor_values_are_written_as_triton_writes_them() -> None:

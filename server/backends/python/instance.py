@@ -42,6 +42,7 @@ from server.core.errors import (
     Unavailable,
     Unsupported,
 )
+from server.core.tracing import Trace
 from server.core.types import InferenceRequest, InferenceResponse, InputTensor, RequestedOutput
 
 logger = logging.getLogger("trt.backends.python")
@@ -452,7 +453,12 @@ class PythonModelInstance:
             if payload.get("decoupled"):
                 await self._bls_stream(call, request)
                 return
-            answer = _bls_answer(await self.services.infer(request))
+            request.trace = self._bls_trace(payload.get("trace_origin"), request)
+            try:
+                answer = _bls_answer(await self.services.infer(request))
+            finally:
+                if request.trace is not None:
+                    self.services.tracer.finish(request.trace)
         except DecoupledModelNeedsStream as exc:
             message = f"model '{exc.model_name}' is decoupled: call exec(decoupled=True) for its responses"
             answer = _call_error(Unsupported(message))
@@ -460,6 +466,17 @@ class PythonModelInstance:
             answer = self._bls_failure(exc)
         if not self._closed:
             self._post(("answer", call, answer))
+
+    def _bls_trace(self, origin: tuple[int, int] | None, request: InferenceRequest) -> Trace | None:
+        """A trace for a BLS call made with ``trace=request.trace()`` of a request being traced:
+        a child of that request's trace, as in Triton (other BLS calls are not traced)."""
+        if origin is None or self.services is None:
+            return None
+        execution = self._executions.get(origin[0])
+        parent = execution.requests[origin[1]].trace if execution is not None else None
+        if parent is None:
+            return None
+        return self.services.tracer.child(parent, request.model_name, request.model_version, request.id)
 
     async def _bls_stream(self, call: int, request: InferenceRequest) -> None:
         """``exec(decoupled=True)``: each response goes to the model as it comes (an LLM-style model

@@ -258,8 +258,12 @@ class ResponseIterator:
 
 class InferenceTrace:
     """A request's trace (``request.trace()``), which a model passes on to its BLS requests
-    (``InferenceRequest(..., trace=request.trace())``). trt does not trace BLS calls, so it carries
-    no context to pass."""
+    (``InferenceRequest(..., trace=request.trace())``): when the request it came from is traced,
+    the call is traced as a child of it, as in Triton. It names that request, not a trace: the
+    server knows whether it is traced. No OpenTelemetry context (trt traces in triton mode only)."""
+
+    def __init__(self, origin: tuple[int, int] | None = None) -> None:
+        self._origin = origin  # (execution, index) of the request execute() received
 
     def get_context(self, mode: str = "opentelemetry") -> str | None:
         return None
@@ -294,6 +298,7 @@ class InferenceRequest:
         self._sender: InferenceResponseSender | None = None
         self._origin: tuple[int, int] | None = None  # (execution, index) of a request sent to execute
         self._owes_final = False  # set when execute() returned None: its answers go through senders
+        self._trace = trace if isinstance(trace, InferenceTrace) else None
 
     @classmethod
     def _received(
@@ -320,6 +325,7 @@ class InferenceRequest:
         request._sender = None
         request._origin = origin
         request._owes_final = False
+        request._trace = None
         return request
 
     def __del__(self) -> None:
@@ -344,7 +350,7 @@ class InferenceRequest:
         self._flags = flags
 
     def trace(self) -> InferenceTrace:
-        return InferenceTrace()
+        return InferenceTrace(self._origin)
 
     def timeout(self) -> int:
         return self._timeout

@@ -221,6 +221,7 @@ class Runtime:
                     "flags": request.flags(),
                     "timeout": request.timeout(),
                     "decoupled": decoupled,
+                    "trace_origin": request._trace._origin if request._trace is not None else None,
                 },
             )
         )

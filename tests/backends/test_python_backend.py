@@ -151,6 +151,8 @@ def _batch_request(url: str, value: int) -> dict[str, int] | str:
         result = client.infer("batch_errors", [tensor])
     except InferenceServerException as exc:
         return str(exc)
+    finally:
+        client.close()  # in this thread: collected in another, its gevent pool fails to close
     return {name: int(result.as_numpy(name)[0][0]) for name in ("DOUBLE", "SHARED", "PID")}
 
 

@@ -190,7 +190,7 @@ class EnsembleInstance:
         async def run_step(step: model_config_pb2.ModelEnsembling.Step) -> None:
             for tensor in step.input_map.values():
                 await produced[tensor].wait()
-            step_request = self._step_request(step, tensors, request)
+            step_request = self._traced_step_request(step, tensors, request)
             try:
                 response = await self._services.infer(step_request)
             finally:
@@ -207,7 +207,7 @@ class EnsembleInstance:
                 task.cancel()
             raise
 
-    def _step_request(
+    def _traced_step_request(
         self,
         step: model_config_pb2.ModelEnsembling.Step,
         tensors: dict[str, np.ndarray],

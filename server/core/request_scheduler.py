@@ -58,7 +58,6 @@ class RequestScheduler:
         # With slots: per instance, the request count of each execution it holds but has not
         # started (it runs another); they count as pending until it starts them.
         self._held: dict[int, deque[int]] = {id(i): deque() for i in instances} if slots > 1 else {}
-        self._executing: dict[int, int] = dict.fromkeys(self._held, 0)
         self._limiter = limiter
         # With a rate limiter: each limited instance's (resources, priority), in the order of ``instances``.
         self._needs = (
@@ -101,12 +100,11 @@ class RequestScheduler:
                 item = self._waiting.popleft()
                 batch.append(item)
                 total += item.batch_size
-            if self._held and self._executing[id(instance)]:
+            # Each slot it has free is in ``_idle``: if not all the others are, it runs one already.
+            if self._held and self._idle.count(instance) < self._slots - 1:
                 self._held[id(instance)].append(len(batch))  # waits behind the running one
             else:
                 self._stats.pending -= len(batch)
-            if self._held:
-                self._executing[id(instance)] += 1
             limited = self._needs.get(id(instance))
             if limited is not None:
                 self._track(self._run_limited(instance, batch, total, limited))
@@ -160,11 +158,9 @@ class RequestScheduler:
         error: BaseException | None,
         started: int | None,
     ) -> None:
-        if self._held:
-            self._executing[id(instance)] -= 1
-            held = self._held[id(instance)]
-            if held:  # the instance starts the next execution it holds now
-                self._stats.pending -= held.popleft()
+        held = self._held.get(id(instance))
+        if held:  # the instance starts the next execution it holds now
+            self._stats.pending -= held.popleft()
         self._idle.append(instance)
         self._dispatch()
         if error is not None or responses is None:

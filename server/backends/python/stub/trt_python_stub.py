@@ -179,6 +179,8 @@ class Runtime:
         """Whether the server withdrew ``execution`` (its requests were cancelled while it waited
         behind another), from what has arrived so far: looked at, not waited for."""
         assert self._inbox is not None
+        if not self._commands and self._inbox.empty():
+            return False  # nothing has arrived since: the usual case, asked before every execution
         with self._state:
             if not self._reading:  # else another thread reads the ring, and files what it reads
                 message = self._inbox.get()

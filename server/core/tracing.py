@@ -62,7 +62,7 @@ class Trace:
     model_version: str
     request_id: str
     timestamps: list[tuple[str, int]] = field(default_factory=list)
-    parent_id: int | None = None  # a step of an ensemble: the ensemble's trace
+    parent_id: int | None = None  # an ensemble step or a BLS call: the trace of the request it serves
     with_timestamps: bool = True
     with_tensors: bool = False
     tensors: list[dict[str, Any]] = field(default_factory=list)

@@ -104,8 +104,9 @@ class EnsembleInstance:
         self._outputs = [output.name for output in config.output]
         self._services = services
         step_order(config)
-        self._decoupled = _decoupled_steps(self._steps, services)
-        self._downstream = {index: _downstream(self._steps, index) for index in self._decoupled}
+        # Each decoupled step, upstream first, with the steps that need what it produces.
+        self._downstream = _decoupled_steps(self._steps, services)
+        self._decoupled = list(self._downstream)
         if self._decoupled:
             # As in Triton, an ensemble over a decoupled model is decoupled: one response of the
             # ensemble for each response of its last decoupled step, each run through the steps
@@ -266,10 +267,11 @@ def _take_outputs(
 
 def _decoupled_steps(
     steps: Sequence[model_config_pb2.ModelEnsembling.Step], services: ServerServices
-) -> list[int]:
-    """The steps whose models are decoupled (among the models loaded so far), upstream first. They
-    must form a chain, each fed by the one before it: two side by side would each answer any number
-    of times, and there is no telling which answer of one goes with which of the other."""
+) -> dict[int, set[int]]:
+    """The steps whose models are decoupled (among the models loaded so far), upstream first, each
+    with the steps downstream of it. They must form a chain, each fed by the one before it: two side
+    by side would each answer any number of times, and there is no telling which answer of one goes
+    with which of the other."""
     found = []
     for index, step in enumerate(steps):
         try:
@@ -280,16 +282,17 @@ def _decoupled_steps(
             continue  # not loaded yet: its own load says whether it works
         if decoupled:
             found.append(index)
-    found.sort(key=lambda index: -len(_downstream(steps, index)))  # upstream ones feed more steps
-    for upstream, downstream in itertools.pairwise(found):
-        if downstream not in _downstream(steps, upstream):
+    downstream = {index: _downstream(steps, index) for index in found}
+    found.sort(key=lambda index: -len(downstream[index]))  # upstream ones feed more steps
+    for upstream, later in itertools.pairwise(found):
+        if later not in downstream[upstream]:
             raise ModelConfigError(
-                f"ensemble steps '{steps[upstream].model_name}' and '{steps[downstream].model_name}' are "
+                f"ensemble steps '{steps[upstream].model_name}' and '{steps[later].model_name}' are "
                 "both decoupled and neither feeds the other; an ensemble streams through decoupled "
                 "steps one after another only",
                 "ensemble_scheduling",
             )
-    return found
+    return {index: downstream[index] for index in found}
 
 
 def _downstream(steps: Sequence[model_config_pb2.ModelEnsembling.Step], source: int) -> set[int]:

@@ -32,6 +32,8 @@ _WIRE_TO_NUMPY: dict[str, np.dtype] = {
 _NUMPY_TO_WIRE: dict[np.dtype, str] = {dt: name for name, dt in _WIRE_TO_NUMPY.items()}
 
 WIRE_DATATYPES: frozenset[str] = frozenset([*_WIRE_TO_NUMPY, "BF16"])
+# The numpy dtype of each datatype whose elements have a fixed size (all but BYTES and BF16).
+FIXED_SIZE_DTYPES: dict[str, np.dtype] = {name: dt for name, dt in _WIRE_TO_NUMPY.items() if name != "BYTES"}
 
 
 def wire_to_numpy(datatype: str) -> np.dtype:

@@ -19,7 +19,7 @@ from server.backends.base import (
     RequestLevelInstance,
 )
 from server.core.classification import classify
-from server.core.datatypes import numpy_to_wire, wire_to_numpy
+from server.core.datatypes import FIXED_SIZE_DTYPES, numpy_to_wire, wire_to_numpy
 from server.core.dynamic_batcher import DynamicBatcher
 from server.core.errors import InvalidInput, ModelNotReady, ServerError
 from server.core.instance_pool import InstancePool
@@ -29,7 +29,7 @@ from server.core.response_cache import ResponseCache
 from server.core.sequence_batcher import SequenceBatcher
 from server.core.sequence_router import SequenceRouter
 from server.core.statistics import ModelStatistics
-from server.core.tensors import ModelSignature, TensorSpec
+from server.core.tensors import ModelSignature
 from server.core.timing import ExecutionTimes
 from server.core.tracing import Trace
 from server.core.types import (
@@ -38,6 +38,7 @@ from server.core.types import (
     InferenceResponse,
     InputTensor,
     OutputTensor,
+    RequestedOutput,
     StreamItem,
 )
 
@@ -165,9 +166,7 @@ class ModelVersion:
         received = time.perf_counter_ns()
         batch_size = self.signature.check_inputs(request.inputs)
         output_names = self.signature.check_outputs(request.outputs)
-        feeds = {
-            t.name: self._to_model_shape(_data_of(t), self.signature.inputs[t.name]) for t in request.inputs
-        }
+        feeds = self._feeds(request.inputs)
         answers: asyncio.Queue[tuple[BackendResponse | None, bool]] = asyncio.Queue()
         backend_request = _backend_request(request, feeds, output_names)
         backend_request.on_response = lambda answer, final: answers.put_nowait((answer, final))
@@ -240,7 +239,7 @@ class ModelVersion:
                 if request.trace is not None:
                     self._stamp(request.trace, (("REQUEST_START", received), ("REQUEST_END", now)))
                 return cached
-        feeds = {t.name: self._to_model_shape(_data_of(t), signature.inputs[t.name]) for t in request.inputs}
+        feeds = self._feeds(request.inputs)
         if request.trace is not None and request.trace.with_tensors:
             _trace_tensors(request.trace, "TENSOR_QUEUE_INPUT", request.inputs)
         input_done = time.perf_counter_ns()
@@ -254,9 +253,10 @@ class ModelVersion:
                 raise answer.error
             results = answer.outputs
             parameters = answer.parameters
-            missing = [name for name in output_names if name not in results]
-            if missing:
-                raise ServerError(f"model '{self.name}' did not produce output(s) {', '.join(missing)}")
+            for name in output_names:
+                if name not in results:
+                    missing = [name for name in output_names if name not in results]
+                    raise ServerError(f"model '{self.name}' did not produce output(s) {', '.join(missing)}")
         elif self._sequences is not None:
             parameters = request.parameters
             results, times = await self._sequences.execute(
@@ -293,16 +293,24 @@ class ModelVersion:
             self.stats.cache_miss.add(time.perf_counter_ns() - done)
         return response
 
-    def _to_model_shape(self, data: np.ndarray, spec: TensorSpec) -> np.ndarray:
-        if spec.reshape is None:
-            return data
-        batch = (data.shape[0],) if self.batching else ()
-        return data.reshape(batch + spec.reshape)
+    def _feeds(self, inputs: list[InputTensor]) -> dict[str, np.ndarray]:
+        """Each input's data in the shape the model takes (its config's ``reshape``)."""
+        feeds = {}
+        specs = self.signature.inputs
+        for tensor in inputs:
+            data = tensor.data
+            if data is None:
+                raise InvalidInput(f"input '{tensor.name}' has no data")
+            reshape = specs[tensor.name].reshape
+            if reshape is not None:
+                data = data.reshape(((data.shape[0],) if self.batching else ()) + reshape)
+            feeds[tensor.name] = data
+        return feeds
 
     def _build_outputs(
         self, request: InferenceRequest, results: dict[str, np.ndarray], output_names: Sequence[str]
     ) -> list[OutputTensor]:
-        class_counts = {o.name: o.class_count for o in request.outputs or () if o.class_count}
+        class_counts = _class_counts(request.outputs)
         outputs: list[OutputTensor] = []
         for name in output_names:
             spec = self.signature.outputs[name]
@@ -311,10 +319,12 @@ class ModelVersion:
                 batch = (data.shape[0],) if self.batching else ()
                 data = data.reshape(batch + spec.dims)
             datatype = spec.datatype
-            if datatype != "BYTES" and numpy_to_wire(data.dtype) != datatype:
+            expected = FIXED_SIZE_DTYPES.get(datatype)  # None for BYTES and BF16
+            converts = expected is None or data.dtype != expected  # not the config's dtype: rare
+            if converts and datatype != "BYTES" and numpy_to_wire(data.dtype) != datatype:
                 data = data.astype(wire_to_numpy(datatype))
             tensor = OutputTensor(name, datatype, tuple(data.shape), data)
-            if name in class_counts:
+            if class_counts and name in class_counts:
                 tensor = classify(tensor, class_counts[name], self.batching, spec.labels)
             outputs.append(tensor)
         return outputs
@@ -365,20 +375,16 @@ def _backend_request(
     request: InferenceRequest, feeds: dict[str, np.ndarray], output_names: Sequence[str]
 ) -> BackendRequest:
     parameters = request.parameters
-    flags = 0
-    if parameters.get("sequence_start"):
-        flags |= 1
-    if parameters.get("sequence_end"):
-        flags |= 2
-    custom = {k: v for k, v in parameters.items() if k not in RESERVED_PARAMETERS}
+    flags, custom, correlation_id = 0, {}, 0
+    if parameters:  # most requests have none
+        if parameters.get("sequence_start"):
+            flags |= 1
+        if parameters.get("sequence_end"):
+            flags |= 2
+        custom = {k: v for k, v in parameters.items() if k not in RESERVED_PARAMETERS}
+        correlation_id = parameters.get("sequence_id", 0) or 0
     return BackendRequest(
-        request.id,
-        feeds,
-        tuple(output_names),
-        custom,
-        parameters.get("sequence_id", 0) or 0,
-        flags,
-        trace=request.trace,
+        request.id, feeds, tuple(output_names), custom, correlation_id, flags, trace=request.trace
     )
 
 
@@ -388,10 +394,14 @@ def _trace_tensors(trace: Trace, activity: str, tensors: Sequence[InputTensor | 
             trace.tensor(activity, tensor.name, tensor.datatype, tensor.data)
 
 
-def _data_of(tensor: InputTensor) -> np.ndarray:
-    if tensor.data is None:
-        raise InvalidInput(f"input '{tensor.name}' has no data")
-    return tensor.data
+def _class_counts(outputs: list[RequestedOutput] | None) -> dict[str, int] | None:
+    """The outputs asked for as classifications, with their class counts (None: none is)."""
+    counts = None
+    for output in outputs or ():
+        if output.class_count:
+            counts = counts or {}
+            counts[output.name] = output.class_count
+    return counts
 
 
 def _schedule_parameters(parameters: dict[str, Any]) -> tuple[int, int]:

@@ -157,10 +157,7 @@ class InferenceServer:
                 "use gRPC ModelStreamInfer",
                 model.name,
             )
-        uses_shm_inputs = any(tensor.data is None for tensor in request.inputs)
-        uses_shm_outputs = request.outputs is not None and any(
-            "shared_memory_region" in output.parameters for output in request.outputs
-        )
+        uses_shm_inputs, uses_shm_outputs = _shared_memory_use(request)
         if uses_shm_inputs:
             self.shared_memory.resolve_inputs(request)
         if uses_shm_outputs:
@@ -231,3 +228,17 @@ class InferenceServer:
     @property
     def explicit_mode(self) -> bool:
         return self.options.model_control_mode == ModelControlMode.EXPLICIT
+
+
+def _shared_memory_use(request: InferenceRequest) -> tuple[bool, bool]:
+    """Whether inputs are read from, and outputs written to, shared memory regions (plain loops:
+    this runs for every request)."""
+    inputs = outputs = False
+    for tensor in request.inputs:
+        if tensor.data is None:
+            inputs = True
+    if request.outputs is not None:
+        for output in request.outputs:
+            if "shared_memory_region" in output.parameters:
+                outputs = True
+    return inputs, outputs

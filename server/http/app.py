@@ -60,6 +60,7 @@ class HttpApp:
         self.core = core
         self.max_input_size = max_input_size
         self.restrictions = restrictions or Restrictions()
+        self._decoder = codec.RequestDecoder()
 
     @staticmethod
     def cancellable(path: str) -> bool:
@@ -68,7 +69,7 @@ class HttpApp:
 
     async def __call__(self, request: HttpRequest) -> HttpResponse:
         path = request.path
-        if self.restrictions:
+        if self.restrictions.by_category:
             unmet = self.restrictions.unmet(_category(path), request.headers.get)
             if unmet is not None:
                 return _error(403, f"This API is restricted, expecting header '{unmet.header}'")
@@ -105,7 +106,7 @@ class HttpApp:
                 raise InvalidArgument(
                     f"Unable to parse Inference-Header-Content-Length, got: {header_length}"
                 ) from None
-        request, binary_choice, default_binary = codec.decode_request(
+        request, binary_choice, default_binary = self._decoder.decode(
             match.group(1), match.group(2) or "", body, length
         )
         tracer = self.core.tracer

@@ -266,7 +266,10 @@ class PythonModelInstance:
         inbox, empty = self._inbox, _ipc.EMPTY
         message = inbox.get()
         while message is not empty:
-            self._dispatch(message)
+            if message[0] == "result":  # the usual message: one call less
+                self._on_result(message[1], message[2])
+            else:
+                self._dispatch(message)
             message = inbox.get()
 
     def _on_socket(self) -> None:

@@ -66,7 +66,10 @@ class HttpProtocol(asyncio.Protocol):
         self._pending: deque[tuple[HttpRequest, bool]] = deque()
         self._busy = False
         self._closing = False
+        # The connection's task answers its requests in order; between them it waits on ``_next``
+        # (a future per request costs less than a task per request).
         self._serving: asyncio.Task[None] | None = None
+        self._next: asyncio.Future[None] | None = None
         self._current: HttpRequest | None = None  # the request being answered
         self._write_ready = asyncio.Event()
         self._write_ready.set()
@@ -91,6 +94,7 @@ class HttpProtocol(asyncio.Protocol):
         current = self._current
         if current is not None and self._serving is not None and self._server.cancellable(current.path):
             self._serving.cancel()  # its client is gone: the model may stop (request.is_cancelled())
+        self._wake_server()  # to end, if it waits for a next request
         self._write_ready.set()
 
     def pause_writing(self) -> None:
@@ -178,9 +182,32 @@ class HttpProtocol(asyncio.Protocol):
             self._transport.pause_reading()
         if not self._busy:
             self._busy = True
-            self._serving = self._loop.create_task(self._serve_pending())
+            if self._serving is None:
+                self._serving = self._loop.create_task(self._serve())
+            else:
+                self._wake_server()
 
     # -- answering ----------------------------------------------------------------------------
+
+    def _wake_server(self) -> None:
+        waiting = self._next
+        if waiting is not None and not waiting.done():
+            waiting.set_result(None)
+
+    async def _serve(self) -> None:
+        """Answer requests as they come, until the connection closes."""
+        try:
+            while True:
+                await self._serve_pending()
+                if self._closing or self._transport is None or self._transport.is_closing():
+                    return
+                self._next = self._loop.create_future()
+                await self._next
+                self._next = None
+                if not self._pending:  # woken to end: the connection closed
+                    return
+        finally:
+            self._serving = None
 
     async def _serve_pending(self) -> None:
         try:

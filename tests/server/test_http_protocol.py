@@ -6,6 +6,7 @@ import gzip
 import json
 import socket
 import subprocess
+import time
 
 import pytest
 
@@ -63,6 +64,21 @@ def test_pipelined_requests_are_answered_in_order_on_one_connection(server: Serv
     assert json.loads(statuses[1][2])["outputs"][0]["data"][:3] == [1, 2, 3]
     assert json.loads(statuses[2][2])["name"] == "simple"
     assert "unknown model" in json.loads(statuses[3][2])["error"]
+
+
+def test_a_keep_alive_connection_is_answered_after_pauses_and_bursts(server: ServerProcess) -> None:
+    """Between requests the connection waits for the next one; each that comes, alone or several
+    at once, is answered in order."""
+    live = b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n"
+    with _connect(server) as sock:
+        buffer = bytearray()
+        for burst in (1, 3, 1, 2):
+            time.sleep(0.05)  # the connection is idle, waiting
+            sock.sendall(_post("/v2/models/simple/infer", INFER_BODY) + live * (burst - 1))
+            answers = [_read_response(sock, buffer) for _ in range(burst)]
+            assert [status for status, _, _ in answers] == [200] * burst
+            assert json.loads(answers[0][2])["outputs"][0]["data"][:3] == [1, 2, 3]
+        assert not buffer
 
 
 def test_connection_close_and_http_1_0_close_after_the_answer(server: ServerProcess) -> None:

@@ -68,6 +68,7 @@ class RequestScheduler:
         self._running: set[asyncio.Task[None]] = set()  # the loop keeps only weak references
         self._gather = gather
         self._max_batch = max(max_batch_size, 1)
+        self._loop: asyncio.AbstractEventLoop | None = None  # the serving loop, from the first request
 
     async def submit(
         self, request: BackendRequest, batch_size: int
@@ -75,9 +76,10 @@ class RequestScheduler:
         """For request-level instances (Python models): queue a whole request, get its response and
         its queue time. Requests waiting when an instance frees up go to it together, up to
         ``max_batch_size`` (the list a Python model's ``execute`` receives), when the model batches."""
-        future: asyncio.Future[tuple[BackendResponse, ExecutionTimes]] = (
-            asyncio.get_running_loop().create_future()
-        )
+        loop = self._loop
+        if loop is None:  # asked once: on Python 3.11 each call is a getpid() system call
+            loop = self._loop = asyncio.get_running_loop()
+        future: asyncio.Future[tuple[BackendResponse, ExecutionTimes]] = loop.create_future()
         self._waiting.append(_Waiting(request, max(batch_size, 1), future, time.perf_counter_ns()))
         self._stats.pending += 1
         self._dispatch()

@@ -176,6 +176,8 @@ class RequestDecoder:
     def decode(
         self, model_name: str, model_version: str, body: bytes, header_length: int | None
     ) -> tuple[InferenceRequest, dict[str, bool], bool]:
+        """As ``decode_request``. The request is the caller's; the binary choice is shared by every
+        request of its header, to be read only."""
         if header_length is None or not 0 < header_length <= len(body):
             return decode_request(model_name, model_version, body, header_length)
         header = body[:header_length]

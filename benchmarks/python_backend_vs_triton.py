@@ -1,15 +1,16 @@
 """trt serve vs NVIDIA Triton on the same Python-backend model, under the same perf_analyzer load.
 
 Both servers load one repository holding Triton's own `add_sub` example (identical model.py). For
-each server and concurrency, NVIDIA's perf_analyzer (HTTP, binary tensors) measures throughput and
-p99; the server's CPU time (its process and every model process under it) divided by the requests
-it answered (statistics extension) gives CPU per request, and the share of it spent in the model
-processes (trt's model process, Triton's python stub) is shown apart. One run, same machine:
-compare ratios.
+each server and concurrency, NVIDIA's perf_analyzer (HTTP with binary tensors, or gRPC with
+``--protocol grpc``) measures throughput and p99; the server's CPU time (its process and every
+model process under it) divided by the requests it answered (statistics extension) gives CPU per
+request, and the share of it spent in the model processes (trt's model process, Triton's python
+stub) is shown apart. One run, same machine: compare ratios.
 
 Needs the peers (../shared/PEERS.md):  WITH_PY_PEERS=0 bash ../shared/peers/setup.sh /tmp/trt-peers
 
     python benchmarks/python_backend_vs_triton.py --peers /tmp/trt-peers [--concurrency 1,8,16]
+        [--protocol grpc]
 """
 
 from __future__ import annotations
@@ -74,9 +75,15 @@ def main() -> None:
     parser.add_argument("--concurrency", default="1,8,16")
     parser.add_argument("--interval-ms", type=int, default=3000)
     parser.add_argument(
-        "--json", type=Path, default=ROOT / "reports" / "benchmarks" / "python_backend_vs_triton.json"
+        "--protocol", choices=("http", "grpc"), default="http", help="what perf_analyzer speaks"
+    )
+    parser.add_argument(
+        "--json", type=Path, help="default: reports/benchmarks/python_backend_vs_triton[_grpc].json"
     )
     args = parser.parse_args()
+    suffix = "" if args.protocol == "http" else f"_{args.protocol}"
+    args.json = args.json or ROOT / "reports" / "benchmarks" / f"python_backend_vs_triton{suffix}.json"
+    port_index = 0 if args.protocol == "http" else 1  # of (HTTP, gRPC, metrics)
     perf_analyzer = str(args.peers / "perf" / "perf_analyzer")
     if not os.path.exists(perf_analyzer):
         raise SystemExit(f"perf_analyzer not found under {args.peers}: run ../shared/peers/setup.sh first")
@@ -109,8 +116,8 @@ def main() -> None:
                     result = measured_with_perf_analyzer(
                         perf_analyzer,
                         "add_sub",
-                        "http",
-                        ports[0],
+                        args.protocol,
+                        ports[port_index],
                         ports[0],
                         process.pid,
                         concurrency,
@@ -129,7 +136,8 @@ def main() -> None:
                     process.kill()
         shutil.rmtree(repo, ignore_errors=True)
 
-    table = Table(title="Python-backend add_sub under perf_analyzer (HTTP, binary), one run")
+    protocol = "HTTP, binary" if args.protocol == "http" else "gRPC"
+    table = Table(title=f"Python-backend add_sub under perf_analyzer ({protocol}), one run")
     columns = ("server", "concurrency", "infer/s", "p99 (us)", "server CPU/req (us)", "of it, model process")
     for column in columns:
         table.add_column(column, justify="right")

@@ -157,8 +157,8 @@ class PythonModelInstance:
             shared_memory.SharedMemory(name=f"{tag}_out", create=True, size=slots * arena_bytes),
             shared_memory.SharedMemory(name=f"{tag}_ctl", create=True, size=control_bytes),
         ]
-        self._input_arenas = [_ipc.Arena(f"{tag}_in", arena_bytes, i * arena_bytes) for i in range(slots)]
-        self._output_arenas = [_ipc.Arena(f"{tag}_out", arena_bytes, i * arena_bytes) for i in range(slots)]
+        self._input_arenas = _ipc.slot_arenas(f"{tag}_in", arena_bytes, slots)
+        self._output_arenas = _ipc.slot_arenas(f"{tag}_out", arena_bytes, slots)
         self._control = _ipc.map_segment(f"{tag}_ctl", control_bytes)
         self._outbox, self._inbox = _ipc.ring_pair(self._control, ring_bytes, f"{tag}_x")
         self._backlog: list[Any] = []  # messages waiting for room in the outbox (rare)

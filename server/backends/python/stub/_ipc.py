@@ -325,6 +325,11 @@ class Arena:
             pass  # a view is still alive; the mapping goes when it does
 
 
+def slot_arenas(name: str, size: int, slots: int) -> list[Arena]:
+    """The arenas of segment ``name``, one of ``size`` bytes per execution slot, back to back."""
+    return [Arena(name, size, slot * size) for slot in range(slots)]
+
+
 def pack_tensors(tensors: dict[str, np.ndarray], arena: Arena | None) -> list[tuple[Any, ...]]:
     """Describe tensors for a frame: ("shm", name, datatype, shape, offset) or ("inline", name, array)."""
     packed: list[tuple[Any, ...]] = []

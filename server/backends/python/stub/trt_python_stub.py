@@ -398,10 +398,6 @@ def _owe_finals(requests: list[pb_utils.InferenceRequest]) -> None:
         request._owes_final = True
 
 
-def _slot_arenas(name: str, size: int, slots: int) -> list[_ipc.Arena]:
-    return [_ipc.Arena(name, size, slot * size) for slot in range(slots)]
-
-
 def serve(fd: int) -> None:
     # The server decides when this process ends (finalize, or its socket closing): a Ctrl-C sent
     # to the terminal's whole process group must not kill the model under a draining server.
@@ -425,8 +421,8 @@ def serve(fd: int) -> None:
         return
     _, args, model_path, input_arena, output_arena, channel = message
     try:
-        runtime.input_arenas = _slot_arenas(*input_arena)
-        runtime.output_arenas = _slot_arenas(*output_arena)
+        runtime.input_arenas = _ipc.slot_arenas(*input_arena)
+        runtime.output_arenas = _ipc.slot_arenas(*output_arena)
         segment = _ipc.map_segment(channel["segment"], channel["size"])
         inbox, outbox = _ipc.ring_pair(segment, channel["capacity"], channel["spill_prefix"])
         model = load_model_class(model_path)()

@@ -266,10 +266,7 @@ class PythonModelInstance:
         inbox, empty = self._inbox, _ipc.EMPTY
         message = inbox.get()
         while message is not empty:
-            if message[0] == "result":  # the usual message: one call less
-                self._on_result(message[1], message[2])
-            else:
-                self._dispatch(message)
+            self._dispatch(message)
             message = inbox.get()
 
     def _on_socket(self) -> None:

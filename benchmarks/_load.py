@@ -66,7 +66,7 @@ async def _http_worker(host: str, port: int, payload: bytes, deadline: float, la
 async def _grpc_worker(target: str, request: object, deadline: float, latencies: list[float]) -> int:
     import grpc
 
-    from protos import grpc_service_pb2_grpc
+    from trt.protos import grpc_service_pb2_grpc
 
     errors = 0
     async with grpc.aio.insecure_channel(target) as channel:

@@ -24,16 +24,16 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from analyzer.analysis import AnalyzeRequest, analyze  # noqa: E402
-from analyzer.deployment import ScratchServer  # noqa: E402
-from analyzer.goals import Goals, parse_duration_s  # noqa: E402
-from analyzer.report import Outcome  # noqa: E402
-from analyzer.search import Mode  # noqa: E402
-from analyzer.session import MeasureSettings  # noqa: E402
-from analyzer.space import SpaceLimits  # noqa: E402
-from perf.options import PerfOptions  # noqa: E402
-from perf.profiler import run_profile  # noqa: E402
-from server.core.model_config import config_to_dict  # noqa: E402
+from trt.analyzer.analysis import AnalyzeRequest, analyze  # noqa: E402
+from trt.analyzer.deployment import ScratchServer  # noqa: E402
+from trt.analyzer.goals import Goals, parse_duration_s  # noqa: E402
+from trt.analyzer.report import Outcome  # noqa: E402
+from trt.analyzer.search import Mode  # noqa: E402
+from trt.analyzer.session import MeasureSettings  # noqa: E402
+from trt.analyzer.space import SpaceLimits  # noqa: E402
+from trt.perf.options import PerfOptions  # noqa: E402
+from trt.perf.profiler import run_profile  # noqa: E402
+from trt.server.core.models.config import config_to_dict  # noqa: E402
 
 MODEL = "mlp_onnx"
 

@@ -176,7 +176,7 @@ def _combined(runs: list[tuple[LoadResult, dict[str, float]]]) -> dict[str, Any]
 def start_server(repo: Path) -> tuple[subprocess.Popen[bytes], int]:
     port, grpc_port = free_port(), free_port()
     server = subprocess.Popen(
-        [sys.executable, "-m", "cli.main", "serve", f"--model-repository={repo}",
+        [sys.executable, "-m", "trt", "serve", f"--model-repository={repo}",
          "--http-address=127.0.0.1", f"--http-port={port}", f"--grpc-port={grpc_port}",
          "--allow-metrics=false", "--log-info=false"],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

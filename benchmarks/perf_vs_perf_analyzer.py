@@ -47,7 +47,7 @@ DEFAULT_PERF_ANALYZER = os.environ.get("TRT_PERF_ANALYZER", "/tmp/trt-peers/perf
 
 def start_server(http_port: int, grpc_port: int, cpus: set[int] | None) -> subprocess.Popen[bytes]:
     command = [
-        sys.executable, "-m", "cli.main", "serve", f"--model-repository={ROOT / 'model_repository'}",
+        sys.executable, "-m", "trt", "serve", f"--model-repository={ROOT / 'model_repository'}",
         "--model-control-mode=explicit", "--load-model=simple", "--http-address=127.0.0.1",
         f"--http-port={http_port}", "--grpc-address=127.0.0.1", f"--grpc-port={grpc_port}",
         "--allow-metrics=false", "--log-info=false",
@@ -158,7 +158,7 @@ def main() -> None:
             out = Path(tmp) / "out.csv"
             tools = {
                 "perf_analyzer": [args.perf_analyzer, *common],
-                "trt perf": [sys.executable, "-m", "cli.main", "perf", *common, f"--{args.trt_mode}",
+                "trt perf": [sys.executable, "-m", "trt", "perf", *common, f"--{args.trt_mode}",
                              "--allow-unstable"],
             }  # fmt: skip
             # One short warm-up run so neither tool meets a cold server.

@@ -37,7 +37,6 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from _common import answered_requests, free_port, measured_with_perf_analyzer  # noqa: E402
-
 from tests.backends.python_models import ADD_SUB, ADD_SUB_CONFIG  # noqa: E402
 
 
@@ -93,7 +92,7 @@ def main() -> None:
         repo = write_repository(Path(tmp) / "repo")
 
         def trt_command(h: int, g: int, m: int) -> list[str]:
-            serve = [sys.executable, "-m", "cli.main", "serve", f"--model-repository={repo}"]
+            serve = [sys.executable, "-m", "trt", "serve", f"--model-repository={repo}"]
             serve.append("--log-info=false")
             return [*serve, "--http-address=127.0.0.1", f"--http-port={h}", "--grpc-address=127.0.0.1",
                     f"--grpc-port={g}", f"--metrics-port={m}"]  # fmt: skip

@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from _common import free_port, measured_with_perf_analyzer  # noqa: E402
 from _load import http_request_bytes, run_load  # noqa: E402
 
-from protos import grpc_service_pb2  # noqa: E402
+from trt.protos import grpc_service_pb2  # noqa: E402
 
 
 def in_process_rate(model: Path, seconds: float) -> float:
@@ -55,7 +55,7 @@ def start_server(http_port: int, grpc_port: int) -> subprocess.Popen[bytes]:
     command = [
         sys.executable,
         "-m",
-        "cli.main",
+        "trt",
         "serve",
         f"--model-repository={ROOT / 'model_repository'}",
         "--model-control-mode=explicit",

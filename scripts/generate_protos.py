@@ -1,10 +1,10 @@
 """Generate the Python modules for Triton's wire contract from ``protos/*.proto``.
 
-    python scripts/generate_protos.py           # regenerate into protos/
+    python scripts/generate_protos.py           # regenerate into trt/protos/
     python scripts/generate_protos.py --check   # exit 1 if the committed modules are stale
 
 grpc_tools writes ``import model_config_pb2`` for imports between the files; the modules live in
-the ``protos`` package, so those lines are rewritten to ``from protos import ...``.
+the ``trt.protos`` package, so those lines are rewritten to ``from trt.protos import ...``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-PROTO_DIR = Path(__file__).resolve().parents[1] / "protos"
+PROTO_DIR = Path(__file__).resolve().parents[1] / "trt" / "protos"
 PROTO_FILES = ("model_config.proto", "grpc_service.proto", "health.proto")
 _IMPORT = re.compile(r"^import (\w+_pb2) as (\w+)$", re.MULTILINE)
 
@@ -43,14 +43,14 @@ def generate(out_dir: Path) -> list[Path]:
     files = generated_files(out_dir)
     for path in files:
         text = path.read_text()
-        text = _IMPORT.sub(r"from protos import \1 as \2", text)
-        text = re.sub(r"^import (\w+_pb2)$", r"from protos import \1", text, flags=re.MULTILINE)
+        text = _IMPORT.sub(r"from trt.protos import \1 as \2", text)
+        text = re.sub(r"^import (\w+_pb2)$", r"from trt.protos import \1", text, flags=re.MULTILINE)
         path.write_text(text)
     return files
 
 
 def stale_files() -> list[str]:
-    """Names of generated files that differ from (or are missing in) protos/."""
+    """Names of generated files that differ from (or are missing in) trt/protos/."""
     with tempfile.TemporaryDirectory() as tmp:
         fresh = generate(Path(tmp))
         stale = [
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         stale = stale_files()
         for name in stale:
-            print(f"stale: protos/{name} (run python scripts/generate_protos.py)")
+            print(f"stale: trt/protos/{name} (run python scripts/generate_protos.py)")
         if stale:
             # The modules embed the generator's version: a different grpcio-tools marks every file stale.
             print(f"(made here with grpcio-tools {_tools_version()}; pyproject.toml pins the one to use)")
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for path in generate(Path(tmp)):
             shutil.copyfile(path, PROTO_DIR / path.name)
-            print(f"wrote protos/{path.name}")
+            print(f"wrote trt/protos/{path.name}")
     return 0
 
 

@@ -172,6 +172,9 @@ class ServerProcess:
     grpc_port: int = field(default_factory=free_port)
     metrics_port: int = field(default_factory=free_port)
     env: dict[str, str] = field(default_factory=dict)  # added to this process' environment
+    # How to run trt: this checkout's by default, or an installed ``trt`` script from another folder.
+    command_prefix: list[str] = field(default_factory=lambda: [sys.executable, "-m", "trt"])
+    cwd: Path = ROOT
     process: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None
 
@@ -184,7 +187,7 @@ class ServerProcess:
         return f"127.0.0.1:{self.grpc_port}"
 
     def command(self) -> list[str]:
-        args = [sys.executable, "-m", "cli.main", "serve"]
+        args = [*self.command_prefix, "serve"]
         args += [f"--model-repository={repo}" for repo in self.repositories]
         args += [
             "--http-address=127.0.0.1",
@@ -201,7 +204,11 @@ class ServerProcess:
             self.log_path = log_dir / f"server-{self.http_port}.log"
             env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
             self.process = subprocess.Popen(
-                self.command(), cwd=ROOT, stdout=self.log_path.open("wb"), stderr=subprocess.STDOUT, env=env
+                self.command(),
+                cwd=self.cwd,
+                stdout=self.log_path.open("wb"),
+                stderr=subprocess.STDOUT,
+                env=env,
             )
             if not wait:
                 return self

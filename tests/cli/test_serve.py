@@ -35,7 +35,7 @@ def test_json_summary_lists_endpoints_and_models(tmp_path: Path) -> None:
 
 def test_boolean_flags_take_true_false_and_reject_anything_else(tmp_path: Path) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "cli.main", "serve", "--strict-readiness=maybe"],
+        [sys.executable, "-m", "trt", "serve", "--strict-readiness=maybe"],
         cwd=ROOT, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert result.returncode != 0
@@ -97,7 +97,7 @@ def test_sigterm_lets_in_flight_requests_finish(tmp_path: Path) -> None:
 
 def test_help_lists_serve() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "cli.main", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "trt", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 0
     assert "serve" in result.stdout

@@ -60,7 +60,7 @@ def test_tritonserver_flags_without_effect_are_taken_with_a_warning(tmp_path: Pa
         assert "--cuda-memory-pool-byte-size has no effect in trt serve" in log
     finally:
         server.stop()
-    command = [sys.executable, "-m", "cli.main", "serve", f"--model-repository={repo}", "--no-such-flag=1"]
+    command = [sys.executable, "-m", "trt", "serve", f"--model-repository={repo}", "--no-such-flag=1"]
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert result.returncode != 0
     assert "no such option: --no-such-flag=1" in result.stdout + result.stderr

@@ -36,7 +36,7 @@ class PerfRun:
 
 def run_perf(*args: str, timeout: float = 120) -> PerfRun:
     result = subprocess.run(
-        [sys.executable, "-m", "cli.main", "perf", *args],
+        [sys.executable, "-m", "trt", "perf", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -11,17 +11,17 @@ import threading
 import time
 from collections.abc import Iterator
 
-from perf.encoding import grpc_request
-from perf.input_data import load_input_data
-from perf.model_info import ModelInfo, TensorSpec
-from perf.transport import ConnectionLost, RequestFailed
-from perf.transport.grpc_clients import INFER
-from perf.transport.grpc_h2 import PREFACE, H2GrpcClient, frame_head, grpc_message
-from perf.transport.hpack import HUFFMAN_CODES, HpackDecoder, encode_literal
-from perf.worker.grpc_callbacks import CallbackLoop
-from perf.worker.records import Recorder
-from perf.worker.sources import RequestCycle, SequenceSource
 from tests.support import ServerProcess
+from trt.perf.encoding import grpc_request
+from trt.perf.input_data import load_input_data
+from trt.perf.model_info import ModelInfo, TensorSpec
+from trt.perf.transport import ConnectionLost, RequestFailed
+from trt.perf.transport.grpc_clients import INFER
+from trt.perf.transport.grpc_h2 import PREFACE, H2GrpcClient, frame_head, grpc_message
+from trt.perf.transport.hpack import HUFFMAN_CODES, HpackDecoder, encode_literal
+from trt.perf.worker.grpc_callbacks import CallbackLoop
+from trt.perf.worker.records import Recorder
+from trt.perf.worker.sources import RequestCycle, SequenceSource
 
 SIMPLE = ModelInfo(
     "simple",

@@ -12,19 +12,19 @@ import numpy as np
 import orjson
 import pytest
 
-from perf.encoding import HttpFramer, http_request
-from perf.errors import InputDataError, OptionError
-from perf.input_data import load_input_data
-from perf.measurement import ClientUsage, LevelResult, latency_stats, percentile_index
-from perf.model_info import ModelInfo, TensorSpec, from_config, from_metadata
-from perf.options import Distribution, LoadKind
-from perf.ranges import concurrency_levels, parse_shapes, rate_levels
-from perf.report import csv_report, gates, json_report
-from perf.results import ProfileReport
-from perf.schedule import ScheduleSpec, arrivals
-from perf.server_stats import ServerBreakdown
-from perf.stability import is_stable
-from perf.transport.http_wire import chunked_body_end, parse_head
+from trt.perf.encoding import HttpFramer, http_request
+from trt.perf.errors import InputDataError, OptionError
+from trt.perf.input_data import load_input_data
+from trt.perf.measurement import ClientUsage, LevelResult, latency_stats, percentile_index
+from trt.perf.model_info import ModelInfo, TensorSpec, from_config, from_metadata
+from trt.perf.options import Distribution, LoadKind
+from trt.perf.ranges import concurrency_levels, parse_shapes, rate_levels
+from trt.perf.report import csv_report, gates, json_report
+from trt.perf.results import ProfileReport
+from trt.perf.schedule import ScheduleSpec, arrivals
+from trt.perf.server_stats import ServerBreakdown
+from trt.perf.stability import is_stable
+from trt.perf.transport.http_wire import chunked_body_end, parse_head
 
 SIMPLE = ModelInfo(
     "simple",

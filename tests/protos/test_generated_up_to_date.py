@@ -29,7 +29,7 @@ import numpy as np
 import pytest
 from google.protobuf import descriptor_pb2, text_format
 
-from protos import grpc_service_pb2, grpc_service_pb2_grpc, health_pb2, health_pb2_grpc, model_config_pb2
+from trt.protos import grpc_service_pb2, grpc_service_pb2_grpc, health_pb2, health_pb2_grpc, model_config_pb2
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "generate_protos.py"
@@ -58,7 +58,7 @@ def test_check_reports_edited_missing_and_orphaned_files(
     pytest.importorskip("grpc_tools")
     script = _load_script()
     copy = tmp_path / "protos"
-    shutil.copytree(ROOT / "protos", copy, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "trt" / "protos", copy, ignore=shutil.ignore_patterns("__pycache__"))
     (copy / "grpc_service_pb2.py").write_text((copy / "grpc_service_pb2.py").read_text() + "# edited\n")
     (copy / "health_pb2_grpc.py").unlink()
     (copy / "retired_pb2.py").write_text("")
@@ -76,7 +76,7 @@ def test_check_runs_from_any_directory_and_exits_zero(tmp_path: Path) -> None:
 
 
 def test_generated_modules_import_each_other_through_the_protos_package() -> None:
-    for path in sorted((ROOT / "protos").glob("*_pb2*.py*")):
+    for path in sorted((ROOT / "trt" / "protos").glob("*_pb2*.py*")):
         bare = re.findall(r"^import \w+_pb2\b.*$", path.read_text(), flags=re.MULTILINE)
         assert not bare, f"{path.name}: {bare}"
     for name in (
@@ -86,7 +86,7 @@ def test_generated_modules_import_each_other_through_the_protos_package() -> Non
         "health_pb2",
         "health_pb2_grpc",
     ):
-        assert importlib.import_module(f"protos.{name}").__name__ == f"protos.{name}"
+        assert importlib.import_module(f"trt.protos.{name}").__name__ == f"trt.protos.{name}"
 
 
 # --- descriptors compared with tritonclient's ----------------------------------------------------
@@ -98,7 +98,7 @@ import base64, importlib, json, sys
 print(json.dumps({n: base64.b64encode(importlib.import_module(n).DESCRIPTOR.serialized_pb).decode()
                   for n in sys.argv[1:]}))
 """
-OURS = {"service": "protos.grpc_service_pb2", "config": "protos.model_config_pb2"}
+OURS = {"service": "trt.protos.grpc_service_pb2", "config": "trt.protos.model_config_pb2"}
 THEIRS = {"service": "tritonclient.grpc.service_pb2", "config": "tritonclient.grpc.model_config_pb2"}
 
 

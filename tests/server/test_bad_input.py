@@ -16,8 +16,8 @@ import grpc
 import numpy as np
 import pytest
 
-from protos import grpc_service_pb2, grpc_service_pb2_grpc
 from tests.support import ServerProcess
+from trt.protos import grpc_service_pb2, grpc_service_pb2_grpc
 
 INFER = "/v2/models/simple/infer"
 FIRST = list(range(16))

@@ -1,3 +1,0 @@
-"""trt's serving runtime: a protocol-neutral core with thin HTTP, gRPC and metrics transports."""
-
-__version__ = "0.1.0"

@@ -1,5 +1,0 @@
-"""Python backend: Triton's ``TritonPythonModel`` in ``model.py``, one process per instance."""
-
-from server.backends.python.backend import PythonBackend
-
-__all__ = ["PythonBackend"]

@@ -1,0 +1,192 @@
+"""trt installs beside today's ML stack without changing it, at both ends of its dependency bounds.
+
+Each test builds a fresh virtual environment from the package registry, as a user's machine would,
+and installs trt from a wheel of this checkout (not editable), then runs the installed ``trt`` from a
+folder outside the checkout so that nothing is imported from the source tree.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support import ROOT, ServerProcess
+
+# What a Triton user already has: the current client with every extra, and onnx.
+STACK = ["tritonclient[all]", "onnx"]
+# The wire libraries trt must leave as it found them.
+SHARED = ("protobuf", "grpcio", "tritonclient", "onnx", "numpy")
+
+pytestmark = pytest.mark.timeout(900)
+
+
+class Venv:
+    """A virtual environment of its own, driven through its own interpreter."""
+
+    def __init__(self, path: Path) -> None:
+        subprocess.run([sys.executable, "-m", "venv", str(path)], check=True, timeout=120)
+        self.path = path
+        self.python = str(path / "bin" / "python")
+
+    def install(self, *requirements: str) -> None:
+        self._run(self.python, "-m", "pip", "install", "-q", "--disable-pip-version-check", *requirements)
+
+    def versions(self) -> dict[str, str]:
+        listed = self._run(self.python, "-m", "pip", "list", "--format=json", "--disable-pip-version-check")
+        return {row["name"].lower(): row["version"] for row in json.loads(listed)}
+
+    def pip_check(self) -> str:
+        return self._run(self.python, "-m", "pip", "check", "--disable-pip-version-check")
+
+    def run_python(self, code: str, cwd: Path) -> str:
+        return self._run(self.python, "-c", code, cwd=cwd)
+
+    def top_level_names(self, distribution: str) -> set[str]:
+        """The import names a distribution puts into site-packages."""
+        code = (
+            "import importlib.metadata as m, json\n"
+            f"files = m.distribution({distribution!r}).files or []\n"
+            "print(json.dumps(sorted({f.parts[0] for f in files if '..' not in f.parts"
+            " and not f.parts[0].endswith(('.dist-info', '.egg-info', '.pth'))})))\n"
+        )
+        return set(json.loads(self.run_python(code, self.path)))
+
+    def _run(self, *args: str, cwd: Path | None = None) -> str:
+        result = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=900)
+        assert result.returncode == 0, f"{' '.join(args)} failed:\n{result.stdout}\n{result.stderr}"
+        return result.stdout
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(out),
+            str(ROOT),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    (built,) = out.glob("trt_serve-*.whl")
+    return built
+
+
+@pytest.fixture(scope="module")
+def stack_alone(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The versions the stack resolves to on its own, without trt."""
+    env = Venv(tmp_path_factory.mktemp("stack") / "venv")
+    env.install(*STACK)
+    return env.versions()
+
+
+def _serve_and_infer(env: Venv, workdir: Path, client: str) -> str:
+    """The installed ``trt serve`` on the example repository, answering one infer over gRPC and HTTP."""
+    server = ServerProcess(
+        [ROOT / "model_repository"], command_prefix=[str(env.path / "bin" / "trt")], cwd=workdir
+    )
+    server.start(workdir)
+    try:
+        return env.run_python(client.format(http=server.http_url, grpc=server.grpc_url), workdir)
+    finally:
+        assert server.stop() == 0, server.log()
+
+
+# Infers through NVIDIA's client, both protocols, and checks readiness of the whole repository.
+_TRITONCLIENT = """
+import numpy as np, tritonclient.grpc as g, tritonclient.http as h
+a = np.arange(16, dtype=np.int32).reshape(1, 16)
+for module, url in ((g, "{grpc}"), (h, "{http}")):
+    client = module.InferenceServerClient(url)
+    assert client.is_server_ready(), "not ready"
+    inputs = [module.InferInput(n, [1, 16], "INT32") for n in ("INPUT0", "INPUT1")]
+    for tensor in inputs:
+        tensor.set_data_from_numpy(a)
+    assert (client.infer("simple", inputs).as_numpy("OUTPUT0") == 2 * a).all()
+print("ok")
+"""
+
+# Infers through trt's own generated stubs (no tritonclient), over gRPC, and checks readiness over HTTP.
+_OWN_STUBS = """
+import urllib.request, grpc, numpy as np
+from trt.protos import grpc_service_pb2 as pb, grpc_service_pb2_grpc as rpc
+with urllib.request.urlopen("http://{http}/v2/health/ready") as reply:
+    assert reply.status == 200
+stub = rpc.GRPCInferenceServiceStub(grpc.insecure_channel("{grpc}"))
+a = np.arange(16, dtype=np.int32).reshape(1, 16)
+request = pb.ModelInferRequest(model_name="simple", raw_input_contents=[a.tobytes(), a.tobytes()])
+for name in ("INPUT0", "INPUT1"):
+    request.inputs.add(name=name, datatype="INT32", shape=[1, 16])
+reply = stub.ModelInfer(request, timeout=30)
+assert (np.frombuffer(reply.raw_output_contents[0], np.int32) == 2 * a.ravel()).all()
+print("ok")
+"""
+
+
+def test_trt_after_tritonclient_and_onnx_changes_neither(
+    wheel: Path, stack_alone: dict[str, str], tmp_path: Path
+) -> None:
+    env = Venv(tmp_path / "venv")
+    env.install(*STACK)
+    before = env.versions()
+    env.install(str(wheel))
+    after = env.versions()
+    assert {name: after[name] for name in SHARED} == {name: before[name] for name in SHARED}
+    env.pip_check()
+    env.run_python("import onnx, tritonclient.grpc, tritonclient.http, trt.server.grpc.service", tmp_path)
+    assert env.top_level_names("trt-serve") == {"trt"}
+    version = subprocess.run(
+        [str(tmp_path / "venv" / "bin" / "trt"), "--version"], capture_output=True, text=True, timeout=60
+    )
+    assert version.returncode == 0 and version.stdout.startswith("trt "), version.stdout + version.stderr
+    assert _serve_and_infer(env, tmp_path, _TRITONCLIENT).strip() == "ok"
+
+
+def test_tritonclient_and_onnx_after_trt_resolve_as_they_would_alone(
+    wheel: Path, stack_alone: dict[str, str], tmp_path: Path
+) -> None:
+    env = Venv(tmp_path / "venv")
+    env.install(str(wheel))
+    env.install(*STACK)
+    after = env.versions()
+    assert {name: after[name] for name in SHARED} == {name: stack_alone[name] for name in SHARED}
+    env.pip_check()
+    env.run_python(
+        "import onnx, tritonclient.grpc, trt.server.grpc.service, trt.perf.transport.grpc_clients", tmp_path
+    )
+
+
+@pytest.mark.parametrize(
+    "bounds",
+    [
+        pytest.param(["protobuf==6.30.0", "grpcio==1.72.1"], id="lowest"),
+        pytest.param(["protobuf>=7", "grpcio>=1.85"], id="newest"),
+    ],
+)
+def test_trt_serves_at_either_end_of_its_wire_library_bounds(
+    wheel: Path, bounds: list[str], tmp_path: Path
+) -> None:
+    env = Venv(tmp_path / "venv")
+    env.install(str(wheel), *bounds)
+    versions = env.versions()
+    for bound in bounds:
+        name, operator, wanted = bound.partition("==") if "==" in bound else bound.partition(">=")
+        if operator == "==":
+            assert versions[name] == wanted
+        else:
+            assert versions[name].split(".")[0] == wanted.split(".")[0], versions[name]
+    env.pip_check()
+    assert _serve_and_infer(env, tmp_path, _OWN_STUBS).strip() == "ok"

@@ -1,0 +1,67 @@
+"""config.pbtxt as trt writes it (``trt repo add``, ``show``, ``trt analyze``): Triton's bracket style,
+and always the same config when read back."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.server.repo.catalogue import ADD_SUB, ENSEMBLE_CYCLE, ENSEMBLE_HEAD, SEQUENCE
+from tests.support import ROOT
+from trt.server.core.models.config import config_to_text, parse_config_text
+
+RICH = (
+    ADD_SUB
+    + """
+version_policy { specific { versions: [ 1, 3 ] } }
+dynamic_batching {
+  preferred_batch_size: [ 4, 8 ]
+  max_queue_delay_microseconds: 100
+  priority_levels: 2
+  default_priority_level: 1
+  priority_queue_policy { key: 2 value { timeout_action: DELAY default_timeout_microseconds: 9000000000 } }
+}
+optimization { execution_accelerators { gpu_execution_accelerator [ { name: "tensorrt"
+  parameters { key: "precision_mode" value: "FP16" } } ] } }
+model_warmup [ { name: "w" batch_size: 1 inputs { key: "INPUT0" value { data_type: TYPE_INT32 dims: [ 16 ]
+  zero_data: true } } } ]
+parameters { key: "quote\\"and\\\\slash" value { string_value: "line\\nbreak" } }
+instance_group [ { count: 2 kind: KIND_CPU
+  rate_limiter { resources [ { name: "R" count: 2 } ] priority: 3 } } ]
+"""
+)
+
+EXAMPLES = sorted((ROOT / "model_repository").glob("*/config.pbtxt"))
+TEXTS = {
+    "rich": RICH,
+    "ensemble": ENSEMBLE_CYCLE,
+    "ensemble_head": ENSEMBLE_HEAD % ("TYPE_INT32", "simple", "INPUT0", "A"),
+    "sequence": SEQUENCE % ("START", "fp32_false_true: [ 0, 1.5 ]"),
+    **{path.parent.name: path.read_text() for path in EXAMPLES},
+}
+
+
+@pytest.mark.parametrize("name", sorted(TEXTS))
+def test_written_text_reads_back_as_the_same_config(name: str) -> None:
+    config = parse_config_text(TEXTS[name])
+    assert parse_config_text(config_to_text(config)) == config
+
+
+def test_the_text_is_written_the_way_triton_examples_write_it() -> None:
+    text = config_to_text(parse_config_text(RICH))
+    assert 'input [\n  {\n    name: "INPUT0"\n    data_type: TYPE_INT32\n    dims: [ 16 ]\n  },\n' in text
+    assert 'parameters { key: "precision_mode" value: "FP16" }' in text
+    assert "preferred_batch_size: [ 4, 8 ]" in text
+    sequence = config_to_text(parse_config_text(SEQUENCE % ("START", "int32_false_true: [ 0, 1 ]")))
+    assert "kind: CONTROL_SEQUENCE_START" in sequence  # enum value 0, printed all the same
+
+
+def test_an_empty_message_is_written_as_braces() -> None:
+    assert "dynamic_batching { }" in config_to_text(parse_config_text(ADD_SUB + "dynamic_batching { }"))
+
+
+def test_a_written_file_needs_no_trailing_edit(tmp_path: Path) -> None:
+    path = tmp_path / "config.pbtxt"
+    path.write_text(config_to_text(parse_config_text(ADD_SUB)))
+    assert path.read_text().endswith("]\n")

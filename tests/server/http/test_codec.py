@@ -1,0 +1,137 @@
+"""Decoding infer bodies: a JSON header seen before is looked up, and decodes as it did the first time."""
+
+from __future__ import annotations
+
+import json
+import struct
+
+import numpy as np
+import pytest
+
+from trt.server.core.errors import InvalidInput
+from trt.server.http.codec import RequestDecoder, decode_request
+
+
+def _body(inputs: dict[str, tuple[str, np.ndarray | list[bytes]]], **extra: object) -> tuple[bytes, int]:
+    """A binary infer body: the JSON header, then each tensor's bytes."""
+    described, chunks = [], []
+    for name, (datatype, values) in inputs.items():
+        if datatype == "BYTES":
+            raw = b"".join(struct.pack("<I", len(v)) + v for v in values)  # type: ignore[union-attr]
+            shape = [len(values)]
+        else:
+            raw = np.asarray(values).tobytes()
+            shape = list(np.asarray(values).shape)
+        described.append(
+            {"name": name, "datatype": datatype, "shape": shape, "parameters": {"binary_data_size": len(raw)}}
+        )
+        chunks.append(raw)
+    header = json.dumps({"inputs": described, **extra}).encode()
+    return header + b"".join(chunks), len(header)
+
+
+OUTPUTS = {"outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": True}}, {"name": "OUTPUT1"}]}
+
+
+def _fields(request: object) -> dict[str, object]:
+    decoded = request
+    return {
+        "model": (decoded.model_name, decoded.model_version, decoded.id, decoded.parameters),  # type: ignore[attr-defined]
+        "inputs": [
+            (t.name, t.datatype, t.shape, t.data.dtype, t.data.tolist(), t.parameters)
+            for t in decoded.inputs  # type: ignore[attr-defined]
+        ],
+        "outputs": [(o.name, o.class_count, o.parameters) for o in decoded.outputs or []],  # type: ignore[attr-defined]
+    }
+
+
+def test_a_header_seen_before_decodes_as_the_full_decoding_does_with_the_new_tensors() -> None:
+    decoder = RequestDecoder()
+    first, length = _body(
+        {"A": ("FP32", np.ones((2, 3), np.float32)), "B": ("INT64", np.arange(3))}, **OUTPUTS
+    )
+    second, _ = _body(
+        {"A": ("FP32", np.full((2, 3), 7, np.float32)), "B": ("INT64", np.arange(3) * 5)}, **OUTPUTS
+    )
+    decoder.decode("m", "2", first, length)
+    assert decoder.remembered == 1
+
+    looked_up, choice, default = decoder.decode("m", "2", second, length)
+
+    expected, expected_choice, expected_default = decode_request("m", "2", second, length)
+    assert _fields(looked_up) == _fields(expected)
+    assert looked_up.inputs[0].data.tolist() == [[7.0] * 3] * 2
+    assert (
+        (choice, default)
+        == (expected_choice, expected_default)
+        == ({"OUTPUT0": True, "OUTPUT1": False}, False)
+    )
+    assert decoder.remembered == 1
+
+
+def test_requests_decoded_from_one_header_share_no_dictionaries() -> None:
+    decoder = RequestDecoder()
+    body, length = _body(
+        {"A": ("INT32", np.arange(4, dtype=np.int32))}, parameters={"priority": 1}, **OUTPUTS
+    )
+    first, _, _ = decoder.decode("m", "", body, length)
+    first.parameters["priority"] = 9
+    first.inputs[0].parameters["binary_data_size"] = 0
+    assert first.outputs is not None
+    first.outputs[0].parameters["binary_data"] = False
+
+    second, _, _ = decoder.decode("m", "", body, length)
+
+    assert second.parameters == {"priority": 1}
+    assert second.inputs[0].parameters == {"binary_data_size": 16}
+    assert second.outputs is not None and second.outputs[0].parameters == {"binary_data": True}
+
+
+@pytest.mark.parametrize("cut", [4, -4])
+def test_a_known_header_with_the_wrong_amount_of_binary_data_is_refused_as_it_would_be_unknown(
+    cut: int,
+) -> None:
+    decoder = RequestDecoder()
+    body, length = _body({"A": ("FP32", np.ones(4, np.float32))})
+    decoder.decode("m", "", body, length)
+    wrong = body[:cut] if cut < 0 else body + b"\0" * cut
+
+    with pytest.raises(InvalidInput) as remembered:
+        decoder.decode("m", "", wrong, length)
+    with pytest.raises(InvalidInput) as fresh:
+        decode_request("m", "", wrong, length)
+    assert str(remembered.value) == str(fresh.value)
+
+
+def test_bytes_tensors_are_checked_on_every_request() -> None:
+    decoder = RequestDecoder()
+    body, length = _body({"S": ("BYTES", [b"ab", b"cd"])})
+    request, _, _ = decoder.decode("m", "", body, length)
+    assert request.inputs[0].data.tolist() == [b"ab", b"cd"]
+    broken = body[:length] + struct.pack("<I", 9) + b"ab" + struct.pack("<I", 2) + b"cd"  # its size
+
+    with pytest.raises(InvalidInput, match="BYTES element 0 claims 9 bytes but only 8 remain"):
+        decoder.decode("m", "", broken, length)
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [{"id": "req-1"}, {"parameters": {"sequence_id": 5, "sequence_start": True}}],
+    ids=["id", "sequence"],
+)
+def test_headers_that_carry_something_of_their_own_request_are_not_remembered(
+    extra: dict[str, object],
+) -> None:
+    decoder = RequestDecoder()
+    body, length = _body({"A": ("FP32", np.ones(4, np.float32))}, **extra)
+    request, _, _ = decoder.decode("m", "", body, length)
+    assert (request.id, request.parameters) == (extra.get("id", ""), extra.get("parameters", {}))
+    assert decoder.remembered == 0
+
+
+def test_json_tensor_data_is_not_remembered() -> None:
+    decoder = RequestDecoder()
+    body = json.dumps({"inputs": [{"name": "A", "datatype": "INT32", "shape": [2], "data": [1, 2]}]}).encode()
+    request, _, _ = decoder.decode("m", "", body, len(body))
+    assert request.inputs[0].data.tolist() == [1, 2]
+    assert decoder.remembered == 0

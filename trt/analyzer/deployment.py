@@ -1,0 +1,184 @@
+"""Where candidates are served: a ``trt serve`` process on a scratch copy of the model, or a server the
+user already runs (``--url``). Either way a candidate is deployed through the repository extension's
+``load`` with a config override, the same call any Triton client can make."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from trt.analyzer.errors import AnalyzeError
+
+_STARTUP_S = 120.0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Deployment:
+    """A Triton-protocol server reachable over HTTP, on which candidate configs are loaded one at a time."""
+
+    def __init__(self, http_url: str, grpc_url: str, process: subprocess.Popen[bytes] | None = None) -> None:
+        self.http_url = http_url
+        self.grpc_url = grpc_url
+        self.process = process
+
+    # -- the repository extension ------------------------------------------------------------------
+
+    def _post(self, path: str, body: dict[str, Any], timeout: float = 300.0) -> None:
+        request = urllib.request.Request(
+            f"http://{self.http_url}{path}",
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=timeout):
+                return
+        except urllib.error.HTTPError as exc:
+            detail = exc.read().decode(errors="replace")
+            with contextlib.suppress(ValueError):
+                detail = json.loads(detail).get("error", detail)
+            raise AnalyzeError(f"{path}: {detail}") from None
+        except OSError as exc:
+            raise AnalyzeError(f"server at {self.http_url} unreachable ({exc})") from None
+
+    def get_json(self, path: str) -> Any:
+        try:
+            with urllib.request.urlopen(f"http://{self.http_url}{path}", timeout=30) as response:
+                return json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            raise AnalyzeError(f"{path}: {exc.read().decode(errors='replace')}") from None
+        except OSError as exc:
+            raise AnalyzeError(f"server at {self.http_url} unreachable ({exc})") from None
+
+    def load(self, model: str, config: dict[str, Any] | None = None) -> None:
+        body: dict[str, Any] = {"parameters": {"config": json.dumps(config)}} if config else {}
+        self._post(f"/v2/repository/models/{model}/load", body)
+
+    def unload(self, model: str) -> None:
+        with contextlib.suppress(AnalyzeError):
+            self._post(f"/v2/repository/models/{model}/unload", {})
+
+    def model_config(self, model: str) -> dict[str, Any]:
+        config: dict[str, Any] = self.get_json(f"/v2/models/{model}/config")
+        return config
+
+    # -- the process -------------------------------------------------------------------------------
+
+    def memory_bytes(self) -> int | None:
+        """Resident memory of the server and its children (Python-backend stubs); None for --url."""
+        if self.process is None:
+            return None
+        try:
+            root = psutil.Process(self.process.pid)
+            processes = [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return None
+        total = 0
+        for process in processes:
+            with contextlib.suppress(psutil.Error):
+                total += process.memory_info().rss
+        return total
+
+    def gpu_memory_bytes(self) -> int | None:
+        """GPU memory the server's processes hold, through NVML; None without a GPU or for --url.
+        Unverified here: the machines this was written on have no GPU."""
+        if self.process is None:
+            return None
+        try:
+            import pynvml
+        except ImportError:
+            return None
+        try:
+            root = psutil.Process(self.process.pid)
+            pids = {root.pid, *(child.pid for child in root.children(recursive=True))}
+            pynvml.nvmlInit()
+            total = 0
+            for index in range(pynvml.nvmlDeviceGetCount()):
+                handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+                for process in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
+                    if process.pid in pids and process.usedGpuMemory:
+                        total += int(process.usedGpuMemory)
+            return total
+        except (pynvml.NVMLError, psutil.Error):
+            return None
+
+    def close(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(10)
+
+
+class ScratchServer(Deployment):
+    """``trt serve`` in explicit mode on a temporary repository that holds the model's variants."""
+
+    def __init__(self) -> None:
+        self.repository = Path(tempfile.mkdtemp(prefix="trt-analyze-"))
+        http_port, grpc_port = free_port(), free_port()
+        command = [
+            sys.executable, "-m", "trt", "serve", f"--model-repository={self.repository}",
+            "--model-control-mode=explicit", "--http-address=127.0.0.1", f"--http-port={http_port}",
+            "--grpc-address=127.0.0.1", f"--grpc-port={grpc_port}", "--allow-metrics=false",
+            "--log-info=false", "--exit-on-error=false",
+        ]  # fmt: skip
+        self.log = (self.repository.parent / f"{self.repository.name}.log").open("wb")
+        process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT)
+        super().__init__(f"127.0.0.1:{http_port}", f"127.0.0.1:{grpc_port}", process)
+        self._wait_ready()
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + _STARTUP_S
+        while time.monotonic() < deadline:
+            assert self.process is not None
+            if self.process.poll() is not None:
+                raise AnalyzeError(f"trt serve exited while starting:\n{self._log_tail()}")
+            try:
+                with urllib.request.urlopen(f"http://{self.http_url}/v2/health/live", timeout=1):
+                    return
+            except OSError:
+                time.sleep(0.2)
+        self.close()
+        raise AnalyzeError(f"trt serve did not start in {_STARTUP_S:.0f} s:\n{self._log_tail()}")
+
+    def _log_tail(self) -> str:
+        self.log.flush()
+        return Path(self.log.name).read_text(errors="replace")[-3000:]
+
+    def add_model(self, name: str, source_dir: Path, model_file: Path | None = None) -> Path:
+        """Copy the model folder ``source_dir`` in as ``name`` (optionally with another model file)."""
+        destination = self.repository / name
+        if destination.exists():
+            shutil.rmtree(destination)
+        shutil.copytree(source_dir, destination)
+        if model_file is not None:
+            for version in destination.iterdir():
+                if version.is_dir() and version.name.isdigit():
+                    shutil.copyfile(model_file, version / model_file.name)
+        return destination
+
+    def close(self) -> None:
+        super().close()
+        self.log.close()
+        shutil.rmtree(self.repository, ignore_errors=True)
+        Path(self.log.name).unlink(missing_ok=True)

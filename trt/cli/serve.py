@@ -1,0 +1,275 @@
+"""``trt serve``: tritonserver's flags, names and forms, so existing launch scripts keep working."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import orjson
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from trt.cli.flags import parse_backend_config, parse_bool
+from trt.server.core.extensions.log_settings import LOG_FORMATS, LogOptions, LogSettings
+from trt.server.core.extensions.tracing import parse_trace_config
+from trt.server.core.models.object_store import is_remote
+from trt.server.core.options import CoreOptions, ModelControlMode
+from trt.server.core.scheduling.rate_limiter import parse_rate_limit_resources
+from trt.server.core.scheduling.response_cache import parse_cache_config
+from trt.server.core.server import InferenceServer
+from trt.server.restrictions import Restrictions
+from trt.server.runtime import Endpoint, ServeOptions, serve
+
+T = TypeVar("T")
+
+# tritonserver flags a launch script may carry that have no counterpart here, and why: taken with a
+# warning, so that the script still starts the server. Any other unknown flag is an error.
+IGNORED_TRITON_FLAGS = {
+    "--pinned-memory-pool-byte-size": "tensors stay in pageable memory",
+    "--cuda-memory-pool-byte-size": "CUDA memory is the backends' own (ONNX Runtime, PyTorch, TensorRT)",
+    "--min-supported-compute-capability": "every GPU the backends can use is used",
+    "--backend-directory": "backends are Python modules of trt",
+    "--repoagent-directory": "repository agents are not supported",
+    "--buffer-manager-thread-count": "no buffer manager threads",
+    "--http-thread-count": "HTTP runs on the event loop",
+    "--grpc-infer-allocation-pool-size": "gRPC messages are not pooled",
+    "--metrics-interval-ms": "metrics are read when Prometheus scrapes",
+    "--allow-client-shm": "shared memory registration is always allowed",
+}
+
+
+def serve_command(
+    context: typer.Context,
+    model_repository: list[str] = typer.Option(
+        None,
+        "--model-repository",
+        "--model-store",
+        help="Model repository folder or s3://bucket/path; repeat for several.",
+    ),
+    http_port: int = typer.Option(8000, "--http-port"),
+    grpc_port: int = typer.Option(8001, "--grpc-port"),
+    metrics_port: int = typer.Option(8002, "--metrics-port"),
+    http_address: str = typer.Option("0.0.0.0", "--http-address"),
+    grpc_address: str = typer.Option("0.0.0.0", "--grpc-address"),
+    metrics_address: str = typer.Option("", "--metrics-address", help="Defaults to --http-address."),
+    allow_http: str = typer.Option("true", "--allow-http", metavar="BOOL"),
+    allow_grpc: str = typer.Option("true", "--allow-grpc", metavar="BOOL"),
+    allow_metrics: str = typer.Option("true", "--allow-metrics", metavar="BOOL"),
+    allow_gpu_metrics: str = typer.Option("true", "--allow-gpu-metrics", metavar="BOOL"),
+    allow_cpu_metrics: str = typer.Option("true", "--allow-cpu-metrics", metavar="BOOL"),
+    model_control_mode: ModelControlMode = typer.Option(ModelControlMode.NONE, "--model-control-mode"),
+    load_model: list[str] = typer.Option(
+        None, "--load-model", help="Explicit mode: model to load; '*' = all."
+    ),
+    repository_poll_secs: float = typer.Option(15.0, "--repository-poll-secs"),
+    strict_readiness: str = typer.Option("true", "--strict-readiness", metavar="BOOL"),
+    exit_on_error: str = typer.Option("true", "--exit-on-error", metavar="BOOL"),
+    disable_auto_complete_config: bool = typer.Option(False, "--disable-auto-complete-config"),
+    strict_model_config: str = typer.Option(
+        "", "--strict-model-config", metavar="BOOL", help="Deprecated: true = --disable-auto-complete-config."
+    ),
+    backend_config: list[str] = typer.Option(None, "--backend-config", metavar="[BACKEND,]KEY=VALUE"),
+    model_load_thread_count: int = typer.Option(4, "--model-load-thread-count"),
+    model_load_retry_count: int = typer.Option(
+        0, "--model-load-retry-count", min=0, help="Times a model version that failed to load is tried again."
+    ),
+    rate_limit: str = typer.Option("off", "--rate-limit", metavar="off|execution_count"),
+    rate_limit_resource: list[str] = typer.Option(
+        None, "--rate-limit-resource", metavar="NAME:COUNT[:DEVICE]"
+    ),
+    cache_config: list[str] = typer.Option(
+        None, "--cache-config", metavar="local,size=BYTES", help="Response cache for models that enable it."
+    ),
+    exit_timeout_secs: float = typer.Option(30.0, "--exit-timeout-secs"),
+    http_max_input_size: int = typer.Option(64 * 1024 * 1024, "--http-max-input-size"),
+    http_restricted_api: list[str] = typer.Option(
+        None,
+        "--http-restricted-api",
+        metavar="CATEGORY[,CATEGORY...]:HEADER=VALUE",
+        help="Requests to these API categories need this header (403 without it).",
+    ),
+    grpc_restricted_protocol: list[str] = typer.Option(
+        None,
+        "--grpc-restricted-protocol",
+        metavar="CATEGORY[,CATEGORY...]:HEADER=VALUE",
+        help="RPCs of these categories need this metadata (UNAVAILABLE without it).",
+    ),
+    server_id: str = typer.Option("triton", "--id", help="Server name in server metadata."),
+    log_verbose: int = typer.Option(0, "--log-verbose"),
+    log_info: str = typer.Option("true", "--log-info", metavar="BOOL"),
+    log_warning: str = typer.Option("true", "--log-warning", metavar="BOOL"),
+    log_error: str = typer.Option("true", "--log-error", metavar="BOOL"),
+    log_format: str = typer.Option("default", "--log-format", metavar="default|ISO8601"),
+    log_file: str = typer.Option("", "--log-file", help="Write the log to this file instead of stderr."),
+    trace_config: list[str] = typer.Option(
+        None,
+        "--trace-config",
+        metavar="[triton,]SETTING=VALUE",
+        help="Request tracing: level=TIMESTAMPS, rate=N, count=N, triton,file=PATH, triton,log-frequency=N.",
+    ),
+    json_output: bool = typer.Option(False, "--json", help="Print the start-up summary as one JSON line."),
+) -> None:
+    """Serve a Triton model repository over HTTP (8000), gRPC (8001) and metrics (8002)."""
+    ignored = _ignored_flags(context.args)
+    if log_format not in LOG_FORMATS:
+        raise typer.BadParameter(f"--log-format takes default or ISO8601, got '{log_format}'")
+    log = LogOptions(
+        log_file=log_file,
+        log_info=parse_bool(log_info, "--log-info"),
+        log_warning=parse_bool(log_warning, "--log-warning"),
+        log_error=parse_bool(log_error, "--log-error"),
+        log_verbose_level=log_verbose,
+        log_format=log_format,
+    )
+    _configure_logging(log)
+    for flag, why in ignored:
+        logging.getLogger("trt.serve").warning("%s has no effect in trt serve: %s", flag, why)
+    backend_settings = parse_backend_config(backend_config or [])
+    auto_complete = not disable_auto_complete_config
+    if strict_model_config:
+        auto_complete = auto_complete and not parse_bool(strict_model_config, "--strict-model-config")
+    default_batch = backend_settings.get("", {}).get("default-max-batch-size", "4")
+    core = CoreOptions(
+        model_repositories=tuple(_repository(p) for p in (model_repository or ["model_repository"])),
+        model_control_mode=model_control_mode,
+        load_models=tuple(load_model or ()),
+        repository_poll_secs=repository_poll_secs,
+        strict_readiness=parse_bool(strict_readiness, "--strict-readiness"),
+        exit_on_error=parse_bool(exit_on_error, "--exit-on-error"),
+        auto_complete_config=auto_complete,
+        default_max_batch_size=int(default_batch),
+        model_load_thread_count=model_load_thread_count,
+        model_load_retry_count=model_load_retry_count,
+        cpu_colocation=parse_bool(
+            backend_settings.get("python", {}).get("cpu-colocation", "true"),
+            "--backend-config=python,cpu-colocation",
+        ),
+        server_id=server_id,
+        backend_config=backend_settings,
+        response_cache_bytes=_parsed(parse_cache_config, cache_config or []),
+        rate_limit=_rate_limit_on(rate_limit),
+        rate_limit_resources=_parsed(parse_rate_limit_resources, rate_limit_resource or []),
+        log=log,
+        trace=_parsed(parse_trace_config, trace_config or []),
+    )
+    options = ServeOptions(
+        core=core,
+        http=Endpoint(parse_bool(allow_http, "--allow-http"), http_address, http_port),
+        grpc=Endpoint(parse_bool(allow_grpc, "--allow-grpc"), grpc_address, grpc_port),
+        metrics=Endpoint(
+            parse_bool(allow_metrics, "--allow-metrics"), metrics_address or http_address, metrics_port
+        ),
+        gpu_metrics=parse_bool(allow_gpu_metrics, "--allow-gpu-metrics"),
+        cpu_metrics=parse_bool(allow_cpu_metrics, "--allow-cpu-metrics"),
+        exit_timeout_secs=exit_timeout_secs,
+        http_max_input_size=http_max_input_size,
+        http_restrictions=_parsed(Restrictions.parse, http_restricted_api or [], "--http-restricted-api"),
+        grpc_restrictions=_parsed(
+            Restrictions.parse, grpc_restricted_protocol or [], "--grpc-restricted-protocol"
+        ),
+    )
+
+    def on_ready(server: InferenceServer, failures: dict[str, str]) -> None:
+        _print_summary(server, options, json_output)
+
+    code = _run(serve(options, on_ready))
+    raise typer.Exit(code)
+
+
+def _ignored_flags(args: list[str]) -> list[tuple[str, str]]:
+    """The tritonserver flags among ``args`` that trt takes without effect; any other is an error."""
+    ignored, index = [], 0
+    while index < len(args):
+        flag = args[index].split("=", 1)[0]
+        if flag not in IGNORED_TRITON_FLAGS:
+            raise typer.BadParameter(f"no such option: {args[index]}")
+        if "=" not in args[index] and index + 1 < len(args) and not args[index + 1].startswith("--"):
+            index += 1  # its value came as the next argument
+        ignored.append((flag, IGNORED_TRITON_FLAGS[flag]))
+        index += 1
+    return ignored
+
+
+def _repository(location: str) -> str | Path:
+    return location if is_remote(location) else Path(location)
+
+
+def _parsed(parse: Callable[..., T], *arguments: Any) -> T:
+    """A flag's parsed value; a parser's ValueError becomes the usage error typer prints."""
+    try:
+        return parse(*arguments)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+def _rate_limit_on(value: str) -> bool:
+    if value not in ("off", "execution_count"):
+        raise typer.BadParameter(f"--rate-limit takes off or execution_count, got '{value}'")
+    return value == "execution_count"
+
+
+def _run(coroutine: object) -> int:
+    try:
+        import uvloop
+
+        return int(uvloop.run(coroutine))  # type: ignore[arg-type]
+    except ImportError:
+        return int(asyncio.run(coroutine))  # type: ignore[arg-type]
+
+
+def _configure_logging(log: LogOptions) -> None:
+    """Where the log goes; its level and format are the server's ``LogSettings`` (changeable later
+    through the logging API)."""
+    handler: logging.Handler
+    if log.log_file:
+        try:
+            handler = logging.FileHandler(log.log_file, encoding="utf-8")
+        except OSError as exc:
+            raise typer.BadParameter(f"--log-file: cannot write {log.log_file}: {exc.strerror}") from None
+    else:
+        handler = logging.StreamHandler(sys.stderr)
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.WARNING)
+    LogSettings(log).apply()
+
+
+def _print_summary(server: InferenceServer, options: ServeOptions, as_json: bool) -> None:
+    rows = server.repository_index()
+    endpoints = {
+        name: f"{endpoint.address}:{endpoint.port}"
+        for name, endpoint in (("http", options.http), ("grpc", options.grpc), ("metrics", options.metrics))
+        if endpoint.enabled
+    }
+    if as_json:
+        summary = {
+            "endpoints": endpoints,
+            "models": [
+                {"name": r.name, "version": r.version, "state": r.state or "UNLOADED", "reason": r.reason}
+                for r in rows
+            ],
+        }
+        sys.stdout.write(orjson.dumps(summary).decode() + "\n")
+        sys.stdout.flush()
+        return
+    console = Console(stderr=True)
+    table = Table(title="Models", title_justify="left")
+    table.add_column("Model", style="bold")
+    table.add_column("Version")
+    table.add_column("Status")
+    for row in rows:
+        if row.state == "READY":
+            status = "[green]READY[/green]"
+        elif row.state:
+            status = f"[red]{row.state}[/red]: {row.reason}"
+        else:
+            status = "[dim]not loaded[/dim]"
+        table.add_row(row.name, row.version or "-", status)
+    console.print(table)
+    for name, where in endpoints.items():
+        console.print(f"[bold]{name:8}[/bold] {where}")

@@ -1,0 +1,1 @@
+"""trt's serving runtime: a protocol-neutral core with thin HTTP, gRPC and metrics transports."""

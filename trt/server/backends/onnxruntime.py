@@ -1,0 +1,296 @@
+"""ONNX Runtime backend: ``model.onnx`` run by ``onnxruntime.InferenceSession``.
+
+Sessions run on the CPU unless the instance is KIND_GPU, which selects the CUDA execution provider on
+the instance's device (and TensorRT's when ``optimization.execution_accelerators`` asks for it).
+``InferenceSession.run`` releases the GIL, so instances run concurrently in worker threads.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from trt.protos import model_config_pb2
+from trt.server.core.backends.base import InstanceSpec, ModelFiles
+from trt.server.core.datatypes import config_to_wire
+from trt.server.core.errors import InvalidInput, ModelConfigError, ModelLoadError
+
+logger = logging.getLogger("trt.backends.onnxruntime")
+
+_ORT_TO_CONFIG_TYPE = {
+    "tensor(bool)": "TYPE_BOOL",
+    "tensor(uint8)": "TYPE_UINT8",
+    "tensor(uint16)": "TYPE_UINT16",
+    "tensor(uint32)": "TYPE_UINT32",
+    "tensor(uint64)": "TYPE_UINT64",
+    "tensor(int8)": "TYPE_INT8",
+    "tensor(int16)": "TYPE_INT16",
+    "tensor(int32)": "TYPE_INT32",
+    "tensor(int64)": "TYPE_INT64",
+    "tensor(float16)": "TYPE_FP16",
+    "tensor(float)": "TYPE_FP32",
+    "tensor(double)": "TYPE_FP64",
+    "tensor(string)": "TYPE_STRING",
+    "tensor(bfloat16)": "TYPE_BF16",
+}
+
+
+def _import_onnxruntime() -> Any:
+    try:
+        import onnxruntime
+    except ImportError:
+        raise ModelLoadError(
+            "onnxruntime is not installed: pip install onnxruntime (or onnxruntime-gpu, never both)"
+        ) from None
+    return onnxruntime
+
+
+def _dims(shape: Sequence[Any]) -> list[int]:
+    """ONNX Runtime reports symbolic or unknown dims as strings or None; Triton calls them -1."""
+    return [dim if isinstance(dim, int) and dim >= 0 else -1 for dim in shape]
+
+
+class _Signature:
+    """Inputs and outputs as the model file declares them."""
+
+    def __init__(self, session: Any) -> None:
+        self.inputs = {arg.name: (arg.type, _dims(arg.shape)) for arg in session.get_inputs()}
+        self.outputs = {arg.name: (arg.type, _dims(arg.shape)) for arg in session.get_outputs()}
+
+
+class OnnxRuntimeBackend:
+    name = "onnxruntime"
+    platform = "onnxruntime_onnx"
+    default_filename = "model.onnx"
+
+    def _model_path(self, config: model_config_pb2.ModelConfig, files: ModelFiles) -> Path:
+        path = files.require_artifact(config, self.default_filename)
+        if path.is_dir():  # Triton also accepts a directory holding model.onnx (external weights)
+            path = path / "model.onnx"
+        if not path.is_file():
+            raise ModelLoadError(f"model file not found: {path}")
+        return path
+
+    def _signature(self, config: model_config_pb2.ModelConfig, files: ModelFiles) -> _Signature:
+        ort = _import_onnxruntime()
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = 1
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        try:
+            session = ort.InferenceSession(
+                str(self._model_path(config, files)), options, providers=["CPUExecutionProvider"]
+            )
+        except ModelLoadError:
+            raise
+        except Exception as exc:  # onnxruntime raises its own exception types for broken files
+            raise ModelLoadError(f"onnxruntime could not read the model: {exc}") from None
+        return _Signature(session)
+
+    def auto_complete(
+        self, config: model_config_pb2.ModelConfig, files: ModelFiles, default_max_batch_size: int
+    ) -> None:
+        signature = self._signature(config, files)
+        all_shapes = [dims for _, dims in [*signature.inputs.values(), *signature.outputs.values()]]
+        can_batch = bool(all_shapes) and all(len(dims) >= 1 and dims[0] == -1 for dims in all_shapes)
+        # Only a config that says nothing about batching gets a batch size picked for it.
+        declared_dims = [len(t.dims) for t in (*config.input, *config.output)]
+        if config.max_batch_size == 0 and can_batch and not declared_dims:
+            config.max_batch_size = default_max_batch_size
+            if config.WhichOneof("scheduling_choice") is None:
+                config.dynamic_batching.SetInParent()
+        strip_batch = config.max_batch_size > 0
+        self._complete_tensors(config.input, signature.inputs, strip_batch)
+        self._complete_tensors(config.output, signature.outputs, strip_batch)
+
+    @staticmethod
+    def _complete_tensors(declared: Any, found: dict[str, tuple[str, list[int]]], strip_batch: bool) -> None:
+        """Add every tensor when the config lists none; otherwise fill only what listed ones lack."""
+        if not declared:
+            for name in found:
+                declared.add().name = name
+        for tensor in declared:
+            if tensor.name not in found:
+                continue  # validate() reports it with the model's real names
+            ort_type, dims = found[tensor.name]
+            if tensor.data_type == model_config_pb2.TYPE_INVALID:
+                tensor.data_type = model_config_pb2.DataType.Value(
+                    _ORT_TO_CONFIG_TYPE.get(ort_type, "TYPE_INVALID")
+                )
+            if not tensor.dims:
+                tensor.dims.extend(dims[1:] if strip_batch else dims)
+
+    def validate(self, config: model_config_pb2.ModelConfig, files: ModelFiles) -> None:
+        signature = self._signature(config, files)
+        batch = config.max_batch_size > 0
+        for kind, declared, found in (
+            ("input", config.input, signature.inputs),
+            ("output", config.output, signature.outputs),
+        ):
+            for tensor in declared:
+                where = f"{kind}[{tensor.name}]"
+                if tensor.name not in found:
+                    raise ModelConfigError(
+                        f"{kind} '{tensor.name}' in config is not in the model"
+                        f"{_closest(tensor.name, found)}; the model's {kind}s are: {', '.join(found)}",
+                        f"{where}.name",
+                    )
+                ort_type, dims = found[tensor.name]
+                expected_type = _ORT_TO_CONFIG_TYPE.get(ort_type, ort_type)
+                declared_type = model_config_pb2.DataType.Name(tensor.data_type)
+                if expected_type != declared_type:
+                    raise ModelConfigError(
+                        f"{kind} '{tensor.name}': config says {declared_type} "
+                        f"but the model has {expected_type}",
+                        f"{where}.data_type",
+                    )
+                model_dims = dims[1:] if batch and dims else dims
+                if batch and dims and dims[0] not in (-1,):
+                    raise ModelConfigError(
+                        f"{kind} '{tensor.name}': max_batch_size is {config.max_batch_size} but the model's "
+                        f"first dimension is fixed at {dims[0]}; set max_batch_size: 0 or export with a "
+                        "dynamic batch dimension",
+                        "max_batch_size",
+                    )
+                config_dims = list(tensor.reshape.shape) if tensor.HasField("reshape") else list(tensor.dims)
+                if not _dims_compatible(config_dims, model_dims):
+                    raise ModelConfigError(
+                        f"{kind} '{tensor.name}': config dims {list(tensor.dims)} do not match the model's "
+                        f"{model_dims}"
+                        + (" (the batch dimension is implied by max_batch_size)" if batch else ""),
+                        f"{where}.dims",
+                    )
+        _check_sequence_tensors(config, signature)
+
+    def create_instance(
+        self, config: model_config_pb2.ModelConfig, files: ModelFiles, spec: InstanceSpec
+    ) -> OnnxRuntimeInstance:
+        return OnnxRuntimeInstance(self._model_path(config, files), config, spec)
+
+
+def _closest(name: str, names: dict[str, Any]) -> str:
+    close = difflib.get_close_matches(name, list(names), n=1, cutoff=0.5)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def _check_sequence_tensors(config: model_config_pb2.ModelConfig, signature: _Signature) -> None:
+    """The server feeds sequence controls and implicit state as model inputs (and reads state back
+    from outputs), so the model must have tensors of those names."""
+    if not config.HasField("sequence_batching"):
+        return
+    settings = config.sequence_batching
+    fed = [(c.name, f"sequence_batching.control_input[{c.name}]") for c in settings.control_input]
+    fed += [(s.input_name, f"sequence_batching.state[{s.input_name}]") for s in settings.state]
+    for name, where in fed:
+        if name not in signature.inputs:
+            raise ModelConfigError(
+                f"sequence_batching feeds '{name}' to the model, but the model has no input of that name"
+                f"{_closest(name, signature.inputs)}; its inputs are: {', '.join(signature.inputs)}",
+                where,
+            )
+    for state in settings.state:
+        if state.output_name not in signature.outputs:
+            raise ModelConfigError(
+                f"sequence_batching state reads '{state.output_name}' back from the model, but the model has "
+                f"no output of that name{_closest(state.output_name, signature.outputs)}; its outputs are: "
+                f"{', '.join(signature.outputs)}",
+                f"sequence_batching.state[{state.input_name}]",
+            )
+
+
+def _dims_compatible(config_dims: list[int], model_dims: list[int]) -> bool:
+    if len(config_dims) != len(model_dims):
+        return False
+    return all(c == m or m == -1 or c == -1 for c, m in zip(config_dims, model_dims, strict=True))
+
+
+class OnnxRuntimeInstance:
+    def __init__(self, path: Path, config: model_config_pb2.ModelConfig, spec: InstanceSpec) -> None:
+        ort = _import_onnxruntime()
+        options = ort.SessionOptions()
+        parameters = {key: value.string_value for key, value in config.parameters.items()}
+        options.intra_op_num_threads = int(parameters.get("intra_op_thread_count", spec.cpu_threads) or 0)
+        options.inter_op_num_threads = int(parameters.get("inter_op_thread_count", 1) or 0)
+        # ONNX Runtime's pool threads spin-wait for work after every run; in a server with gaps
+        # between requests that burns a core for nothing. Off unless the config turns it on.
+        spinning = parameters.get("allow_spinning", "0")
+        options.add_session_config_entry(
+            "session.intra_op.allow_spinning", "1" if spinning in ("1", "true") else "0"
+        )
+        options.add_session_config_entry(
+            "session.inter_op.allow_spinning", "1" if spinning in ("1", "true") else "0"
+        )
+        level = config.optimization.graph.level
+        options.graph_optimization_level = {
+            -1: ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+            1: ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+        }.get(level, ort.GraphOptimizationLevel.ORT_ENABLE_ALL)
+        providers = self._providers(ort, config, spec)
+        try:
+            self._session = ort.InferenceSession(str(path), options, providers=providers)
+        except Exception as exc:
+            raise ModelLoadError(f"onnxruntime could not create a session: {exc}") from None
+        self._string_inputs = {arg.name for arg in self._session.get_inputs() if arg.type == "tensor(string)"}
+        self._run = self._session.run
+        logger.info("instance %s on %s", spec.name, self._session.get_providers()[0])
+
+    @staticmethod
+    def _providers(ort: Any, config: model_config_pb2.ModelConfig, spec: InstanceSpec) -> list[Any]:
+        if spec.kind != "KIND_GPU":
+            return ["CPUExecutionProvider"]
+        available = set(ort.get_available_providers())
+        if "CUDAExecutionProvider" not in available:
+            raise ModelLoadError(
+                "instance_group asks for KIND_GPU but this onnxruntime has no CUDAExecutionProvider; "
+                "install onnxruntime-gpu (in place of onnxruntime) or use KIND_CPU"
+            )
+        providers: list[Any] = []
+        for accelerator in config.optimization.execution_accelerators.gpu_execution_accelerator:
+            if accelerator.name == "tensorrt":
+                if "TensorrtExecutionProvider" not in available:
+                    raise ModelLoadError("execution accelerator 'tensorrt' requested but not available")
+                options: dict[str, Any] = {"device_id": spec.device_id}
+                if accelerator.parameters.get("precision_mode") == "FP16":
+                    options["trt_fp16_enable"] = True
+                providers.append(("TensorrtExecutionProvider", options))
+        providers.append(("CUDAExecutionProvider", {"device_id": spec.device_id}))
+        providers.append("CPUExecutionProvider")
+        return providers
+
+    def execute(self, inputs: Mapping[str, np.ndarray], output_names: Sequence[str]) -> dict[str, np.ndarray]:
+        feeds: dict[str, np.ndarray] = dict(inputs)
+        for name in self._string_inputs.intersection(feeds):
+            feeds[name] = _as_text(name, feeds[name])
+        results = self._run(list(output_names), feeds)
+        return dict(zip(output_names, results, strict=True))
+
+    def close(self) -> None:
+        del self._session
+
+
+def _as_text(name: str, array: np.ndarray) -> np.ndarray:
+    """ONNX Runtime's Python API carries string tensors as text (bytes objects would be str()-ed),
+    so BYTES elements must be UTF-8; anything else is refused rather than silently altered."""
+    text = np.empty(array.shape, dtype=np.object_)
+    flat_in, flat_out = array.reshape(-1), text.reshape(-1)
+    for index, value in enumerate(flat_in):
+        if isinstance(value, bytes):
+            try:
+                flat_out[index] = value.decode("utf-8")
+            except UnicodeDecodeError:
+                raise InvalidInput(
+                    f"input '{name}': element {index} is not valid UTF-8; "
+                    "ONNX Runtime string tensors carry text"
+                ) from None
+        else:
+            flat_out[index] = str(value)
+    return text
+
+
+def config_type_of(ort_type: str) -> str:
+    """Wire datatype for an ONNX Runtime type string (used by ``trt repo add``)."""
+    return config_to_wire(_ORT_TO_CONFIG_TYPE.get(ort_type, "TYPE_INVALID"))

@@ -1,0 +1,135 @@
+"""The Python backend: ``model.py`` files written for Triton, run unchanged.
+
+Each instance runs in its own process, so Python models scale past the GIL and a crash stays
+contained. ``parameters { key: "EXECUTION_ENV_PATH" ... }`` picks the interpreter: an unpacked
+environment (a venv or conda folder with ``bin/python``) or a ``.tar.gz`` of one (conda-pack), which
+is unpacked once into ``$TRT_CACHE_DIR`` (default ``~/.cache/trt``): not beside the model, where it
+would look like a change to the repository and where the repository may be read-only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+from trt.protos import model_config_pb2
+from trt.server.backends.python.instance import STUB, PythonModelInstance
+from trt.server.core.backends.base import InstanceSpec, ModelFiles
+from trt.server.core.errors import ModelConfigError
+from trt.server.core.models.config import config_from_json, config_to_dict, config_to_json
+
+logger = logging.getLogger("trt.backends.python")
+
+
+def model_directory_token(value: str, model_dir: Path) -> str:
+    return value.replace("$$TRITON_MODEL_DIRECTORY", str(model_dir))
+
+
+def interpreter_for(config: model_config_pb2.ModelConfig, model_dir: Path) -> str:
+    """The Python that runs the model: the server's own, or the one in EXECUTION_ENV_PATH."""
+    parameter = config.parameters.get("EXECUTION_ENV_PATH")
+    if parameter is None or not parameter.string_value:
+        return sys.executable
+    path = Path(model_directory_token(parameter.string_value, model_dir))
+    if not path.is_absolute():
+        path = model_dir / path
+    if path.is_file() and path.name.endswith((".tar.gz", ".tgz")):
+        path = _unpacked(path)
+    for candidate in (path / "bin" / "python3", path / "bin" / "python"):
+        if candidate.exists():
+            return str(candidate)
+    raise ModelConfigError(
+        f"EXECUTION_ENV_PATH '{parameter.string_value}' has no bin/python; give an unpacked environment "
+        "folder (python -m venv / conda) or a conda-pack .tar.gz"
+    )
+
+
+def _cache_dir() -> Path:
+    return Path(os.environ.get("TRT_CACHE_DIR") or Path.home() / ".cache" / "trt") / "environments"
+
+
+def _unpacked(archive: Path) -> Path:
+    digest = hashlib.sha256(archive.read_bytes()).hexdigest()[:16]
+    cache = _cache_dir()
+    cache.mkdir(parents=True, exist_ok=True)
+    target = cache / digest
+    if not target.exists():
+        staging = Path(tempfile.mkdtemp(dir=cache, prefix=".unpacking_"))
+        with tarfile.open(archive) as tar:
+            tar.extractall(staging, filter="data")
+        staging.rename(target)
+        activate = target / "bin" / "conda-unpack"
+        if activate.exists():  # conda-pack: fix the prefixes baked into the environment
+            subprocess.run([str(activate)], check=False)
+    return target
+
+
+class PythonBackend:
+    name = "python"
+    platform = ""
+    default_filename = "model.py"
+
+    def _model_py(self, config: model_config_pb2.ModelConfig, files: ModelFiles) -> Path:
+        return files.require_artifact(config, self.default_filename)
+
+    def auto_complete(
+        self, config: model_config_pb2.ModelConfig, files: ModelFiles, default_max_batch_size: int
+    ) -> None:
+        """Run ``TritonPythonModel.auto_complete_config`` in the model's own interpreter."""
+        model_py = self._model_py(config, files)
+        if "auto_complete_config" not in model_py.read_text(encoding="utf-8", errors="replace"):
+            return
+        with tempfile.NamedTemporaryFile(suffix=".json") as result:
+            process = subprocess.run(
+                [interpreter_for(config, files.model_dir), str(STUB), "--auto-complete", str(model_py),
+                 "--result", result.name],
+                input=json.dumps(config_to_dict(config)), capture_output=True, text=True, timeout=120,
+                env=_stub_env(files),
+            )  # fmt: skip
+            if process.returncode != 0:
+                last = process.stderr.strip().splitlines()[-1:] or ["no output"]
+                raise ModelConfigError(f"auto_complete_config() failed: {last[0]}")
+            completed = config_from_json(Path(result.name).read_text(encoding="utf-8"))
+        config.CopyFrom(completed)
+
+    def validate(self, config: model_config_pb2.ModelConfig, files: ModelFiles) -> None:
+        self._model_py(config, files)
+        for tensor in (*config.input, *config.output):
+            if tensor.data_type == model_config_pb2.TYPE_BF16:
+                raise ModelConfigError(
+                    f"'{tensor.name}': BF16 has no numpy type and cannot reach a Python model"
+                )
+
+    def create_instance(
+        self, config: model_config_pb2.ModelConfig, files: ModelFiles, spec: InstanceSpec
+    ) -> PythonModelInstance:
+        args = {
+            "model_config": config_to_json(config).decode(),
+            "model_instance_kind": spec.kind.removeprefix("KIND_"),
+            "model_instance_name": spec.name,
+            "model_instance_device_id": str(spec.device_id),
+            "model_repository": str(files.model_dir),
+            "model_version": str(files.version),
+            "model_name": files.model_name,
+        }
+        return PythonModelInstance(
+            interpreter_for(config, files.model_dir),
+            self._model_py(config, files),
+            args,
+            spec.services,
+        )
+
+
+def _stub_env(files: ModelFiles) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(STUB.parent), *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])]
+    )
+    return env

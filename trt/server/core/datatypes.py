@@ -1,0 +1,167 @@
+"""Triton's tensor data types: wire names, config enum names, numpy dtypes and byte layouts.
+
+BYTES tensors are numpy object arrays of ``bytes``; on the wire each element is a 4-byte
+little-endian length followed by its bytes (the HTTP binary extension, gRPC raw contents and
+shared memory all use this layout).
+"""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+
+from trt.server.core.errors import InvalidInput
+
+# Wire datatype name -> numpy dtype. BF16 has no numpy dtype; it travels as raw uint16 pairs.
+_WIRE_TO_NUMPY: dict[str, np.dtype] = {
+    "BOOL": np.dtype(np.bool_),
+    "UINT8": np.dtype(np.uint8),
+    "UINT16": np.dtype(np.uint16),
+    "UINT32": np.dtype(np.uint32),
+    "UINT64": np.dtype(np.uint64),
+    "INT8": np.dtype(np.int8),
+    "INT16": np.dtype(np.int16),
+    "INT32": np.dtype(np.int32),
+    "INT64": np.dtype(np.int64),
+    "FP16": np.dtype(np.float16),
+    "FP32": np.dtype(np.float32),
+    "FP64": np.dtype(np.float64),
+    "BYTES": np.dtype(np.object_),
+}
+_NUMPY_TO_WIRE: dict[np.dtype, str] = {dt: name for name, dt in _WIRE_TO_NUMPY.items()}
+
+WIRE_DATATYPES: frozenset[str] = frozenset([*_WIRE_TO_NUMPY, "BF16"])
+# The numpy dtype of each datatype whose elements have a fixed size (all but BYTES and BF16).
+FIXED_SIZE_DTYPES: dict[str, np.dtype] = {name: dt for name, dt in _WIRE_TO_NUMPY.items() if name != "BYTES"}
+
+
+def wire_to_numpy(datatype: str) -> np.dtype:
+    """numpy dtype for a wire datatype name such as ``"FP32"``."""
+    try:
+        return _WIRE_TO_NUMPY[datatype]
+    except KeyError:
+        raise InvalidInput(f"unsupported datatype '{datatype}'") from None
+
+
+def numpy_to_wire(dtype: np.dtype) -> str:
+    """Wire datatype name for a numpy dtype; unicode and bytes arrays are BYTES."""
+    if dtype.kind in ("U", "S", "O"):
+        return "BYTES"
+    try:
+        return _NUMPY_TO_WIRE[np.dtype(dtype)]
+    except KeyError:
+        raise InvalidInput(f"unsupported numpy dtype {dtype}") from None
+
+
+def config_to_wire(config_type: str) -> str:
+    """``TYPE_FP32`` -> ``FP32``; ``TYPE_STRING`` -> ``BYTES``."""
+    name = config_type.removeprefix("TYPE_")
+    return "BYTES" if name == "STRING" else name
+
+
+def wire_to_config(datatype: str) -> str:
+    """``FP32`` -> ``TYPE_FP32``; ``BYTES`` -> ``TYPE_STRING``."""
+    return "TYPE_STRING" if datatype == "BYTES" else f"TYPE_{datatype}"
+
+
+def element_size(datatype: str) -> int:
+    """Bytes per element of a fixed-size datatype (0 for BYTES, whose elements vary)."""
+    if datatype == "BYTES":
+        return 0
+    if datatype == "BF16":
+        return 2
+    return _WIRE_TO_NUMPY[datatype].itemsize
+
+
+MAX_DIMENSIONS = 64  # numpy's limit on the number of dimensions of an array
+
+
+def check_shape(name: str, shape: tuple[int, ...]) -> None:
+    """Refuse, as a bad request, shapes no tensor can have: negative sizes or too many dimensions."""
+    if len(shape) > MAX_DIMENSIONS:
+        raise InvalidInput(
+            f"input '{name}': shape has {len(shape)} dimensions; at most {MAX_DIMENSIONS} are supported"
+        )
+    if any(dim < 0 for dim in shape):
+        raise InvalidInput(f"input '{name}': shape {list(shape)} has a negative dimension")
+
+
+def element_count(shape: tuple[int, ...] | list[int]) -> int:
+    count = 1
+    for dim in shape:
+        count *= dim
+    return count
+
+
+def serialize_bytes_tensor(array: np.ndarray) -> bytes:
+    """Length-prefixed encoding of a BYTES tensor, row-major."""
+    parts: list[bytes] = []
+    pack = struct.Struct("<I").pack
+    for item in array.reshape(-1):
+        if isinstance(item, str):
+            data = item.encode("utf-8")
+        elif isinstance(item, bytes | bytearray | memoryview):
+            data = bytes(item)
+        else:
+            data = str(item).encode("utf-8")
+        parts.append(pack(len(data)))
+        parts.append(data)
+    return b"".join(parts)
+
+
+def deserialize_bytes_tensor(buffer: bytes | memoryview, count: int, name: str) -> np.ndarray:
+    """Decode ``count`` length-prefixed elements; reject buffers that are short or too long."""
+    view = memoryview(buffer)
+    out = np.empty(count, dtype=np.object_)
+    offset = 0
+    total = len(view)
+    for index in range(count):
+        if offset + 4 > total:
+            raise InvalidInput(
+                f"input '{name}': BYTES data holds fewer elements than its shape requires "
+                f"(expected {count}, found {index})"
+            )
+        (length,) = struct.unpack_from("<I", view, offset)
+        offset += 4
+        if offset + length > total:
+            raise InvalidInput(
+                f"input '{name}': BYTES element {index} claims {length} bytes but only "
+                f"{total - offset} remain"
+            )
+        out[index] = bytes(view[offset : offset + length])
+        offset += length
+    if offset != total:
+        raise InvalidInput(
+            f"input '{name}': BYTES data has {total - offset} bytes beyond the {count} elements of its shape"
+        )
+    return out
+
+
+def tensor_to_bytes(array: np.ndarray, datatype: str) -> bytes | memoryview:
+    """Raw little-endian bytes of a tensor (a view where possible)."""
+    if datatype == "BYTES":
+        return serialize_bytes_tensor(array)
+    contiguous = np.ascontiguousarray(array)
+    if contiguous.dtype.byteorder == ">":
+        contiguous = contiguous.astype(contiguous.dtype.newbyteorder("<"))
+    return memoryview(contiguous.data).cast("B")
+
+
+def tensor_from_bytes(
+    buffer: bytes | memoryview, datatype: str, shape: tuple[int, ...], name: str
+) -> np.ndarray:
+    """View ``buffer`` as a tensor of ``shape``; the byte count must match exactly."""
+    count = element_count(shape)
+    if datatype == "BYTES":
+        return deserialize_bytes_tensor(buffer, count, name).reshape(shape)
+    if datatype == "BF16":
+        raise InvalidInput(f"input '{name}': BF16 tensors are not supported by this server")
+    dtype = wire_to_numpy(datatype)
+    expected = count * dtype.itemsize
+    if len(buffer) != expected:
+        raise InvalidInput(
+            f"input '{name}': expected {expected} bytes for shape {list(shape)} of {datatype}, "
+            f"got {len(buffer)}"
+        )
+    return np.frombuffer(buffer, dtype=dtype).reshape(shape)

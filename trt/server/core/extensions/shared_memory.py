@@ -1,0 +1,261 @@
+"""Triton's system shared memory extension: clients hand tensors over through POSIX shm regions.
+
+A client creates ``/dev/shm/<key>`` (``tritonclient.utils.shared_memory``), registers a window of it
+(``offset``, ``byte_size``) under a name, then names that region in an input's or output's
+parameters (``shared_memory_region``, ``shared_memory_byte_size``, ``shared_memory_offset``). Inputs
+are read as views of the mapping, outputs written straight into it. Every offset and size is
+checked against the registered window, so a request that reaches past it is a 400, never an
+out-of-bounds access. Resolution happens here, in the core, so HTTP and gRPC behave the same.
+
+A region unregistered while a request still reads it stays mapped until the last view of it is
+released: views hold a reference to their ``mmap``, and CPython unmaps it when that count drops.
+CUDA shared memory needs a GPU build; this server answers its register call with UNSUPPORTED.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import stat
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+from trt.server.core.datatypes import tensor_from_bytes, tensor_to_bytes
+from trt.server.core.errors import AlreadyExists, InvalidArgument, InvalidInput, NotFound, Unsupported
+from trt.server.core.types import InferenceRequest, InferenceResponse
+
+SHM_DIRECTORY = "/dev/shm"
+# Keys Triton keeps for its Python backend's own regions; a client mapping them could read or
+# corrupt other requests' tensors.
+TRITON_RESERVED_KEY_PREFIX = "triton_python_backend_shm_region_"
+CUDA_UNSUPPORTED = "CUDA shared memory needs a GPU build; this server has none"
+_PARAMETERS = ("shared_memory_region", "shared_memory_byte_size", "shared_memory_offset")
+
+
+@dataclass(frozen=True, slots=True)
+class RegionStatus:
+    """One registered region as the status calls report it."""
+
+    name: str
+    key: str
+    offset: int
+    byte_size: int
+
+
+@dataclass(slots=True)
+class _Region:
+    status: RegionStatus
+    mapping: mmap.mmap  # the registered window, from a page boundary at or before ``offset``
+    start: int  # where the window begins inside ``mapping``
+    path: str
+    identity: tuple[int, int]  # (st_dev, st_ino), to tell whether ``path`` is still this object
+
+
+class SharedMemoryRegistry:
+    """The system shared memory regions clients registered, by name; one per server."""
+
+    def __init__(self) -> None:
+        self._regions: dict[str, _Region] = {}
+
+    # -- the extension's operations ---------------------------------------------------------------
+
+    def register(self, name: str, key: str, offset: int, byte_size: int) -> None:
+        """Map ``byte_size`` bytes at ``offset`` of the POSIX shm object ``key`` under ``name``."""
+        if not name:
+            raise InvalidArgument("'region name' is necessary to register system shared memory region")
+        if name in self._regions:
+            raise AlreadyExists(f"shared memory region '{name}' already in manager")
+        stem = key.lstrip("/")
+        if not stem or "/" in stem or stem in (".", ".."):
+            raise InvalidArgument(
+                f"cannot register shared memory region '{name}' - invalid shm key '{key}' "
+                "(expected a POSIX shm name such as '/my_region')"
+            )
+        for prefix in (TRITON_RESERVED_KEY_PREFIX, _own_key_prefix()):
+            if stem.startswith(prefix):
+                raise InvalidArgument(
+                    f"cannot register shared memory region '{name}' with key '{key}' as the key "
+                    f"contains the reserved prefix '{prefix}'"
+                )
+        if offset < 0 or byte_size <= 0:
+            raise InvalidArgument(
+                f"failed to register shared memory region '{name}': offset must be >= 0 and "
+                f"byte_size > 0 (got offset {offset}, byte_size {byte_size})"
+            )
+        path = os.path.join(SHM_DIRECTORY, stem)
+        try:
+            # As shm_open does: never follow a link out of /dev/shm.
+            fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError as exc:
+            raise InvalidArgument(
+                f"Unable to open shared memory region: '{key}' ({exc.strerror}); create it first, e.g. "
+                "with tritonclient.utils.shared_memory.create_shared_memory_region"
+            ) from None
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise InvalidArgument(f"Invalid shared memory region: '{key}' is not a shared memory object")
+            if offset + byte_size > info.st_size:
+                raise InvalidArgument(
+                    f"failed to register shared memory region '{name}': offset {offset} + byte_size "
+                    f"{byte_size} exceeds the {info.st_size} bytes of '{key}'"
+                )
+            aligned = offset - offset % mmap.ALLOCATIONGRANULARITY
+            try:
+                mapping = mmap.mmap(fd, offset + byte_size - aligned, offset=aligned)
+            except (OSError, OverflowError, ValueError) as exc:
+                raise InvalidArgument(f"failed to register shared memory region '{name}': {exc}") from None
+        finally:
+            os.close(fd)
+        status = RegionStatus(name, key, offset, byte_size)
+        self._regions[name] = _Region(status, mapping, offset - aligned, path, (info.st_dev, info.st_ino))
+
+    def unregister(self, name: str = "") -> None:
+        """Unregister one region, or every region when ``name`` is empty (unknown names are fine)."""
+        names = [name] if name else list(self._regions)
+        for region_name in names:
+            region = self._regions.pop(region_name, None)
+            if region is None:
+                continue
+            try:
+                region.mapping.close()
+            except BufferError:
+                pass  # a request still holds a view: the mapping goes when the last view does
+
+    def status(self, name: str = "") -> list[RegionStatus]:
+        """Every region, or the one named (NotFound if it is not registered)."""
+        if not name:
+            return [region.status for region in self._regions.values()]
+        region = self._regions.get(name)
+        if region is None:
+            raise NotFound(f"Unable to find system shared memory region: '{name}'")
+        return [region.status]
+
+    def close(self) -> None:
+        self.unregister()
+
+    # CUDA shared memory: a GPU build would map cudaIpcMemHandle_t handles; this one has no GPU.
+
+    def register_cuda(self, name: str) -> NoReturn:
+        raise Unsupported(CUDA_UNSUPPORTED)
+
+    def cuda_status(self, name: str = "") -> list[RegionStatus]:
+        if name:
+            raise NotFound(f"Unable to find cuda shared memory region: '{name}'")
+        return []
+
+    def unregister_cuda(self, name: str = "") -> None:
+        """Nothing can be registered, so there is nothing to unregister (OK, as Triton answers)."""
+
+    # -- bytes in and out of a region -------------------------------------------------------------
+
+    def read(self, name: str, offset: int, byte_size: int, what: str = "") -> memoryview:
+        """A read-only, zero-copy view of ``byte_size`` bytes at ``offset`` into region ``name``."""
+        region, start = self._window(name, offset, byte_size, what)
+        return memoryview(region.mapping)[start : start + byte_size].toreadonly()
+
+    def write(self, name: str, offset: int, data: bytes | memoryview, what: str = "") -> None:
+        """Copy ``data`` into region ``name`` at ``offset``."""
+        region, start = self._window(name, offset, len(data), what)
+        region.mapping[start : start + len(data)] = data
+
+    def _window(self, name: str, offset: int, byte_size: int, what: str) -> tuple[_Region, int]:
+        """The region and the start of [offset, offset + byte_size) in its mapping, all checked."""
+        prefix = f"{what}: " if what else ""
+        region = self._regions.get(name)
+        if region is None:
+            raise NotFound(f"{prefix}Unable to find shared memory region: '{name}'")
+        size = region.status.byte_size
+        if offset < 0 or byte_size < 0 or offset + byte_size > size:
+            raise InvalidInput(
+                f"{prefix}offset {offset} + byte_size {byte_size} reaches past shared memory region "
+                f"'{name}' ({size} bytes); keep offset + byte size within the registered region"
+            )
+        self._check_not_shrunk(region)
+        return region, region.start + offset
+
+    @staticmethod
+    def _check_not_shrunk(region: _Region) -> None:
+        # Touching a page past the end of a shm object that was truncated after registration raises
+        # SIGBUS and kills the server; refuse instead when the object we mapped is now too short.
+        try:
+            info = os.stat(region.path, follow_symlinks=False)
+        except OSError:
+            return  # unlinked: nobody can resize it through its name any more
+        needed = region.status.offset + region.status.byte_size
+        if (info.st_dev, info.st_ino) == region.identity and info.st_size < needed:
+            raise InvalidInput(
+                f"shared memory region '{region.status.name}': '{region.status.key}' shrank to "
+                f"{info.st_size} bytes after it was registered ({needed} needed); register it again"
+            )
+
+    # -- inference ----------------------------------------------------------------------------------
+
+    def resolve_inputs(self, request: InferenceRequest) -> None:
+        """Give every input that names a region its data: a view of the region, checked for size."""
+        for tensor in request.inputs:
+            if tensor.data is not None:
+                continue
+            what = f"input '{tensor.name}'"
+            if "shared_memory_region" not in tensor.parameters:
+                raise InvalidInput(f"{what} has no data and no shared memory region")
+            name, offset, size = _window_parameters(what, tensor.parameters)
+            view = self.read(name, offset, size, what)
+            tensor.data = tensor_from_bytes(view, tensor.datatype, tensor.shape, tensor.name)
+            tensor.parameters = {k: v for k, v in tensor.parameters.items() if k not in _PARAMETERS}
+
+    def check_outputs(self, request: InferenceRequest) -> None:
+        """Refuse, before the model runs, requests whose output regions cannot be used."""
+        for output in request.outputs or ():
+            if "shared_memory_region" not in output.parameters:
+                continue
+            what = f"output '{output.name}'"
+            if output.class_count or "classification" in output.parameters:
+                raise InvalidInput(
+                    f"{what}: Output can't set both 'shared_memory_region' and 'classification'"
+                )
+            name, offset, size = _window_parameters(what, output.parameters)
+            self._window(name, offset, size, what)
+
+    def write_outputs(self, request: InferenceRequest, response: InferenceResponse) -> None:
+        """Write the outputs that asked for a region into it; their data leaves the response."""
+        wanted = {
+            o.name: o.parameters for o in request.outputs or () if "shared_memory_region" in o.parameters
+        }
+        for output in response.outputs:
+            parameters = wanted.get(output.name)
+            if parameters is None or output.data is None:
+                continue
+            what = f"output '{output.name}'"
+            name, offset, size = _window_parameters(what, parameters)
+            raw = tensor_to_bytes(output.data, output.datatype)
+            if len(raw) > size:
+                raise InvalidInput(
+                    f"shared memory size specified with the request for output '{output.name}' "
+                    f"({size} bytes) should be at least {len(raw)} bytes to hold the results"
+                )
+            self.write(name, offset, raw, what)
+            # As Triton: the output keeps its name, datatype and shape; its data is in the region.
+            output.data = None
+
+
+def _window_parameters(what: str, parameters: dict[str, Any]) -> tuple[str, int, int]:
+    """(region, offset, byte_size) from a tensor's shared memory parameters, type-checked."""
+    name = parameters.get("shared_memory_region")
+    if not isinstance(name, str):
+        raise InvalidInput(f"{what}: Unable to parse 'shared_memory_region' (expected a string)")
+    offset = _non_negative(what, "shared_memory_offset", parameters.get("shared_memory_offset", 0))
+    size = _non_negative(what, "shared_memory_byte_size", parameters.get("shared_memory_byte_size"))
+    return name, offset, size
+
+
+def _non_negative(what: str, key: str, value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise InvalidInput(f"{what}: Unable to parse '{key}' (expected a non-negative integer)")
+    return value
+
+
+def _own_key_prefix() -> str:
+    # The Python backend's arenas are ``/dev/shm/trt_<server pid>_...``
+    # (server/backends/python/instance.py): they are this server's, not a client's.
+    return f"trt_{os.getpid()}_"

@@ -1,0 +1,1 @@
+"""Models: the repository, loading, lifecycle and versions, configs, warm-up and canary routing."""

@@ -1,0 +1,370 @@
+"""Which models are loaded, in which state, and the transitions between states.
+
+Loads run in worker threads (backends block while reading files); the swap from old versions to new
+ones happens on the event loop in one step, so a request sees either the old model or the new one.
+Old versions retire after their in-flight requests finish, so a reload drops nothing. A reload that
+fails leaves the loaded versions serving, as Triton does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from trt.protos import model_config_pb2
+from trt.server.core.backends.base import ServerServices
+from trt.server.core.errors import (
+    InvalidArgument,
+    ModelLoadError,
+    ModelNotFound,
+    ModelNotReady,
+    ServerError,
+    Unavailable,
+)
+from trt.server.core.models.canary import CanaryRouter, canary_router
+from trt.server.core.models.loader import LoadResult, close_instances, load_model, read_model_config
+from trt.server.core.models.repository import ModelRepository, fingerprint
+from trt.server.core.models.version import ModelVersion
+from trt.server.core.models.warmup import warm_request_level
+from trt.server.core.options import CoreOptions, ModelControlMode
+from trt.server.core.scheduling.rate_limiter import RateLimiter
+from trt.server.core.scheduling.response_cache import ResponseCache
+from trt.server.core.types import RepositoryIndexEntry
+
+logger = logging.getLogger("trt.lifecycle")
+
+READY, UNAVAILABLE, LOADING, UNLOADING = "READY", "UNAVAILABLE", "LOADING", "UNLOADING"
+
+
+@dataclass
+class ModelEntry:
+    """Everything the server knows about one model name."""
+
+    name: str
+    config: model_config_pb2.ModelConfig | None = None
+    versions: dict[int, ModelVersion] = field(default_factory=dict)
+    # Per-version state and reason for versions that are not serving (failed, unloaded).
+    unavailable: dict[int, str] = field(default_factory=dict)
+    state: str = ""  # model-level state when no version could even be listed
+    reason: str = ""
+    fingerprint: tuple[tuple[str, int, int], ...] = ()
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    attempted: bool = False  # a load was tried (strict readiness counts these models)
+    canary: CanaryRouter | None = None  # splits requests that name no version (canary_weights)
+
+    def latest_ready(self) -> ModelVersion | None:
+        if not self.versions:
+            return None
+        return self.versions[max(self.versions)]
+
+
+class ModelManager:
+    def __init__(self, options: CoreOptions) -> None:
+        self.options = options
+        self.repository = ModelRepository(options.model_repositories)
+        self._entries: dict[str, ModelEntry] = {}
+        self._load_slots = asyncio.Semaphore(max(1, options.model_load_thread_count))
+        self._poller: asyncio.Task[None] | None = None
+        self._retiring: set[asyncio.Task[None]] = set()  # the loop keeps only weak references
+        # Set by InferenceServer: what backends call back into (BLS from Python models).
+        self.services: ServerServices | None = None
+        self.response_cache = (
+            ResponseCache(options.response_cache_bytes) if options.response_cache_bytes else None
+        )
+        self.rate_limiter = RateLimiter(options.rate_limit_resources) if options.rate_limit else None
+
+    # -- lookups (hot path) -------------------------------------------------------------------
+
+    def get(self, name: str, version: str = "") -> ModelVersion:
+        entry = self._entries.get(name)
+        if entry is None:
+            raise ModelNotFound(f"Request for unknown model: '{name}' is not found")
+        if (not version or version == "-1") and entry.canary is not None:
+            chosen = entry.versions.get(entry.canary.pick())
+            if chosen is not None:
+                return chosen
+        if not version or version == "-1":
+            model = entry.latest_ready()
+            if model is None:
+                raise ModelNotReady(f"Request for unknown model: '{name}' has no available versions")
+            return model
+        try:
+            number = int(version)
+        except ValueError:
+            raise InvalidArgument(f"model version must be a number, got '{version}'") from None
+        model = entry.versions.get(number)
+        if model is None:
+            if number in entry.unavailable:
+                raise ModelNotReady(
+                    f"Request for unknown model: '{name}' version {number} is not at READY state"
+                )
+            raise ModelNotFound(f"Request for unknown model: '{name}' version {number} is not found")
+        return model
+
+    def entry(self, name: str) -> ModelEntry | None:
+        return self._entries.get(name)
+
+    def is_ready(self, name: str, version: str = "") -> bool:
+        try:
+            self.get(name, version)
+        except ServerError:
+            return False
+        return True
+
+    def all_ready(self) -> bool:
+        """Strict readiness: every model the server tried to load is serving (unloaded ones excepted)."""
+        for entry in self._entries.values():
+            if not entry.attempted or entry.reason == "unloaded":
+                continue
+            if not entry.versions or entry.unavailable:
+                return False
+        return True
+
+    def loaded_models(self) -> list[ModelVersion]:
+        return [model for entry in self._entries.values() for model in entry.versions.values()]
+
+    def index(self, ready_only: bool = False) -> list[RepositoryIndexEntry]:
+        names = set(self.repository.scan()) | set(self._entries)
+        rows: list[RepositoryIndexEntry] = []
+        for name in sorted(names):
+            entry = self._entries.get(name)
+            if entry is None or (not entry.versions and not entry.unavailable and not entry.state):
+                if not ready_only:
+                    rows.append(RepositoryIndexEntry(name))
+                continue
+            for version in sorted(set(entry.versions) | set(entry.unavailable)):
+                if version in entry.versions:
+                    rows.append(RepositoryIndexEntry(name, str(version), READY))
+                elif not ready_only:
+                    rows.append(
+                        RepositoryIndexEntry(name, str(version), UNAVAILABLE, entry.unavailable[version])
+                    )
+            if not entry.versions and not entry.unavailable and not ready_only:
+                rows.append(RepositoryIndexEntry(name, "", entry.state, entry.reason))
+        return rows
+
+    # -- transitions --------------------------------------------------------------------------
+
+    async def start(self) -> dict[str, str]:
+        """Load what the control mode says to load at start-up; return failures by model name."""
+        await self.refresh_repository()
+        self.repository.check_roots()
+        mode = self.options.model_control_mode
+        if mode == ModelControlMode.EXPLICIT:
+            wanted = list(self.options.load_models)
+            if "*" in wanted:
+                if len(wanted) > 1:
+                    raise InvalidArgument("--load-model=* must be the only --load-model argument")
+                wanted = list(self.repository.scan())
+        else:
+            wanted = list(self.repository.scan())
+        failures = await self._load_in_dependency_order(wanted)
+        if mode == ModelControlMode.POLL:
+            self._poller = asyncio.create_task(self._poll_forever(), name="trt-repository-poll")
+        return failures
+
+    async def _load_in_dependency_order(self, names: list[str]) -> dict[str, str]:
+        """Load models concurrently in waves, each ensemble after the models its steps run (as Triton
+        does), so an ensemble's warm-up finds them serving. Returns failures by model name."""
+        failures: dict[str, str] = {}
+
+        async def load_one(name: str) -> None:
+            try:
+                await self.load(name)
+            except ServerError as exc:
+                failures[name] = exc.message
+
+        pending = {name: self._step_models(name) for name in names}
+        while pending:
+            ready = [name for name, needs in pending.items() if not needs & pending.keys()]
+            if not ready:  # steps that run each other: load them together and let them say why
+                ready = list(pending)
+            await asyncio.gather(*(load_one(name) for name in ready))
+            for name in ready:
+                del pending[name]
+        return failures
+
+    def _step_models(self, name: str) -> set[str]:
+        """The models an ensemble's steps run (empty for other models and unreadable configs)."""
+        location = self.repository.locate(name)
+        if location is None:
+            return set()
+        try:
+            config = read_model_config(name, location.path)
+        except ServerError:
+            return set()
+        return {step.model_name for step in config.ensemble_scheduling.step} - {name}
+
+    async def load(
+        self,
+        name: str,
+        override: model_config_pb2.ModelConfig | None = None,
+        model_dir: Path | None = None,
+    ) -> None:
+        """Load or reload a model; raise ModelLoadError (with the reason) if nothing could be loaded."""
+        if model_dir is None:
+            model_dir = self._model_dir(name)
+        entry = self._entries.setdefault(name, ModelEntry(name))
+        async with entry.lock:
+            entry.attempted = True
+            was_serving = bool(entry.versions)
+            if not was_serving:
+                entry.state, entry.reason = LOADING, ""
+            # Remembered even when the load fails, so polling retries only after the files change.
+            entry.fingerprint = fingerprint(model_dir)
+            try:
+                async with self._load_slots:
+                    result = await asyncio.to_thread(
+                        load_model, name, model_dir, self.options, override, self.services
+                    )
+            except ServerError as exc:
+                self._record_failure(entry, was_serving, exc.message)
+                raise ModelLoadError(f"failed to load '{name}': {exc.message}") from None
+            except Exception as exc:
+                logger.exception("loading '%s' failed unexpectedly", name)
+                self._record_failure(entry, was_serving, f"{type(exc).__name__}: {exc}")
+                raise ModelLoadError(f"failed to load '{name}': {type(exc).__name__}: {exc}") from None
+            await self._warm_request_level(result)
+            if not result.versions:
+                reasons = "; ".join(f"version {v}: {r}" for v, r in sorted(result.failed.items()))
+                if not was_serving:
+                    entry.unavailable = dict(result.failed)
+                    entry.state, entry.reason = UNAVAILABLE, reasons
+                raise ModelLoadError(f"failed to load '{name}': {reasons}")
+            try:
+                canary = canary_router(result.config, set(result.versions))
+                # Constructing a version can still refuse it (a sequence's initial_state file, say).
+                new_versions = self._versions_of(result)
+            except ServerError as exc:
+                for loaded in result.versions.values():
+                    close_instances(loaded.instances)
+                self._record_failure(entry, was_serving, exc.message)
+                raise ModelLoadError(f"failed to load '{name}': {exc.message}") from None
+            await self._swap_in(entry, result, new_versions)
+            entry.canary = canary
+            if canary is not None:
+                logger.info("'%s': canary routing %s", name, canary.describe())
+        logger.info("loaded '%s' versions %s", name, sorted(result.versions))
+
+    @staticmethod
+    async def _warm_request_level(result: LoadResult) -> None:
+        """Warm Python and ensemble instances on the loop (tensor backends were warmed while loading);
+        a version whose warm-up fails is dropped, as one whose load failed."""
+        for version, loaded in list(result.versions.items()):
+            try:
+                await warm_request_level(result.config, loaded.instances, loaded.files.model_dir, version)
+            except ServerError as exc:
+                for instance in {id(i): i for i in loaded.instances}.values():
+                    if hasattr(instance, "aclose"):
+                        await instance.aclose()  # finalize() runs, as on any unload
+                    else:
+                        instance.close()
+                del result.versions[version]
+                result.failed[version] = exc.message
+                logger.error("failed to load '%s' version %d: %s", result.config.name, version, exc.message)
+
+    def _model_dir(self, name: str) -> Path:
+        location = self.repository.locate(name)
+        if location is None:
+            raise ModelLoadError(
+                f"failed to load '{name}', failed to poll from model repository: no model folder named "
+                f"'{name}' in {self.repository.describe()}"
+            )
+        if location.duplicate_of is not None:
+            reason = (
+                f"the name appears in more than one repository ({location.path} and {location.duplicate_of})"
+            )
+            entry = self._entries.setdefault(name, ModelEntry(name))
+            entry.attempted = True
+            self._record_failure(entry, bool(entry.versions), reason)
+            raise ModelLoadError(f"failed to load '{name}': {reason}")
+        return location.path
+
+    def _record_failure(self, entry: ModelEntry, was_serving: bool, reason: str) -> None:
+        logger.error("failed to load '%s': %s", entry.name, reason)
+        if not was_serving:
+            entry.state, entry.reason = UNAVAILABLE, reason
+
+    def _versions_of(self, result: LoadResult) -> dict[int, ModelVersion]:
+        return {
+            version: ModelVersion(
+                result.config, loaded.files, loaded.instances, result.labels, self.response_cache,
+                self.rate_limiter, loaded.needs,
+            )
+            for version, loaded in result.versions.items()
+        }  # fmt: skip
+
+    async def _swap_in(
+        self, entry: ModelEntry, result: LoadResult, new_versions: dict[int, ModelVersion]
+    ) -> None:
+        if self.rate_limiter is not None:
+            for loaded in result.versions.values():
+                for needs, _ in loaded.needs:
+                    self.rate_limiter.register(needs)
+        old_versions = entry.versions
+        entry.versions = new_versions
+        entry.unavailable = dict(result.failed)
+        entry.config = result.config
+        entry.state, entry.reason = READY, ""
+        for model in old_versions.values():
+            task = asyncio.create_task(model.retire(), name=f"trt-retire-{model.name}-{model.version}")
+            self._retiring.add(task)
+            task.add_done_callback(self._retiring.discard)
+
+    async def unload(self, name: str) -> None:
+        entry = self._entries.get(name)
+        if entry is None or (not entry.versions and entry.state != UNAVAILABLE):
+            if self.repository.locate(name) is None and entry is None:
+                raise ModelNotFound(f"failed to unload '{name}': model is not known to the server")
+            return
+        async with entry.lock:
+            old_versions = entry.versions
+            entry.versions = {}
+            entry.unavailable = {version: "unloaded" for version in old_versions}
+            entry.state, entry.reason = UNAVAILABLE, "unloaded"
+            entry.canary = None
+            for model in old_versions.values():
+                await model.retire()
+        logger.info("unloaded '%s'", name)
+
+    async def stop(self) -> None:
+        if self._poller is not None:
+            self._poller.cancel()
+        for entry in list(self._entries.values()):
+            for model in list(entry.versions.values()):
+                await model.retire()
+            entry.versions = {}
+
+    # -- polling ------------------------------------------------------------------------------
+
+    async def _poll_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.options.repository_poll_secs)
+            try:
+                await self.poll_once()
+            except Exception:
+                logger.exception("polling the model repository failed")
+
+    async def refresh_repository(self) -> None:
+        """Mirror remote repositories again (a no-op for local folders)."""
+        await asyncio.to_thread(self.repository.refresh)
+
+    async def poll_once(self) -> None:
+        """Load new or changed models, unload removed ones."""
+        await self.refresh_repository()
+        on_disk = self.repository.scan()
+        changed = [
+            name
+            for name, location in on_disk.items()
+            if (entry := self._entries.get(name)) is None or entry.fingerprint != fingerprint(location.path)
+        ]
+        await self._load_in_dependency_order(changed)  # each failure is logged by load()
+        for name in set(self._entries) - set(on_disk):
+            if self._entries[name].versions:
+                await self.unload(name)
+
+    def require_explicit_mode(self) -> None:
+        if self.options.model_control_mode != ModelControlMode.EXPLICIT:
+            raise Unavailable("explicit model load / unload is not allowed if polling is enabled")

@@ -1,0 +1,128 @@
+"""The model repository on disk, in Triton's layout.
+
+``<repo>/<model>/config.pbtxt`` and numbered version folders ``<repo>/<model>/<N>/``. Folders whose
+names are not numbers, or that start with "0", are not versions (Triton ignores them too). A model
+name found in more than one repository is ambiguous and is not served.
+
+A repository is a local folder or a remote one (``s3://...``), which ``server.core.object_store``
+mirrors into a local folder; everything past ``refresh`` reads folders either way.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from trt.server.core.errors import ModelLoadError
+from trt.server.core.models.object_store import RemoteRepository, is_remote
+
+
+class RepositorySource(Protocol):
+    root: Path  # the folder models are read from
+
+    def sync(self) -> tuple[int, int]: ...
+
+    def display(self, local: Path) -> str: ...
+
+
+class LocalRepository:
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+
+    def __str__(self) -> str:
+        return str(self.root)
+
+    def sync(self) -> tuple[int, int]:
+        return 0, 0  # a local folder is always current
+
+    def display(self, local: Path) -> str:
+        return str(local)
+
+
+def open_source(location: str | Path) -> RepositorySource:
+    return RemoteRepository(str(location)) if is_remote(location) else LocalRepository(location)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelLocation:
+    name: str
+    path: Path
+    duplicate_of: Path | None = None  # set when another repository holds the same name
+
+
+class ModelRepository:
+    def __init__(self, locations: Sequence[str | Path]) -> None:
+        self.sources = [open_source(location) for location in locations]
+        self.roots = tuple(source.root for source in self.sources)
+
+    def refresh(self) -> None:
+        """Bring remote repositories' mirrors up to date (blocking: run it in a thread)."""
+        for source in self.sources:
+            source.sync()
+
+    def check_roots(self) -> None:
+        for source in self.sources:
+            if not source.root.is_dir():
+                raise ModelLoadError(f"model repository '{source}' does not exist or is not a directory")
+
+    def display(self, local: Path) -> str:
+        """A local path as the user knows it (remote paths for files of a remote repository)."""
+        for source in self.sources:
+            if local == source.root or source.root in local.parents:
+                return source.display(local)
+        return str(local)
+
+    def describe(self) -> str:
+        return ", ".join(str(source) for source in self.sources)
+
+    def scan(self) -> dict[str, ModelLocation]:
+        found: dict[str, ModelLocation] = {}
+        for root in self.roots:
+            if not root.is_dir():
+                continue
+            for entry in sorted(root.iterdir()):
+                if not entry.is_dir() or entry.name.startswith("."):
+                    continue
+                if entry.name in found:
+                    first = found[entry.name]
+                    found[entry.name] = ModelLocation(entry.name, first.path, duplicate_of=entry)
+                else:
+                    found[entry.name] = ModelLocation(entry.name, entry)
+        return found
+
+    def locate(self, name: str) -> ModelLocation | None:
+        if not name or "/" in name or "\\" in name or name in (".", ".."):
+            return None
+        return self.scan().get(name)
+
+
+def version_folders(model_dir: Path) -> dict[int, Path]:
+    """Numbered version folders of a model, by version."""
+    versions: dict[int, Path] = {}
+    try:
+        entries = list(model_dir.iterdir())
+    except OSError:
+        return versions
+    for entry in entries:
+        name = entry.name
+        if entry.is_dir() and name.isdigit() and not name.startswith("0"):
+            versions[int(name)] = entry
+    return versions
+
+
+def fingerprint(model_dir: Path) -> tuple[tuple[str, int, int], ...]:
+    """What changed on disk, cheaply: every file's relative path, size and mtime."""
+    items: list[tuple[str, int, int]] = []
+    for dirpath, dirnames, filenames in os.walk(model_dir):
+        dirnames.sort()
+        for filename in sorted(filenames):
+            path = os.path.join(dirpath, filename)
+            try:
+                stat = os.stat(path)
+            except OSError:
+                continue
+            items.append((os.path.relpath(path, model_dir), stat.st_size, stat.st_mtime_ns))
+    return tuple(items)

@@ -1,0 +1,413 @@
+"""A loaded version of a model: its signature, its instances, and how a request runs on them."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any, cast
+
+import numpy as np
+
+from trt.protos import model_config_pb2
+from trt.server.core.backends.base import (
+    BackendRequest,
+    BackendResponse,
+    ModelFiles,
+    ModelInstance,
+    RequestLevelInstance,
+)
+from trt.server.core.datatypes import FIXED_SIZE_DTYPES, numpy_to_wire, wire_to_numpy
+from trt.server.core.errors import InvalidInput, ModelNotReady, ServerError
+from trt.server.core.extensions.classification import classify
+from trt.server.core.extensions.statistics import ModelStatistics
+from trt.server.core.extensions.tracing import Trace
+from trt.server.core.models.signature import ModelSignature
+from trt.server.core.scheduling.dynamic_batcher import DynamicBatcher
+from trt.server.core.scheduling.instance_pool import InstancePool
+from trt.server.core.scheduling.rate_limiter import Needs, RateLimiter
+from trt.server.core.scheduling.request_scheduler import RequestScheduler
+from trt.server.core.scheduling.response_cache import ResponseCache
+from trt.server.core.scheduling.sequence_batcher import SequenceBatcher
+from trt.server.core.scheduling.sequence_router import SequenceRouter
+from trt.server.core.scheduling.timing import ExecutionTimes
+from trt.server.core.types import (
+    RESERVED_PARAMETERS,
+    InferenceRequest,
+    InferenceResponse,
+    InputTensor,
+    OutputTensor,
+    RequestedOutput,
+    StreamItem,
+)
+
+logger = logging.getLogger("trt.model")
+
+
+class DirectScheduler:
+    """Runs each request on the next idle instance, one execution per request (no batching)."""
+
+    def __init__(self, pool: InstancePool, stats: ModelStatistics) -> None:
+        self._pool = pool
+        self._stats = stats
+
+    async def execute(
+        self, feeds: Mapping[str, np.ndarray], output_names: Sequence[str], batch_size: int
+    ) -> tuple[dict[str, np.ndarray], ExecutionTimes]:
+        queued = time.perf_counter_ns()
+        self._stats.pending += 1
+        try:
+            instance = await self._pool.acquire()
+        finally:
+            self._stats.pending -= 1
+        started = time.perf_counter_ns()
+        outputs, compute_ns = await self._pool.run(instance, feeds, output_names)
+        self._stats.record_execution(max(batch_size, 1), 0, compute_ns, 0)
+        return outputs, ExecutionTimes(started - queued, 0, compute_ns, 0)
+
+
+class ModelVersion:
+    """One version of one model, ready to serve."""
+
+    def __init__(
+        self,
+        config: model_config_pb2.ModelConfig,
+        files: ModelFiles,
+        instances: Sequence[ModelInstance | RequestLevelInstance],
+        labels: dict[str, tuple[str, ...]],
+        cache: ResponseCache | None = None,
+        limiter: RateLimiter | None = None,
+        needs: Sequence[tuple[Needs, int]] = (),
+    ) -> None:
+        self.name = files.model_name
+        self.version = files.version
+        self.version_str = str(files.version)
+        self.config = config
+        # Read on every request; a protobuf field read costs more than an attribute.
+        self.decoupled = config.model_transaction_policy.decoupled
+        self.files = files
+        self.signature = ModelSignature.build(self.name, config, labels)
+        self.stats = ModelStatistics(self.name, self.version_str)
+        self.cache = cache if config.response_cache.enable else None
+        self._instances = list(instances)
+        self._request_level = bool(instances) and hasattr(instances[0], "execute_requests")
+        self._request_scheduler: RequestScheduler | SequenceRouter | None = None
+        self._scheduler: DirectScheduler | DynamicBatcher | None = None
+        self._sequences: SequenceBatcher | None = None
+        self._pool: InstancePool | None = None
+        if self._request_level:
+            request_instances = cast(list[RequestLevelInstance], self._instances)
+            if config.HasField("sequence_batching"):  # a sequence stays on its instance
+                self._request_scheduler = SequenceRouter(
+                    self.name, request_instances, self.stats, config, files.model_dir, limiter, needs
+                )
+            else:
+                self._request_scheduler = RequestScheduler(
+                    request_instances,
+                    self.stats,
+                    config.max_batch_size,
+                    config.HasField("dynamic_batching") and config.max_batch_size > 0,
+                    limiter,
+                    needs,
+                )
+        else:
+            tensor_instances = cast(list[ModelInstance], self._instances)
+            self._pool = InstancePool(f"{self.name}-{self.version}", tensor_instances, limiter, needs)
+            if config.HasField("sequence_batching"):
+                self._sequences = SequenceBatcher(
+                    self.name, self._pool, tensor_instances, self.stats, config, files.model_dir
+                )
+            if config.HasField("dynamic_batching") and config.max_batch_size > 0:
+                self._scheduler = DynamicBatcher.from_config(self._pool, self.stats, config)
+            else:
+                self._scheduler = DirectScheduler(self._pool, self.stats)
+        self._in_flight = 0
+        self._drained: asyncio.Event | None = None
+        self._closing = False
+
+    @property
+    def batching(self) -> bool:
+        return self.signature.max_batch_size > 0
+
+    async def infer(self, request: InferenceRequest) -> InferenceResponse:
+        if self._closing:
+            raise ModelNotReady(f"model '{self.name}' version {self.version} is unloading")
+        received = time.perf_counter_ns()
+        self._in_flight += 1
+        try:
+            response = await self._infer(request)
+        except ServerError as exc:
+            reason = "REJECTED" if isinstance(exc, InvalidInput) else "BACKEND"
+            self.stats.record_failure(time.perf_counter_ns() - received, reason)
+            raise
+        except Exception as exc:
+            self.stats.record_failure(time.perf_counter_ns() - received, "BACKEND")
+            logger.exception("model '%s' failed", self.name)
+            raise ServerError(f"model '{self.name}' failed to execute: {exc}") from exc
+        except asyncio.CancelledError:  # the client cancelled (gRPC), as Triton counts it
+            self.stats.record_failure(time.perf_counter_ns() - received, "CANCELED")
+            raise
+        finally:
+            self._in_flight -= 1
+            if self._in_flight == 0 and self._drained is not None:
+                self._drained.set()
+        return response
+
+    def _stamp(self, trace: Trace, points: Sequence[tuple[str, int]]) -> None:
+        trace.model_version = self.version_str
+        for name, ns in points:
+            trace.stamp(name, ns)
+
+    async def infer_decoupled(self, request: InferenceRequest) -> AsyncIterator[StreamItem]:
+        """Every answer a decoupled model sends for ``request``, as it sends them."""
+        if self._closing or self._request_scheduler is None:
+            raise ModelNotReady(f"model '{self.name}' version {self.version} is not serving")
+        received = time.perf_counter_ns()
+        batch_size = self.signature.check_inputs(request.inputs)
+        output_names = self.signature.check_outputs(request.outputs)
+        feeds = self._feeds(request.inputs)
+        answers: asyncio.Queue[tuple[BackendResponse | None, bool]] = asyncio.Queue()
+        backend_request = _backend_request(request, feeds, output_names)
+        backend_request.on_response = lambda answer, final: answers.put_nowait((answer, final))
+        self._in_flight += 1
+        execution = asyncio.ensure_future(self._request_scheduler.submit(backend_request, batch_size))
+        finished = False
+        instance_free = False  # execute() returned; the answers go on arriving through the stream
+        try:
+            while True:
+                if instance_free:
+                    answer, final = await answers.get()
+                else:
+                    waiting = asyncio.ensure_future(answers.get())
+                    await asyncio.wait({waiting, execution}, return_when=asyncio.FIRST_COMPLETED)
+                    if not waiting.done():
+                        waiting.cancel()
+                        if answers.empty():
+                            ended, _ = execution.result()  # raises if the model process failed
+                            if ended.error is not None:  # execute() raised: the request ends with it
+                                yield StreamItem(None, ended.error, True)
+                                break
+                            instance_free = True
+                        continue
+                    answer, final = waiting.result()
+                if answer is not None and answer.error is not None:
+                    yield StreamItem(None, answer.error, final)
+                elif answer is not None:
+                    outputs = self._build_outputs(
+                        request, answer.outputs, [n for n in output_names if n in answer.outputs]
+                    )
+                    yield StreamItem(
+                        InferenceResponse(
+                            self.name, self.version_str, request.id, outputs, answer.parameters
+                        ),
+                        None,
+                        final,
+                    )
+                elif final:
+                    yield StreamItem(None, None, True)
+                if final:
+                    break
+            finished = True
+            self.stats.record_success(time.perf_counter_ns() - received, 0, 0, 0, 0)
+        except ServerError:
+            finished = True
+            self.stats.record_failure(time.perf_counter_ns() - received, "BACKEND")
+            raise
+        finally:
+            if not finished:  # the consumer went away (a cancelled stream): tell the model, if it asks
+                backend_request.cancel()
+                execution.cancel()
+                self.stats.record_failure(time.perf_counter_ns() - received, "CANCELED")
+            self._in_flight -= 1
+            if self._in_flight == 0 and self._drained is not None:
+                self._drained.set()
+
+    async def _infer(self, request: InferenceRequest) -> InferenceResponse:
+        received = time.perf_counter_ns()
+        signature = self.signature
+        batch_size = signature.check_inputs(request.inputs)
+        output_names = signature.check_outputs(request.outputs)
+        cache_key = None
+        if self.cache is not None:
+            lookup_started = time.perf_counter_ns()
+            cache_key = self.cache.key(self.name, self.version_str, request)
+            cached = self.cache.get(cache_key, request.id)
+            if cached is not None:
+                now = time.perf_counter_ns()
+                self.stats.record_cache_hit(now - received, now - lookup_started)
+                if request.trace is not None:
+                    self._stamp(request.trace, (("REQUEST_START", received), ("REQUEST_END", now)))
+                return cached
+        feeds = self._feeds(request.inputs)
+        if request.trace is not None and request.trace.with_tensors:
+            _trace_tensors(request.trace, "TENSOR_QUEUE_INPUT", request.inputs)
+        input_done = time.perf_counter_ns()
+        parameters: dict[str, Any] = {}
+        if self._request_level:
+            assert self._request_scheduler is not None
+            answer, times = await self._request_scheduler.submit(
+                _backend_request(request, feeds, output_names), batch_size
+            )
+            if answer.error is not None:
+                raise answer.error
+            results = answer.outputs
+            parameters = answer.parameters
+            for name in output_names:
+                if name not in results:
+                    missing = [name for name in output_names if name not in results]
+                    raise ServerError(f"model '{self.name}' did not produce output(s) {', '.join(missing)}")
+        elif self._sequences is not None:
+            parameters = request.parameters
+            results, times = await self._sequences.execute(
+                feeds,
+                output_names,
+                batch_size,
+                parameters.get("sequence_id", 0),
+                bool(parameters.get("sequence_start", False)),
+                bool(parameters.get("sequence_end", False)),
+                _schedule_parameters(parameters)[1],
+            )
+        elif isinstance(self._scheduler, DynamicBatcher):
+            priority, timeout_us = _schedule_parameters(request.parameters)
+            results, times = await self._scheduler.execute(
+                feeds, output_names, batch_size, priority, timeout_us
+            )
+        else:
+            assert self._scheduler is not None
+            results, times = await self._scheduler.execute(feeds, output_names, batch_size)
+        output_started = time.perf_counter_ns()
+        outputs = self._build_outputs(request, results, output_names)
+        done = time.perf_counter_ns()
+        # Executions (and batch sizes) are counted by the scheduler that ran them; this counts the request.
+        input_ns = input_done - received + times.input_ns
+        output_ns = done - output_started + times.output_ns
+        self.stats.record_success(done - received, times.queue_ns, input_ns, times.infer_ns, output_ns)
+        if request.trace is not None:
+            self._stamp(request.trace, _trace_points(received, input_done, times, done))
+            if request.trace.with_tensors:
+                _trace_tensors(request.trace, "TENSOR_BACKEND_OUTPUT", outputs)
+        response = InferenceResponse(self.name, self.version_str, request.id, outputs, parameters)
+        if cache_key is not None and self.cache is not None:
+            self.cache.put(cache_key, response)
+            self.stats.cache_miss.add(time.perf_counter_ns() - done)
+        return response
+
+    def _feeds(self, inputs: list[InputTensor]) -> dict[str, np.ndarray]:
+        """Each input's data in the shape the model takes (its config's ``reshape``)."""
+        feeds = {}
+        specs = self.signature.inputs
+        for tensor in inputs:
+            data = tensor.data
+            if data is None:
+                raise InvalidInput(f"input '{tensor.name}' has no data")
+            reshape = specs[tensor.name].reshape
+            if reshape is not None:
+                data = data.reshape(((data.shape[0],) if self.batching else ()) + reshape)
+            feeds[tensor.name] = data
+        return feeds
+
+    def _build_outputs(
+        self, request: InferenceRequest, results: dict[str, np.ndarray], output_names: Sequence[str]
+    ) -> list[OutputTensor]:
+        class_counts = _class_counts(request.outputs)
+        outputs: list[OutputTensor] = []
+        for name in output_names:
+            spec = self.signature.outputs[name]
+            data = results[name]
+            if spec.reshape is not None:
+                batch = (data.shape[0],) if self.batching else ()
+                data = data.reshape(batch + spec.dims)
+            datatype = spec.datatype
+            expected = FIXED_SIZE_DTYPES.get(datatype)  # None for BYTES and BF16
+            converts = expected is None or data.dtype != expected  # not the config's dtype: rare
+            if converts and datatype != "BYTES" and numpy_to_wire(data.dtype) != datatype:
+                data = data.astype(wire_to_numpy(datatype))
+            tensor = OutputTensor(name, datatype, tuple(data.shape), data)
+            if class_counts and name in class_counts:
+                tensor = classify(tensor, class_counts[name], self.batching, spec.labels)
+            outputs.append(tensor)
+        return outputs
+
+    async def retire(self) -> None:
+        """Stop taking requests, let in-flight ones finish, then release the instances."""
+        self._closing = True
+        if self._in_flight:
+            self._drained = asyncio.Event()
+            await self._drained.wait()
+        if self._sequences is not None:
+            self._sequences.stop()
+        if isinstance(self._request_scheduler, SequenceRouter):
+            self._request_scheduler.stop()
+        if isinstance(self._scheduler, DynamicBatcher):
+            self._scheduler.close()
+        if self._pool is not None:
+            await asyncio.to_thread(self._pool.shutdown)
+        for instance in self._instances:
+            try:
+                if hasattr(instance, "aclose"):
+                    await instance.aclose()
+                else:
+                    instance.close()
+            except Exception:
+                logger.exception("closing an instance of '%s' failed", self.name)
+
+
+def _trace_points(received: int, queued: int, times: ExecutionTimes, done: int) -> list[tuple[str, int]]:
+    """Triton's timestamps for one request. The compute points follow from the durations its
+    scheduler measured, laid end to end from the moment the request was queued."""
+    compute_start = queued + times.queue_ns
+    input_end = compute_start + times.input_ns
+    output_start = input_end + times.infer_ns
+    return [
+        ("REQUEST_START", received),
+        ("QUEUE_START", queued),
+        ("COMPUTE_START", compute_start),
+        ("COMPUTE_INPUT_END", input_end),
+        ("COMPUTE_OUTPUT_START", output_start),
+        ("COMPUTE_END", output_start + times.output_ns),
+        ("INFER_RESPONSE_COMPLETE", done),
+        ("REQUEST_END", done),
+    ]
+
+
+def _backend_request(
+    request: InferenceRequest, feeds: dict[str, np.ndarray], output_names: Sequence[str]
+) -> BackendRequest:
+    parameters = request.parameters
+    flags, custom, correlation_id = 0, {}, 0
+    if parameters:  # most requests have none
+        if parameters.get("sequence_start"):
+            flags |= 1
+        if parameters.get("sequence_end"):
+            flags |= 2
+        custom = {k: v for k, v in parameters.items() if k not in RESERVED_PARAMETERS}
+        correlation_id = parameters.get("sequence_id", 0) or 0
+    return BackendRequest(
+        request.id, feeds, tuple(output_names), custom, correlation_id, flags, trace=request.trace
+    )
+
+
+def _trace_tensors(trace: Trace, activity: str, tensors: Sequence[InputTensor | OutputTensor]) -> None:
+    for tensor in tensors:
+        if tensor.data is not None:
+            trace.tensor(activity, tensor.name, tensor.datatype, tensor.data)
+
+
+def _class_counts(outputs: list[RequestedOutput] | None) -> dict[str, int] | None:
+    """The outputs asked for as classifications, with their class counts (None: none is)."""
+    counts = None
+    for output in outputs or ():
+        if output.class_count:
+            counts = counts or {}
+            counts[output.name] = output.class_count
+    return counts
+
+
+def _schedule_parameters(parameters: dict[str, Any]) -> tuple[int, int]:
+    """The ``priority`` and ``timeout`` (microseconds) request parameters, checked."""
+    priority, timeout = parameters.get("priority", 0), parameters.get("timeout", 0)
+    for name, value in (("priority", priority), ("timeout", timeout)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise InvalidInput(f"request parameter '{name}' must be a non-negative integer")
+    return priority, timeout

@@ -1,0 +1,39 @@
+"""Options of the serving core, resolved once from the command line (tritonserver's names)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+
+from trt.server.core.extensions.log_settings import LogOptions
+from trt.server.core.extensions.tracing import TraceSettings
+
+
+class ModelControlMode(StrEnum):
+    NONE = "none"  # load everything at start, ignore changes, refuse load/unload requests
+    POLL = "poll"  # load everything at start, then follow changes on disk
+    EXPLICIT = "explicit"  # load only what --load-model names or a client asks for
+
+
+@dataclass(frozen=True, slots=True)
+class CoreOptions:
+    # Folders, or object-store paths (s3://, gs://, as://) mirrored into a local cache.
+    model_repositories: tuple[str | Path, ...] = (Path("model_repository"),)
+    model_control_mode: ModelControlMode = ModelControlMode.NONE
+    load_models: tuple[str, ...] = ()  # explicit mode; "*" means all
+    repository_poll_secs: float = 15.0
+    strict_readiness: bool = True
+    exit_on_error: bool = True
+    auto_complete_config: bool = True
+    default_max_batch_size: int = 4
+    model_load_thread_count: int = 4
+    model_load_retry_count: int = 0  # a version that fails to load is tried this many times more
+    cpu_colocation: bool = True  # --backend-config=python,cpu-colocation=BOOL (see CpuColocation)
+    server_id: str = "triton"
+    response_cache_bytes: int | None = None  # --cache-config local,size=BYTES
+    rate_limit: bool = False  # --rate-limit=execution_count
+    rate_limit_resources: dict[str, int] = field(default_factory=dict)  # --rate-limit-resource
+    backend_config: dict[str, dict[str, str]] = field(default_factory=dict)
+    log: LogOptions = field(default_factory=LogOptions)  # --log-*
+    trace: TraceSettings = field(default_factory=TraceSettings)  # --trace-config

@@ -1,0 +1,291 @@
+"""Triton's dynamic batcher for tensor backends (``dynamic_batching { ... }`` in config.pbtxt).
+
+Requests queue in arrival order. When an instance is free, the batcher takes the oldest request and
+the following ones whose non-batch shapes match it, up to ``max_batch_size``. If that reaches a
+preferred size, the largest preferred batch goes now; otherwise it goes when it is full, when
+``max_queue_delay_microseconds`` has passed since the oldest request arrived, or at once when the
+delay is 0. Inputs are concatenated once; each request's outputs are views of the batch's.
+
+Queue policies as Triton's: ``max_queue_size`` refuses a request at once when its queue is full
+(UNAVAILABLE), ``default_timeout_microseconds`` (lowered per request with ``timeout`` when
+``allow_timeout_override``) rejects one that waits too long, or with ``timeout_action: DELAY`` lets
+it wait on. ``priority_levels``: level 1 is served first; a request's ``priority`` parameter picks its
+level (0 or none: ``default_priority_level``). Batches form within one level.
+
+``preserve_ordering``: with several instances a later batch can finish first; its responses are
+then held until every request taken into a batch before it has its response, as Triton does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from trt.protos import model_config_pb2
+from trt.server.core.backends.base import ModelInstance
+from trt.server.core.errors import InvalidInput, Unavailable
+from trt.server.core.extensions.statistics import ModelStatistics
+from trt.server.core.scheduling.instance_pool import InstancePool
+from trt.server.core.scheduling.timers import PreciseDeadlineTimer
+from trt.server.core.scheduling.timing import ExecutionTimes
+
+
+@dataclass(slots=True, eq=False)
+class _Pending:
+    feeds: Mapping[str, np.ndarray]
+    output_names: Sequence[str]
+    batch_size: int
+    key: tuple[tuple[str, tuple[int, ...], str], ...]
+    queued_ns: int
+    future: asyncio.Future[tuple[dict[str, np.ndarray], ExecutionTimes]] = field(repr=False)
+    level: int = 1
+    expiry: asyncio.TimerHandle | None = None
+    # preserve_ordering: the finished result (or error), held until the earlier requests have theirs.
+    outcome: tuple[dict[str, np.ndarray], ExecutionTimes] | BaseException | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class QueuePolicy:
+    max_queue_size: int = 0  # 0: unbounded
+    timeout_us: int = 0  # 0: no timeout
+    reject_on_timeout: bool = True
+    allow_timeout_override: bool = False
+
+    @classmethod
+    def from_config(cls, policy: model_config_pb2.ModelQueuePolicy) -> QueuePolicy:
+        return cls(
+            max_queue_size=policy.max_queue_size,
+            timeout_us=int(policy.default_timeout_microseconds),
+            reject_on_timeout=policy.timeout_action == model_config_pb2.ModelQueuePolicy.REJECT,
+            allow_timeout_override=policy.allow_timeout_override,
+        )
+
+    def timeout_for(self, requested_us: int) -> int:
+        if self.allow_timeout_override and requested_us > 0:
+            return min(requested_us, self.timeout_us) if self.timeout_us else requested_us
+        return self.timeout_us
+
+
+def _shape_key(feeds: Mapping[str, np.ndarray]) -> tuple[tuple[str, tuple[int, ...], str], ...]:
+    return tuple((name, array.shape[1:], array.dtype.str) for name, array in sorted(feeds.items()))
+
+
+class DynamicBatcher:
+    def __init__(
+        self,
+        pool: InstancePool,
+        stats: ModelStatistics,
+        max_batch_size: int,
+        preferred_batch_sizes: Sequence[int] = (),
+        max_queue_delay_us: int = 0,
+        priority_levels: int = 0,
+        default_priority_level: int = 0,
+        policies: dict[int, QueuePolicy] | None = None,
+        preserve_ordering: bool = False,
+    ) -> None:
+        self._pool = pool
+        self._stats = stats
+        self._max_batch = max_batch_size
+        self._preferred = sorted({size for size in preferred_batch_sizes if 0 < size <= max_batch_size})
+        self._max_delay_ns = max_queue_delay_us * 1000
+        self._levels = max(priority_levels, 1)
+        self._default_level = min(max(default_priority_level, 1), self._levels)
+        self._policies = policies or {}
+        self._queues: list[deque[_Pending]] = [deque() for _ in range(self._levels)]
+        self._wake = PreciseDeadlineTimer(self._dispatch)  # when the oldest request's queue delay ends
+        self._preserve_ordering = preserve_ordering
+        self._completion: deque[_Pending] = deque()  # dispatched, in dispatch order (preserve_ordering)
+        self._running: set[asyncio.Task[None]] = set()  # the loop keeps only weak references
+
+    @classmethod
+    def from_config(
+        cls, pool: InstancePool, stats: ModelStatistics, config: model_config_pb2.ModelConfig
+    ) -> DynamicBatcher:
+        batching = config.dynamic_batching
+        policies = {level: QueuePolicy.from_config(p) for level, p in batching.priority_queue_policy.items()}
+        default_policy = QueuePolicy.from_config(batching.default_queue_policy)
+        levels = max(int(batching.priority_levels), 1)
+        return cls(
+            pool,
+            stats,
+            config.max_batch_size,
+            list(batching.preferred_batch_size),
+            int(batching.max_queue_delay_microseconds),
+            levels,
+            int(batching.default_priority_level),
+            {level: policies.get(level, default_policy) for level in range(1, levels + 1)},
+            batching.preserve_ordering,
+        )
+
+    async def execute(
+        self,
+        feeds: Mapping[str, np.ndarray],
+        output_names: Sequence[str],
+        batch_size: int,
+        priority: int = 0,
+        timeout_us: int = 0,
+    ) -> tuple[dict[str, np.ndarray], ExecutionTimes]:
+        level = priority if priority > 0 else self._default_level
+        if level > self._levels:
+            raise InvalidInput(
+                f"priority {priority} is outside 1..{self._levels} (priority_levels of the model)"
+            )
+        policy = self._policies.get(level, QueuePolicy())
+        queue = self._queues[level - 1]
+        if policy.max_queue_size and len(queue) >= policy.max_queue_size:
+            raise Unavailable("Exceeds maximum queue size")
+        loop = asyncio.get_running_loop()
+        pending = _Pending(
+            feeds,
+            output_names,
+            batch_size,
+            _shape_key(feeds),
+            time.perf_counter_ns(),
+            loop.create_future(),
+            level,
+        )
+        timeout = policy.timeout_for(timeout_us)
+        if timeout and policy.reject_on_timeout:
+            pending.expiry = loop.call_later(timeout / 1e6, self._expire, pending)
+        queue.append(pending)
+        self._stats.pending += 1
+        self._dispatch()
+        return await pending.future
+
+    def close(self) -> None:
+        """Release the queue-delay timer (the version is retired; nothing is queued any more)."""
+        self._wake.close()
+
+    def _expire(self, pending: _Pending) -> None:
+        queue = self._queues[pending.level - 1]
+        if pending in queue:
+            queue.remove(pending)
+            self._stats.pending -= 1
+            if not pending.future.done():
+                pending.future.set_exception(Unavailable("Request timeout expired"))
+
+    def _dispatch(self) -> None:
+        """Form batches while an instance is idle. With none idle nothing is examined: the next
+        instance to come free calls this again, so an arriving request costs O(1) while all are busy."""
+        while self._pool.has_idle():
+            queue = next((q for q in self._queues if q), None)  # the highest priority with work
+            if queue is None:
+                return
+            batch, wait_ns = self._next_batch(queue)
+            if batch is None:
+                self._wake.arm_in(wait_ns / 1e9)
+                return
+            instance = self._pool.take_idle()
+            assert instance is not None
+            if all(a is b for a, b in zip(queue, batch, strict=False)):  # usually the queue's head
+                for _ in batch:
+                    queue.popleft()
+            else:
+                for item in batch:
+                    queue.remove(item)
+            for item in batch:
+                if item.expiry is not None:
+                    item.expiry.cancel()
+            self._stats.pending -= len(batch)
+            if self._preserve_ordering:
+                self._completion.extend(batch)
+            task = asyncio.ensure_future(self._execute(instance, batch))
+            self._running.add(task)
+            task.add_done_callback(self._running.discard)
+
+    def _next_batch(self, queue: deque[_Pending]) -> tuple[list[_Pending] | None, int]:
+        """The batch to send now, or (None, nanoseconds to wait for more requests)."""
+        head = queue[0]
+        batch, total, limit = [head], head.batch_size, self._max_batch
+        if total < limit:
+            for item in itertools.islice(queue, 1, None):
+                if item.key == head.key and total + item.batch_size <= limit:
+                    batch.append(item)
+                    total += item.batch_size
+                    if total == limit:
+                        break
+        reachable = [size for size in self._preferred if size <= total]
+        if reachable:
+            return _trim(batch, reachable[-1]), 0
+        waited = time.perf_counter_ns() - head.queued_ns
+        if total >= limit or self._max_delay_ns == 0 or waited >= self._max_delay_ns:
+            return batch, 0
+        return None, self._max_delay_ns - waited
+
+    async def _execute(self, instance: ModelInstance, batch: list[_Pending]) -> None:
+        started = time.perf_counter_ns()
+        handed_over = False  # the pool gives the instance back once the execution has ended
+        try:
+            names = list(dict.fromkeys(name for item in batch for name in item.output_names))
+            if len(batch) == 1:
+                feeds = batch[0].feeds
+            else:
+                feeds = {
+                    name: np.concatenate([item.feeds[name] for item in batch]) for name in batch[0].feeds
+                }
+            concatenated = time.perf_counter_ns()
+            handed_over = True
+            outputs, compute_ns = await self._pool.run(instance, feeds, names)
+            split_started = time.perf_counter_ns()
+            offset = 0
+            results = []
+            for item in batch:
+                end = offset + item.batch_size
+                results.append({name: outputs[name][offset:end] for name in item.output_names})
+                offset = end
+            done = time.perf_counter_ns()
+        except Exception as exc:
+            if not handed_over:
+                self._pool.give_back(instance)
+            for item in batch:
+                self._deliver(item, exc)
+            return
+        finally:
+            self._dispatch()
+        total = sum(item.batch_size for item in batch)
+        self._stats.record_execution(total, concatenated - started, compute_ns, done - split_started)
+        for item, result in zip(batch, results, strict=True):
+            times = ExecutionTimes(
+                started - item.queued_ns, concatenated - started, compute_ns, done - split_started
+            )
+            self._deliver(item, (result, times))
+
+    def _deliver(
+        self, item: _Pending, outcome: tuple[dict[str, np.ndarray], ExecutionTimes] | BaseException
+    ) -> None:
+        if not self._preserve_ordering:
+            _settle(item, outcome)
+            return
+        item.outcome = outcome
+        completion = self._completion
+        while completion and completion[0].outcome is not None:
+            head = completion.popleft()
+            assert head.outcome is not None
+            _settle(head, head.outcome)
+            head.outcome = None
+
+
+def _settle(item: _Pending, outcome: tuple[dict[str, np.ndarray], ExecutionTimes] | BaseException) -> None:
+    if item.future.done():  # the client went away
+        return
+    if isinstance(outcome, BaseException):
+        item.future.set_exception(outcome)
+    else:
+        item.future.set_result(outcome)
+
+
+def _trim(batch: list[_Pending], size: int) -> list[_Pending]:
+    """The leading requests that make up exactly ``size`` items (or as close as they fit)."""
+    kept, total = [], 0
+    for item in batch:
+        if total + item.batch_size > size:
+            break
+        kept.append(item)
+        total += item.batch_size
+    return kept or batch[:1]

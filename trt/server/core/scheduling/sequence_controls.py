@@ -1,0 +1,186 @@
+"""The tensors the sequence batcher adds to a stateful model's inputs, one row per batch slot.
+
+``control_input`` entries become START / END / READY columns (each control's ``*_false_true`` pair
+gives its values) and a CORRID column carrying the sequence's id in the control's ``data_type``.
+``state`` entries become the implicit state inputs: when a sequence starts, the state's
+``initial_state`` (``zero_data``, or ``data_file`` read once at load from the model's
+``initial_state/`` folder) or else zeros (a variable dimension counting as 1, as in Triton);
+afterwards the state output of the sequence's previous request.
+A row that has no request in this execution (an idle ``direct`` slot) gets READY=false, START and
+END false, CORRID 0 and a zero state, and its outputs are thrown away.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from trt.protos import model_config_pb2
+from trt.server.core.datatypes import config_to_wire, element_count, tensor_from_bytes, wire_to_numpy
+from trt.server.core.errors import InvalidInput, ModelConfigError, ServerError
+from trt.server.core.models.data_files import read_data_file
+
+Control = model_config_pb2.ModelSequenceBatching.Control
+_U64 = (1 << 64) - 1
+_FLAG_KINDS = (
+    Control.CONTROL_SEQUENCE_START,
+    Control.CONTROL_SEQUENCE_END,
+    Control.CONTROL_SEQUENCE_READY,
+)
+
+
+def _dtype_of(data_type: int) -> np.dtype:
+    return wire_to_numpy(config_to_wire(model_config_pb2.DataType.Name(data_type)))
+
+
+INITIAL_STATE_FOLDER = "initial_state"
+
+
+def _initial_value(state: model_config_pb2.ModelSequenceBatching.State, model_dir: Path | None) -> np.ndarray:
+    """One state's value when a sequence starts (without the batch dimension)."""
+    if not state.initial_state:
+        return np.zeros(tuple(max(int(d), 1) for d in state.dims), _dtype_of(state.data_type))
+    what = f"state '{state.input_name}'"
+    if len(state.initial_state) > 1:
+        raise ModelConfigError(f"{what} has {len(state.initial_state)} initial_state entries; one is allowed")
+    initial = state.initial_state[0]
+    shape = tuple(int(d) for d in initial.dims)
+    if any(d < 0 for d in shape):
+        raise ModelConfigError(f"{what}: initial_state dims must be fixed, got {list(initial.dims)}")
+    data_type = initial.data_type or state.data_type
+    if data_type != state.data_type:
+        raise ModelConfigError(
+            f"{what}: initial_state data_type {model_config_pb2.DataType.Name(data_type)} differs from "
+            f"the state's {model_config_pb2.DataType.Name(state.data_type)}"
+        )
+    datatype = config_to_wire(model_config_pb2.DataType.Name(data_type))
+    which = initial.WhichOneof("state_data")
+    if which == "data_file":
+        if model_dir is None:
+            raise ModelConfigError(f"{what}: initial_state data_file needs the model's directory")
+        raw = read_data_file(
+            model_dir, INITIAL_STATE_FOLDER, initial.data_file, f"{what}: initial_state data_file"
+        )
+        try:
+            value = tensor_from_bytes(raw, datatype, shape, state.input_name)
+        except ServerError as exc:
+            raise ModelConfigError(
+                f"{what}: initial_state data_file {initial.data_file}: {exc.message}"
+            ) from None
+    elif which == "zero_data":
+        if datatype == "BYTES":
+            value = np.full(shape, b"", dtype=np.object_)
+        else:
+            value = np.zeros(element_count(shape), wire_to_numpy(datatype)).reshape(shape)
+    else:
+        raise ModelConfigError(f"{what}: initial_state needs zero_data or data_file")
+    value.flags.writeable = False  # shared by every sequence that starts
+    return value
+
+
+def initial_state_values(
+    config: model_config_pb2.ModelConfig, model_dir: Path | None
+) -> dict[str, np.ndarray]:
+    """Each state input's value when a sequence starts, by input name (without the batch dimension)."""
+    values = {}
+    for index, state in enumerate(config.sequence_batching.state):
+        try:
+            values[state.input_name] = _initial_value(state, model_dir)
+        except ModelConfigError as exc:
+            raise ModelConfigError(exc.message, field=f"sequence_batching.state[{index}]") from None
+    return values
+
+
+def control_value(control: model_config_pb2.ModelSequenceBatching.Control, flag: bool) -> np.ndarray:
+    index = 1 if flag else 0
+    if control.int32_false_true:
+        return np.array(control.int32_false_true[index], dtype=np.int32)
+    if control.fp32_false_true:
+        return np.array(control.fp32_false_true[index], dtype=np.float32)
+    if control.bool_false_true:
+        return np.array(control.bool_false_true[index], dtype=np.bool_)
+    raise ModelConfigError("a sequence control needs int32_false_true, fp32_false_true or bool_false_true")
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """What one batch row tells the model: its flags and its sequence's id (None: an idle slot)."""
+
+    sequence_id: int | str | None
+    start: bool = False
+    end: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class _FlagControl:
+    name: str
+    kind: int
+    false_value: np.ndarray
+    true_value: np.ndarray
+
+
+class SequenceControls:
+    """Builds the control and initial state tensors of one model's ``sequence_batching``."""
+
+    def __init__(self, config: model_config_pb2.ModelConfig, model_dir: Path | None = None) -> None:
+        settings = config.sequence_batching
+        self.batching = config.max_batch_size > 0
+        self._flags: list[_FlagControl] = []
+        self._corrids: list[tuple[str, np.dtype]] = []
+        for entry in settings.control_input:
+            for control in entry.control:
+                if control.kind in _FLAG_KINDS:
+                    self._flags.append(
+                        _FlagControl(
+                            entry.name,
+                            control.kind,
+                            control_value(control, False),
+                            control_value(control, True),
+                        )
+                    )
+                elif control.kind == Control.CONTROL_SEQUENCE_CORRID:
+                    self._corrids.append((entry.name, _dtype_of(control.data_type)))
+        self.states = list(settings.state)
+        self.state_outputs = [s.output_name for s in self.states]
+        self._initial = {
+            name: value[None] if self.batching else value
+            for name, value in initial_state_values(config, model_dir).items()
+        }
+
+    def initial_state(self) -> dict[str, np.ndarray]:
+        return dict(self._initial)
+
+    def check_id(self, sequence_id: int | str) -> None:
+        """Refuse an id that the CORRID control's data type cannot carry (a string for UINT64...)."""
+        for name, dtype in self._corrids:
+            if dtype.kind != "O" and not isinstance(sequence_id, int):
+                raise InvalidInput(
+                    f"sequence id '{sequence_id}' is a string but control '{name}' carries "
+                    f"{dtype.name} correlation ids; send an integer sequence_id"
+                )
+
+    def columns(self, rows: Sequence[Row]) -> dict[str, np.ndarray]:
+        """The control inputs for ``rows``: shape [rows, 1] for a batching model, [1] otherwise."""
+        shape = (len(rows), 1) if self.batching else (1,)
+        columns: dict[str, np.ndarray] = {}
+        for control in self._flags:
+            if control.kind == Control.CONTROL_SEQUENCE_START:
+                flags = [row.start for row in rows]
+            elif control.kind == Control.CONTROL_SEQUENCE_END:
+                flags = [row.end for row in rows]
+            else:
+                flags = [row.sequence_id is not None for row in rows]
+            values = np.where(flags, control.true_value, control.false_value)
+            columns[control.name] = values.astype(control.false_value.dtype, copy=False).reshape(shape)
+        for name, dtype in self._corrids:
+            if dtype.kind == "O":
+                ids = [b"" if r.sequence_id is None else str(r.sequence_id).encode() for r in rows]
+                columns[name] = np.array(ids, dtype=np.object_).reshape(shape)
+            else:
+                # 32-bit CORRID controls keep the low bits of the id, as Triton does.
+                ids_int = [0 if r.sequence_id is None else int(r.sequence_id) & _U64 for r in rows]
+                columns[name] = np.array(ids_int, dtype=np.uint64).astype(dtype).reshape(shape)
+        return columns

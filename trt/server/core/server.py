@@ -1,0 +1,244 @@
+"""The core's one entry point for transports: ``InferenceServer``.
+
+Every operation a client can ask for over HTTP or gRPC is a method here, taking and returning the
+protocol-neutral types of ``server.core.types`` (or the ``ModelConfig`` proto, which is the config's
+own schema). Tests and the analyzer can drive it without sockets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+
+from trt import __version__
+from trt.protos import model_config_pb2
+from trt.server.core.errors import (
+    DecoupledModelNeedsStream,
+    InvalidArgument,
+    ModelLoadError,
+    ModelNotFound,
+)
+from trt.server.core.extensions.custom_metrics import CustomMetricsRegistry
+from trt.server.core.extensions.log_settings import LogSettings
+from trt.server.core.extensions.shared_memory import SharedMemoryRegistry
+from trt.server.core.extensions.statistics import ModelStatistics
+from trt.server.core.extensions.tracing import Tracer
+from trt.server.core.models.config import config_from_json
+from trt.server.core.models.lifecycle import ModelManager
+from trt.server.core.models.pushed_models import PushedModels
+from trt.server.core.models.version import ModelVersion
+from trt.server.core.options import CoreOptions, ModelControlMode
+from trt.server.core.scheduling.cpu_colocation import CpuColocation
+from trt.server.core.types import (
+    TRITON_CONTROL_PARAMETERS,
+    InferenceRequest,
+    InferenceResponse,
+    ModelMetadata,
+    RepositoryIndexEntry,
+    ServerMetadata,
+    StreamItem,
+    TensorMetadata,
+)
+
+logger = logging.getLogger("trt.server")
+
+# Protocol extensions this server implements, in Triton's order.
+EXTENSIONS = (
+    "classification",
+    "sequence",
+    "model_repository",
+    "model_repository(unload_dependents)",
+    "schedule_policy",
+    "model_configuration",
+    "system_shared_memory",
+    "binary_tensor_data",
+    "parameters",
+    "statistics",
+    "trace",
+    "logging",
+)
+
+
+class StartupError(Exception):
+    """Start-up failed and --exit-on-error says to stop."""
+
+
+class InferenceServer:
+    def __init__(self, options: CoreOptions) -> None:
+        self.options = options
+        self.models = ModelManager(options)
+        self.models.services = self
+        # Shared by both transports, so a change over HTTP shows over gRPC and the other way round.
+        # What the logging API reports; `trt serve` applied these settings before the server existed.
+        self.log_settings = LogSettings(options.log)
+        self.tracer = Tracer(options.trace)
+        self.shared_memory = SharedMemoryRegistry()
+        self.custom_metrics = CustomMetricsRegistry()  # what models define (pb_utils.MetricFamily)
+        self.colocation = CpuColocation(enabled=options.cpu_colocation)
+        # Python models' initialize() runs on loader threads; its model-control calls come here.
+        self.event_loop: asyncio.AbstractEventLoop | None = None
+        self.pushed = PushedModels()
+        self._live = False
+        self._shutting_down = False
+
+    async def start(self) -> dict[str, str]:
+        """Load the start-up models; with --exit-on-error, any failure stops the server."""
+        self.event_loop = asyncio.get_running_loop()
+        try:
+            failures = await self.models.start()
+        except ModelLoadError as exc:  # the repository itself is unreadable: nothing can be served
+            raise StartupError(exc.message) from None
+        if failures and self.options.exit_on_error:
+            raise StartupError(
+                "failed to load all models: "
+                + "; ".join(f"{name}: {reason}" for name, reason in sorted(failures.items()))
+            )
+        self._live = True
+        return failures
+
+    async def stop(self) -> None:
+        self._shutting_down = True
+        await self.models.stop()
+        self.colocation.stop()
+        self.shared_memory.close()
+        self.pushed.close()
+        self.tracer.flush()
+
+    # -- health and metadata ------------------------------------------------------------------
+
+    def is_live(self) -> bool:
+        return self._live and not self._shutting_down
+
+    def is_ready(self) -> bool:
+        if not self.is_live():
+            return False
+        return self.models.all_ready() if self.options.strict_readiness else True
+
+    def metadata(self) -> ServerMetadata:
+        return ServerMetadata(self.options.server_id, __version__, EXTENSIONS)
+
+    def model_ready(self, name: str, version: str = "") -> bool:
+        return self.models.is_ready(name, version)
+
+    def model_metadata(self, name: str, version: str = "") -> ModelMetadata:
+        model = self.models.get(name, version)
+        entry = self.models.entry(name)
+        versions = tuple(str(v) for v in sorted(entry.versions)) if entry else (model.version_str,)
+        signature = model.signature
+        return ModelMetadata(
+            name=name,
+            versions=versions,
+            platform=model.config.platform or model.config.backend,
+            inputs=tuple(TensorMetadata(s.name, s.datatype, s.shape) for s in signature.inputs.values()),
+            outputs=tuple(TensorMetadata(s.name, s.datatype, s.shape) for s in signature.outputs.values()),
+        )
+
+    def model_config(self, name: str, version: str = "") -> model_config_pb2.ModelConfig:
+        return self.models.get(name, version).config
+
+    # -- inference ----------------------------------------------------------------------------
+
+    def model(self, name: str, version: str = "") -> ModelVersion:
+        return self.models.get(name, version)
+
+    async def infer(self, request: InferenceRequest) -> InferenceResponse:
+        for key in request.parameters:
+            if key.startswith("triton_") and key not in TRITON_CONTROL_PARAMETERS:
+                raise InvalidArgument(
+                    "parameter keys starting with 'triton_' are reserved for Triton usage and should "
+                    "not be specified."
+                )
+        model = self.models.get(request.model_name, request.model_version)
+        if model.decoupled:
+            raise DecoupledModelNeedsStream(
+                f"model '{model.name}' uses the decoupled transaction policy (zero or many responses per "
+                "request): this end point doesn't support models with decoupled transaction policy; "
+                "use gRPC ModelStreamInfer",
+                model.name,
+            )
+        uses_shm_inputs, uses_shm_outputs = _shared_memory_use(request)
+        if uses_shm_inputs:
+            self.shared_memory.resolve_inputs(request)
+        if uses_shm_outputs:
+            self.shared_memory.check_outputs(request)
+        response = await model.infer(request)
+        if uses_shm_outputs:
+            self.shared_memory.write_outputs(request, response)
+        return response
+
+    async def infer_stream(self, request: InferenceRequest) -> AsyncIterator[StreamItem]:
+        """Every answer to ``request``: one for ordinary models, as many as a decoupled model sends."""
+        model = self.models.get(request.model_name, request.model_version)
+        if not model.decoupled:
+            yield StreamItem(await self.infer(request), None, True)
+            return
+        if any(tensor.data is None for tensor in request.inputs):
+            self.shared_memory.resolve_inputs(request)
+        async for item in model.infer_decoupled(request):
+            yield item
+
+    # -- repository ---------------------------------------------------------------------------
+
+    def repository_index(self, ready_only: bool = False) -> list[RepositoryIndexEntry]:
+        return self.models.index(ready_only)
+
+    async def load_model(
+        self, name: str, config_json: str | None = None, files: dict[str, bytes] | None = None
+    ) -> None:
+        self.models.require_explicit_mode()
+        if files and config_json is None:
+            raise InvalidArgument(
+                f"failed to load '{name}': file overrides need a 'config' parameter as well"
+            )
+        override = None
+        if config_json is not None:
+            try:
+                override = config_from_json(config_json)
+            except ModelLoadError as exc:
+                raise ModelLoadError(f"failed to load '{name}': {exc.message}") from None
+        folder = self.pushed.stage(name, files) if files else None
+        if folder is None:
+            await self.models.refresh_repository()  # as Triton, a load reads the repository anew
+        try:
+            await self.models.load(name, override, folder)
+        except BaseException:
+            if folder is not None:
+                self.pushed.discard(folder)
+            raise
+        self.pushed.adopt(name, folder)
+
+    async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
+        self.models.require_explicit_mode()
+        await self.models.unload(name)
+        self.pushed.adopt(name, None)
+
+    # -- statistics ---------------------------------------------------------------------------
+
+    def statistics(self, name: str = "", version: str = "") -> list[ModelStatistics]:
+        if not name:
+            return [model.stats for model in self.models.loaded_models()]
+        entry = self.models.entry(name)
+        if entry is None or not entry.versions:
+            raise ModelNotFound(f"requested model '{name}' is not available")
+        if version:
+            return [self.models.get(name, version).stats]
+        return [entry.versions[v].stats for v in sorted(entry.versions)]
+
+    @property
+    def explicit_mode(self) -> bool:
+        return self.options.model_control_mode == ModelControlMode.EXPLICIT
+
+
+def _shared_memory_use(request: InferenceRequest) -> tuple[bool, bool]:
+    """Whether inputs are read from, and outputs written to, shared memory regions (plain loops:
+    this runs for every request)."""
+    inputs = outputs = False
+    for tensor in request.inputs:
+        if tensor.data is None:
+            inputs = True
+    if request.outputs is not None:
+        for output in request.outputs:
+            if "shared_memory_region" in output.parameters:
+                outputs = True
+    return inputs, outputs

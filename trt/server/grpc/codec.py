@@ -1,0 +1,244 @@
+"""``ModelInferRequest`` / ``ModelInferResponse`` to and from the core's protocol-neutral types.
+
+Raw inputs (``raw_input_contents``, what tritonclient always sends) become numpy views over the
+received bytes; typed ``contents`` are accepted too, as Triton does. Outputs always go back in
+``raw_output_contents``, in output order, as Triton sends them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from trt.protos import grpc_service_pb2 as pb
+from trt.server.core.datatypes import (
+    check_shape,
+    element_count,
+    tensor_from_bytes,
+    tensor_to_bytes,
+    wire_to_numpy,
+)
+from trt.server.core.errors import InvalidArgument, InvalidInput
+from trt.server.core.types import InferenceRequest, InferenceResponse, InputTensor, RequestedOutput
+
+# The typed ``InferTensorContents`` field that carries each datatype (FP16/BF16 only travel raw).
+_CONTENTS_FIELD: dict[str, str] = {
+    "BOOL": "bool_contents",
+    "INT8": "int_contents",
+    "INT16": "int_contents",
+    "INT32": "int_contents",
+    "INT64": "int64_contents",
+    "UINT8": "uint_contents",
+    "UINT16": "uint_contents",
+    "UINT32": "uint_contents",
+    "UINT64": "uint64_contents",
+    "FP32": "fp32_contents",
+    "FP64": "fp64_contents",
+    "BYTES": "bytes_contents",
+}
+# Narrow integer types share a 32-bit field; values outside the type's range are an error.
+_NARROW_INTEGERS = frozenset({"INT8", "INT16", "UINT8", "UINT16"})
+
+
+# -- parameters ------------------------------------------------------------------------------------
+
+
+def parameters_to_dict(parameters: Mapping[str, Any], what: str = "request") -> dict[str, Any]:
+    """``map<string, InferParameter>`` (or ``ModelRepositoryParameter``) -> plain Python values."""
+    out: dict[str, Any] = {}
+    for key, parameter in parameters.items():
+        choice = parameter.WhichOneof("parameter_choice")
+        if choice is None:
+            raise InvalidArgument(f"{what} parameter '{key}' has no value set")
+        out[key] = getattr(parameter, choice)
+    return out
+
+
+def set_parameters(target: Any, values: Mapping[str, Any]) -> None:
+    """Write Python values into a ``map<string, InferParameter>`` field."""
+    for key, value in values.items():
+        parameter = target[key]
+        if isinstance(value, bool):
+            parameter.bool_param = value
+        elif isinstance(value, int | np.integer):
+            if value > 0x7FFF_FFFF_FFFF_FFFF:
+                parameter.uint64_param = int(value)
+            else:
+                parameter.int64_param = int(value)
+        elif isinstance(value, float | np.floating):
+            parameter.double_param = float(value)
+        else:
+            parameter.string_param = value if isinstance(value, str) else str(value)
+
+
+def _check_reserved(parameters: dict[str, Any]) -> None:
+    """Type checks for the parameters Triton interprets itself (any integer kind is accepted)."""
+    for key in ("priority", "timeout"):
+        value = parameters.get(key)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+            raise InvalidArgument(
+                f"invalid value for '{key}' parameter: expected a non-negative integer "
+                "(int64_param or uint64_param)"
+            )
+    sequence_id = parameters.get("sequence_id")
+    if sequence_id is not None and (not isinstance(sequence_id, int | str) or isinstance(sequence_id, bool)):
+        raise InvalidArgument(
+            "invalid value for 'sequence_id' parameter: expected an integer or a string (int64_param, "
+            "uint64_param or string_param)"
+        )
+    for key in ("sequence_start", "sequence_end"):
+        value = parameters.get(key)
+        if value is not None and not isinstance(value, bool):
+            raise InvalidArgument(f"invalid value for '{key}' parameter: expected a bool_param")
+
+
+# -- requests --------------------------------------------------------------------------------------
+
+
+def decode_infer_request(request: Any) -> InferenceRequest:
+    """Build the core's ``InferenceRequest`` from a ``ModelInferRequest``."""
+    raw_contents = request.raw_input_contents
+    tensors = request.inputs
+    raw_count = len(raw_contents)
+    # Inputs in shared memory take no raw_input_contents entry (tritonclient sends none for them).
+    in_memory = [t for t in tensors if "shared_memory_region" not in t.parameters]
+    if raw_count and raw_count != len(in_memory):
+        for tensor in tensors:
+            if tensor.HasField("contents") and tensor.contents.ByteSize() > 0:
+                raise InvalidArgument(_mixed_message(tensor.name))
+        raise InvalidArgument(
+            f"the request has {len(in_memory)} inputs outside shared memory but {raw_count} entries in "
+            "raw_input_contents; send one raw_input_contents entry per such input, in the order of 'inputs'"
+        )
+    inputs: list[InputTensor] = []
+    index = 0
+    for tensor in tensors:
+        name = tensor.name
+        datatype = tensor.datatype
+        shape = tuple(tensor.shape[:])  # slicing first halves the cost with upb
+        check_shape(name, shape)
+        parameters = parameters_to_dict(tensor.parameters, f"input '{name}'") if tensor.parameters else {}
+        has_contents = tensor.HasField("contents") and tensor.contents.ByteSize() > 0
+        data: np.ndarray | None
+        if "shared_memory_region" in parameters:
+            if has_contents:
+                raise InvalidInput(f"input '{name}' has both contents and a shared memory region")
+            data = None  # the core reads the region
+        elif raw_count:
+            if has_contents:
+                raise InvalidArgument(_mixed_message(name))
+            data = tensor_from_bytes(raw_contents[index], datatype, shape, name)
+            index += 1
+        elif has_contents:
+            data = _typed_contents(tensor.contents, name, datatype, shape)
+        elif element_count(shape) == 0:
+            data = np.empty(shape, dtype=wire_to_numpy(datatype))
+        else:
+            raise InvalidInput(f"input '{name}' has no data: set raw_input_contents or its 'contents'")
+        inputs.append(InputTensor(name, datatype, shape, data, parameters))
+
+    outputs: list[RequestedOutput] | None = None
+    if request.outputs:
+        outputs = [_requested_output(output) for output in request.outputs]
+    parameters = parameters_to_dict(request.parameters) if request.parameters else {}
+    if parameters:
+        _check_reserved(parameters)
+    return InferenceRequest(
+        request.model_name, request.model_version, request.id, inputs, outputs, parameters
+    )
+
+
+def _mixed_message(name: str) -> str:
+    return (
+        f"input '{name}': 'contents' must be empty when the request uses raw_input_contents; "
+        "send every input raw or every input in typed contents, not both"
+    )
+
+
+def _requested_output(output: Any) -> RequestedOutput:
+    name = output.name
+    if not output.parameters:
+        return RequestedOutput(name)
+    parameters = parameters_to_dict(output.parameters, f"output '{name}'")
+    class_count = parameters.get("classification", 0)
+    if not isinstance(class_count, int) or isinstance(class_count, bool) or class_count < 0:
+        raise InvalidArgument(
+            f"output '{name}': 'classification' must be a non-negative integer (int64_param)"
+        )
+    return RequestedOutput(name, class_count, parameters)
+
+
+def _typed_contents(contents: Any, name: str, datatype: str, shape: tuple[int, ...]) -> np.ndarray:
+    field = _CONTENTS_FIELD.get(datatype)
+    if field is None:
+        if datatype in ("FP16", "BF16"):
+            raise InvalidInput(f"input '{name}': {datatype} data can only be sent in raw_input_contents")
+        wire_to_numpy(datatype)  # raises the "unsupported datatype" error
+        raise InvalidInput(f"input '{name}': unsupported datatype '{datatype}'")
+    values = getattr(contents, field)
+    count = element_count(shape)
+    if len(values) != count:
+        raise InvalidInput(
+            f"input '{name}': shape {list(shape)} needs {count} {datatype} elements in "
+            f"contents.{field}, got {len(values)}"
+        )
+    if datatype == "BYTES":
+        array = np.empty(count, dtype=np.object_)
+        for index, item in enumerate(values):
+            array[index] = item
+        return array.reshape(shape)
+    dtype = wire_to_numpy(datatype)
+    if datatype in _NARROW_INTEGERS:
+        wide = np.fromiter(values, dtype=np.int64, count=count)
+        info = np.iinfo(dtype)
+        if count and (wide.min() < info.min or wide.max() > info.max):
+            raise InvalidInput(
+                f"input '{name}': a value in contents.{field} is outside the range of {datatype} "
+                f"[{info.min}, {info.max}]"
+            )
+        return wide.astype(dtype).reshape(shape)
+    return np.fromiter(values, dtype=dtype, count=count).reshape(shape)
+
+
+# -- responses -------------------------------------------------------------------------------------
+
+
+def encode_infer_response(response: InferenceResponse, message: Any = None) -> Any:
+    """``ModelInferResponse`` with every output in ``raw_output_contents``, in output order.
+
+    ``message`` is an empty ``ModelInferResponse`` to fill in place (the one inside a stream
+    response), so the tensor bytes are not copied a second time into an enclosing message.
+    """
+    tensors = []
+    raw: list[bytes] = []
+    output_tensor = pb.ModelInferResponse.InferOutputTensor
+    for output in response.outputs:
+        tensor = output_tensor(name=output.name, datatype=output.datatype, shape=output.shape)
+        if output.parameters:
+            set_parameters(tensor.parameters, output.parameters)
+        tensors.append(tensor)
+        if output.data is None:  # written into the client's shared memory region
+            raw.append(b"")  # an empty entry keeps raw_output_contents aligned with outputs
+            continue
+        data = tensor_to_bytes(output.data, output.datatype)
+        # protobuf takes only bytes; this is the one copy on the way out.
+        raw.append(data if isinstance(data, bytes) else data.tobytes())
+    if message is None:
+        message = pb.ModelInferResponse(
+            model_name=response.model_name,
+            model_version=response.model_version,
+            id=response.id,
+            outputs=tensors,
+            raw_output_contents=raw,
+        )
+    else:
+        message.model_name = response.model_name
+        message.model_version = response.model_version
+        message.id = response.id
+        message.outputs.extend(tensors)
+        message.raw_output_contents.extend(raw)
+    if response.parameters:
+        set_parameters(message.parameters, response.parameters)
+    return message

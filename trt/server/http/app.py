@@ -1,0 +1,456 @@
+"""The HTTP/REST front of the server: one handler behind ``server.http.protocol``.
+
+Routes and status codes follow Triton's HTTP server: health answers 200/400 with an empty body,
+errors are ``{"error": "..."}`` with the status each ``ServerError`` carries, unknown routes are
+404 and known routes with the wrong method are 405. A JSON body is read whatever its
+``Content-Type`` (tritonclient sends none).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import gzip
+import logging
+import re
+import time
+import zlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+
+from trt.server.core.errors import InvalidArgument, ServerError
+from trt.server.core.extensions.tracing import Trace
+from trt.server.core.models.config import config_to_json
+from trt.server.core.server import InferenceServer
+from trt.server.core.types import InferenceRequest, InferenceResponse, StreamItem
+from trt.server.http import codec, generate
+from trt.server.http.protocol import HttpRequest, HttpResponse, close_stream
+from trt.server.http.statistics import statistics_json
+from trt.server.restrictions import Restrictions
+
+logger = logging.getLogger("trt.http")
+
+_MODEL_ROUTE = re.compile(r"/v2/models/([^/]+)(?:/versions/([0-9]+))?(?:/(infer|ready|config|stats))?")
+_GENERATE_ROUTE = re.compile(r"/v2/models/([^/]+)(?:/versions/([0-9]+))?/(generate|generate_stream)")
+_REPOSITORY_ROUTE = re.compile(r"/v2/repository(?:/([^/]+))?/(index|models/([^/]+)/(load|unload))")
+_SHM_ROUTE = re.compile(r"/v2/(system|cuda)sharedmemory(?:/region/([^/]+))?/(status|register|unregister)")
+
+_JSON_HEADERS = [(b"content-type", b"application/json")]
+_SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8")]
+
+
+class HttpError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class HttpApp:
+    """The request handler; one instance per server."""
+
+    def __init__(
+        self,
+        core: InferenceServer,
+        max_input_size: int = 64 * 1024 * 1024,
+        restrictions: Restrictions | None = None,
+    ) -> None:
+        self.core = core
+        self.max_input_size = max_input_size
+        self.restrictions = restrictions or Restrictions()
+        self._decoder = codec.RequestDecoder()
+
+    @staticmethod
+    def cancellable(path: str) -> bool:
+        """Inference stops when its client disconnects; a load or an unload always runs to its end."""
+        return _is_inference(path)
+
+    async def __call__(self, request: HttpRequest) -> HttpResponse:
+        path = request.path
+        if self.restrictions.by_category:
+            unmet = self.restrictions.unmet(_category(path), request.headers.get)
+            if unmet is not None:
+                return _error(403, f"This API is restricted, expecting header '{unmet.header}'")
+        try:
+            if path.endswith("/infer") and path.startswith("/v2/models/"):
+                return await self._infer(request)
+            if path.startswith("/v2/models/") and path.endswith(("/generate", "/generate_stream")):
+                return await self._generate(request)
+            return await self._route(request)
+        except ServerError as exc:
+            return _error(exc.http_status, exc.message)
+        except HttpError as exc:
+            return _error(exc.status, exc.message)
+        except Exception as exc:  # a bug of ours must not take the server down
+            logger.exception("unhandled error on %s %s", request.method, path)
+            return _error(500, f"internal error: {exc}")
+
+    # -- inference (the hot path) --------------------------------------------------------------
+
+    async def _infer(self, http_request: HttpRequest) -> HttpResponse:
+        match = _MODEL_ROUTE.fullmatch(http_request.path)
+        if match is None:
+            raise HttpError(404, "Not Found")
+        if http_request.method != "POST":
+            raise HttpError(405, "Method Not Allowed")
+        headers = http_request.headers
+        body = self._body(http_request)
+        header_length = headers.get("inference-header-content-length")
+        length = None
+        if header_length is not None:
+            try:
+                length = int(header_length)
+            except ValueError:
+                raise InvalidArgument(
+                    f"Unable to parse Inference-Header-Content-Length, got: {header_length}"
+                ) from None
+        request, binary_choice, default_binary = self._decoder.decode(
+            match.group(1), match.group(2) or "", body, length
+        )
+        tracer = self.core.tracer
+        if tracer.active and (trace := tracer.start(request.model_name, request.model_version, request.id)):
+            return await self._infer_traced(http_request, request, trace, binary_choice, default_binary)
+        response = await self.core.infer(request)
+        return self._infer_response(http_request, response, binary_choice, default_binary)
+
+    async def _infer_traced(
+        self,
+        http_request: HttpRequest,
+        request: InferenceRequest,
+        trace: Trace,
+        binary_choice: dict[str, bool],
+        default_binary: bool,
+    ) -> HttpResponse:
+        trace.stamp("HTTP_RECV_START", http_request.started_ns)
+        trace.stamp("HTTP_RECV_END", http_request.received_ns)
+        request.trace = trace
+        tracer = self.core.tracer
+        try:
+            response = await self.core.infer(request)
+        except BaseException:
+            tracer.finish(trace)  # a failed request is traced too, as far as it went
+            raise
+        http_response = self._infer_response(http_request, response, binary_choice, default_binary)
+        trace.stamp("HTTP_SEND_START", time.perf_counter_ns())
+
+        def sent() -> None:
+            trace.stamp("HTTP_SEND_END", time.perf_counter_ns())
+            tracer.finish(trace)
+
+        http_response.sent = sent
+        return http_response
+
+    def _infer_response(
+        self,
+        http_request: HttpRequest,
+        response: InferenceResponse,
+        binary_choice: dict[str, bool],
+        default_binary: bool,
+    ) -> HttpResponse:
+        headers = http_request.headers
+        payload, json_length = codec.encode_response(response, binary_choice, default_binary)
+        if json_length is None:
+            out_headers = [(b"content-type", b"application/json")]
+        else:
+            out_headers = [
+                (b"content-type", b"application/octet-stream"),
+                (b"inference-header-content-length", str(json_length).encode()),
+            ]
+        accept = headers.get("accept-encoding")
+        if accept:
+            payload, out_headers = _compress(payload, out_headers, accept)
+        return HttpResponse(200, payload, out_headers)
+
+    # -- the generate extension ----------------------------------------------------------------
+
+    async def _generate(self, http_request: HttpRequest) -> HttpResponse:
+        match = _GENERATE_ROUTE.fullmatch(http_request.path)
+        if match is None:
+            raise HttpError(404, "Not Found")
+        if http_request.method != "POST":
+            raise HttpError(405, "Method Not Allowed")
+        name, version, action = match.group(1), match.group(2) or "", match.group(3)
+        config = self.core.model_config(name, version)
+        request = generate.decode_generate_request(name, version, self._body(http_request), config)
+        answers = _answers(self.core.infer_stream(request))
+        if action == "generate":
+            responses = [response async for response in answers]
+            if len(responses) != 1:
+                raise InvalidArgument(
+                    f"generate expects exactly one response from model '{name}', got {len(responses)}; "
+                    "use generate_stream for models that send several"
+                )
+            return HttpResponse(200, generate.encode_generate_response(responses[0]), _JSON_HEADERS)
+        # The status is the first answer's: an error before any response is an ordinary JSON error;
+        # later ones arrive as events.
+        try:
+            first = await anext(answers)
+        except StopAsyncIteration:
+            first = None
+        return HttpResponse(200, headers=_SSE_HEADERS, stream=_events(first, answers))
+
+    def _body(self, request: HttpRequest) -> bytes:
+        encoding = request.headers.get("content-encoding")
+        if encoding is None:
+            return request.body
+        encoding = encoding.strip().lower()
+        if encoding in ("", "identity"):
+            return request.body
+        return self._decompress(request.body, encoding)
+
+    def _decompress(self, body: bytes, encoding: str) -> bytes:
+        if encoding == "gzip":
+            decompressor = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        elif encoding == "deflate":
+            decompressor = zlib.decompressobj()
+        else:
+            raise HttpError(415, f"unsupported Content-Encoding '{encoding}' (use gzip, deflate or identity)")
+        try:
+            data = decompressor.decompress(body, self.max_input_size + 1)
+        except zlib.error as exc:
+            raise InvalidArgument(f"cannot decompress the {encoding} body: {exc}") from None
+        if len(data) > self.max_input_size or decompressor.unconsumed_tail:
+            raise InvalidArgument(
+                f"decompressed body exceeds the {self.max_input_size}-byte limit (--http-max-input-size)"
+            )
+        return data
+
+    # -- everything else -----------------------------------------------------------------------
+
+    async def _route(self, request: HttpRequest) -> HttpResponse:
+        core = self.core
+        method, path = request.method, request.path
+        if path in ("/v2/health/live", "/v2/health/ready"):
+            _allow(method, "GET")
+            ok = core.is_live() if path.endswith("live") else core.is_ready()
+            return HttpResponse(200 if ok else 400)
+        if path in ("/v2", "/v2/"):
+            _allow(method, "GET")
+            meta = core.metadata()
+            return _json({"name": meta.name, "version": meta.version, "extensions": list(meta.extensions)})
+        if path == "/v2/models/stats":
+            _allow(method, "GET")
+            return _json(statistics_json(core.statistics()))
+        if path == "/v2/logging":
+            if method == "GET":
+                return _json(self.core.log_settings.current())
+            _allow(method, "POST")
+            return _json(self.core.log_settings.update(_parse_json_object(self._body(request))))
+        if path == "/v2/trace/setting" or (
+            path.startswith("/v2/models/") and path.endswith("/trace/setting")
+        ):
+            model = ""
+            if path != "/v2/trace/setting":
+                model = path.removeprefix("/v2/models/").removesuffix("/trace/setting")
+                self.core.model_config(model)  # an unknown model is refused with Triton's error
+            if method == "GET":
+                return _json(self.core.tracer.settings(model))
+            _allow(method, "POST")
+            return _json(self.core.tracer.update(model, _parse_json_object(self._body(request))))
+        match = _MODEL_ROUTE.fullmatch(path)
+        if match is not None:
+            return await self._model_route(method, match)
+        match = _REPOSITORY_ROUTE.fullmatch(path)
+        if match is not None:
+            return await self._repository_route(request, match)
+        match = _SHM_ROUTE.fullmatch(path)
+        if match is not None:
+            return self._shared_memory(request, match.group(1), match.group(2) or "", match.group(3))
+        raise HttpError(404, "Not Found")
+
+    def _shared_memory(self, request: HttpRequest, kind: str, region: str, action: str) -> HttpResponse:
+        registry = self.core.shared_memory
+        if action == "status":
+            _allow(request.method, "GET")
+            rows = registry.status(region) if kind == "system" else registry.cuda_status(region)
+            return _json(
+                [{"name": r.name, "key": r.key, "offset": r.offset, "byte_size": r.byte_size} for r in rows]
+            )
+        _allow(request.method, "POST")
+        if action == "unregister":
+            if kind == "system":
+                registry.unregister(region)
+            else:
+                registry.unregister_cuda(region)
+            return HttpResponse(200, b"", _JSON_HEADERS)
+        if kind == "cuda":
+            registry.register_cuda(region)
+        if not region:
+            raise InvalidArgument("'region name' is necessary to register system shared memory region")
+        body = _parse_json_object(self._body(request))
+        key = body.get("key")
+        if not isinstance(key, str):
+            raise InvalidArgument("Shared memory register request has no 'key' field (a string)")
+        if "byte_size" not in body:
+            raise InvalidArgument("Shared memory register request has no 'byte_size' field")
+        offset, byte_size = body.get("offset", 0), body["byte_size"]
+        for field, value in (("offset", offset), ("byte_size", byte_size)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise InvalidArgument(
+                    f"Shared memory register request: '{field}' must be a non-negative integer"
+                )
+        registry.register(region, key, offset, byte_size)
+        return HttpResponse(200, b"", _JSON_HEADERS)
+
+    async def _model_route(self, method: str, match: re.Match[str]) -> HttpResponse:
+        name, version, action = match.group(1), match.group(2) or "", match.group(3)
+        _allow(method, "GET")
+        if action == "ready":
+            if self.core.model_ready(name, version):
+                return HttpResponse(200)
+            return _error(400, "Model version not ready")
+        if action == "config":
+            return HttpResponse(200, config_to_json(self.core.model_config(name, version)), _JSON_HEADERS)
+        if action == "stats":
+            return _json(statistics_json(self.core.statistics(name, version)))
+        meta = self.core.model_metadata(name, version)
+        return _json(
+            {
+                "name": meta.name,
+                "versions": list(meta.versions),
+                "platform": meta.platform,
+                "inputs": [
+                    {"name": t.name, "datatype": t.datatype, "shape": list(t.shape)} for t in meta.inputs
+                ],
+                "outputs": [
+                    {"name": t.name, "datatype": t.datatype, "shape": list(t.shape)} for t in meta.outputs
+                ],
+            }
+        )
+
+    async def _repository_route(self, request: HttpRequest, match: re.Match[str]) -> HttpResponse:
+        _allow(request.method, "POST")
+        repository, action, model_name, model_action = match.groups()
+        body = _parse_json_object(self._body(request))
+        if action == "index":
+            ready = body.get("ready", False)
+            if not isinstance(ready, bool):
+                raise InvalidArgument("Invalid value for 'ready': expected a boolean")
+            rows = []
+            for row in self.core.repository_index(ready):
+                item: dict[str, str] = {"name": row.name}
+                if row.version:
+                    item["version"] = row.version
+                if row.state:
+                    item["state"] = row.state
+                if row.reason:
+                    item["reason"] = row.reason
+                rows.append(item)
+            return _json(rows)
+        if repository:
+            raise HttpError(501, "'repository_name' specification is not supported")
+        parameters = body.get("parameters", {})
+        if not isinstance(parameters, dict):
+            raise InvalidArgument("'parameters' must be a JSON object")
+        if model_action == "load":
+            config: str | None = None
+            files: dict[str, bytes] = {}
+            for key, value in parameters.items():
+                if not isinstance(value, str):
+                    raise InvalidArgument(f"parameter '{key}' must be a string")
+                if key == "config":
+                    config = value
+                elif key.startswith("file:"):
+                    try:  # HTTP carries file contents base64-encoded, as tritonclient sends them
+                        files[key] = base64.b64decode(value, validate=True)
+                    except binascii.Error:
+                        raise InvalidArgument(f"load parameter '{key}' is not valid base64") from None
+            await self.core.load_model(model_name, config, files or None)
+        else:
+            unload_dependents = parameters.get("unload_dependents", False)
+            await self.core.unload_model(model_name, bool(unload_dependents))
+        return HttpResponse(200, b"", _JSON_HEADERS)
+
+
+async def _answers(stream: AsyncIterator[StreamItem]) -> AsyncIterator[InferenceResponse]:
+    """The responses of a stream; its first error is raised (the end-only items are skipped)."""
+    try:
+        async for item in stream:
+            if item.error is not None:
+                if isinstance(item.error, ServerError):
+                    raise item.error
+                raise ServerError(f"inference failed: {item.error}")
+            if item.response is not None:
+                yield item.response
+    finally:
+        await close_stream(stream)  # a generator: closing it tells the model, if it still runs
+
+
+async def _events(
+    first: InferenceResponse | None, answers: AsyncIterator[InferenceResponse]
+) -> AsyncIterator[bytes]:
+    """Server-sent events, one ``data:`` line per response; an error after the first is an event too."""
+    if first is None:
+        return
+    try:
+        yield b"data: " + generate.encode_generate_response(first) + b"\n\n"
+        async for response in answers:
+            yield b"data: " + generate.encode_generate_response(response) + b"\n\n"
+    except ServerError as exc:
+        yield b"data: " + generate.encode_generate_error(exc.message) + b"\n\n"
+    finally:
+        await close_stream(answers)
+
+
+def _is_inference(path: str) -> bool:
+    return path.startswith("/v2/models/") and path.endswith(("/infer", "/generate", "/generate_stream"))
+
+
+def _category(path: str) -> str | None:
+    """The restricted-API category of a route (``--http-restricted-api``), as Triton groups them."""
+    if path.startswith("/v2/health/"):
+        return "health"
+    if path in ("/v2", "/v2/"):
+        return "metadata"
+    if path == "/v2/models/stats":
+        return "statistics"
+    if path == "/v2/logging":
+        return "logging"
+    if path.endswith("/trace/setting"):
+        return "trace"
+    if path.startswith("/v2/repository"):
+        return "model-repository"
+    if path.startswith(("/v2/systemsharedmemory", "/v2/cudasharedmemory")):
+        return "shared-memory"
+    if _is_inference(path):
+        return "inference"
+    if path.startswith("/v2/models/"):
+        match = _MODEL_ROUTE.fullmatch(path)
+        action = match.group(3) if match is not None else None
+        return {"ready": "health", "config": "model-config", "stats": "statistics"}.get(
+            action or "", "metadata"
+        )
+    return None
+
+
+def _allow(method: str, allowed: str) -> None:
+    if method != allowed:
+        raise HttpError(405, "Method Not Allowed")
+
+
+def _parse_json_object(body: bytes) -> dict[str, Any]:
+    """Optional JSON bodies (repository, logging): empty means no settings."""
+    return codec.parse_json_object(body) if body.strip() else {}
+
+
+def _json(value: Any) -> HttpResponse:
+    return HttpResponse(200, orjson.dumps(value), _JSON_HEADERS)
+
+
+def _error(status: int, message: str) -> HttpResponse:
+    return HttpResponse(status, orjson.dumps({"error": message}), _JSON_HEADERS)
+
+
+def _compress(
+    payload: bytes, headers: list[tuple[bytes, bytes]], accept_encoding: str
+) -> tuple[bytes, list[tuple[bytes, bytes]]]:
+    if not accept_encoding:
+        return payload, headers
+    accepted = {part.split(";")[0].strip().lower() for part in accept_encoding.split(",")}
+    if "gzip" in accepted:
+        return gzip.compress(payload, compresslevel=1), [*headers, (b"content-encoding", b"gzip")]
+    if "deflate" in accepted:
+        return zlib.compress(payload, 1), [*headers, (b"content-encoding", b"deflate")]
+    return payload, headers

@@ -1,0 +1,371 @@
+"""KServe v2 inference bodies: JSON, and JSON followed by binary tensors (Triton's extension).
+
+Binary inputs become numpy views over the received body, so a large tensor is never copied on
+the way in. Outputs are sent as binary when the request asks for it (per output ``binary_data`` or
+request-level ``binary_data_output``), otherwise as JSON.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import orjson
+
+from trt.server.core.datatypes import (
+    check_shape,
+    element_count,
+    tensor_from_bytes,
+    tensor_to_bytes,
+    wire_to_numpy,
+)
+from trt.server.core.errors import InvalidArgument, InvalidInput
+from trt.server.core.types import InferenceRequest, InferenceResponse, InputTensor, RequestedOutput
+
+HEADER_LENGTH = "inference-header-content-length"
+
+
+def decode_request(
+    model_name: str, model_version: str, body: bytes, header_length: int | None
+) -> tuple[InferenceRequest, dict[str, bool], bool]:
+    """Parse an infer body; returns the request, the per-output binary choice and the default one."""
+    json_part: bytes | memoryview
+    if header_length is None:
+        json_part, binary = body, memoryview(b"")
+    else:
+        if header_length < 0 or header_length > len(body):
+            raise InvalidArgument(
+                f"Inference-Header-Content-Length is {header_length} but the body has only {len(body)} bytes"
+            )
+        view = memoryview(body)
+        json_part, binary = view[:header_length], view[header_length:]
+    if not json_part:
+        raise InvalidArgument("the request body is empty; expected a JSON inference request")
+    document = parse_json_object(json_part)
+
+    parameters = _object(document.get("parameters"), "parameters")
+    raw_inputs = document.get("inputs")
+    if not isinstance(raw_inputs, list):
+        raise InvalidArgument("the request JSON needs an 'inputs' array")
+    inputs: list[InputTensor] = []
+    offset = 0
+    for raw in raw_inputs:
+        tensor, offset = _decode_input(raw, binary, offset)
+        inputs.append(tensor)
+    if offset != len(binary):
+        raise InvalidInput(
+            f"the body has {len(binary) - offset} bytes of binary data that no input claims "
+            "(check each input's binary_data_size)"
+        )
+
+    default_binary = bool(parameters.get("binary_data_output", False))
+    outputs: list[RequestedOutput] | None = None
+    binary_choice: dict[str, bool] = {}
+    raw_outputs = document.get("outputs")
+    if raw_outputs is not None:
+        if not isinstance(raw_outputs, list):
+            raise InvalidArgument("'outputs' must be an array")
+        outputs = []
+        for raw in raw_outputs:
+            if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
+                raise InvalidArgument("each requested output needs a 'name'")
+            output_parameters = _object(raw.get("parameters"), f"output '{raw['name']}' parameters")
+            class_count = output_parameters.get("classification", 0)
+            if not isinstance(class_count, int) or isinstance(class_count, bool):
+                raise InvalidArgument(f"output '{raw['name']}': 'classification' must be an integer")
+            binary_choice[raw["name"]] = bool(output_parameters.get("binary_data", default_binary))
+            if "shared_memory_region" in output_parameters and output_parameters.get("binary_data") is True:
+                raise InvalidArgument(
+                    f"output '{raw['name']}': Output can't set both 'shared_memory_region' and 'binary_data'"
+                )
+            outputs.append(RequestedOutput(raw["name"], class_count, output_parameters))
+
+    request_id = document.get("id", "")
+    if not isinstance(request_id, str):
+        raise InvalidArgument("'id' must be a string")
+    request = InferenceRequest(model_name, model_version, request_id, inputs, outputs, parameters)
+    return request, binary_choice, default_binary
+
+
+@dataclass(frozen=True, slots=True)
+class _InputPlan:
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
+    dtype: np.dtype | None  # None for BYTES, whose elements are read (and checked) one by one
+    start: int  # where its bytes lie in the binary part of the body
+    end: int
+    parameters: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class _DecodePlan:
+    """What one JSON header decodes to, less the tensors: enough to read the binary part of any
+    body that carries the same header."""
+
+    inputs: tuple[_InputPlan, ...]
+    binary_size: int
+    outputs: tuple[tuple[str, int, dict[str, Any]], ...] | None
+    parameters: dict[str, Any]
+    binary_choice: dict[str, bool]
+    default_binary: bool
+
+    @classmethod
+    def of(
+        cls, request: InferenceRequest, binary_choice: dict[str, bool], default_binary: bool
+    ) -> _DecodePlan:
+        # Copies throughout: the request decoded first is the caller's, to change as it likes.
+        inputs, offset = [], 0
+        for tensor in request.inputs:
+            assert tensor.data is not None
+            size = tensor.parameters["binary_data_size"]
+            dtype = None if tensor.datatype == "BYTES" else tensor.data.dtype
+            end = offset + size
+            parameters = dict(tensor.parameters)
+            inputs.append(
+                _InputPlan(tensor.name, tensor.datatype, tensor.shape, dtype, offset, end, parameters)
+            )
+            offset = end
+        outputs = None
+        if request.outputs is not None:
+            outputs = tuple((o.name, o.class_count, dict(o.parameters)) for o in request.outputs)
+        return cls(
+            tuple(inputs), offset, outputs, dict(request.parameters), dict(binary_choice), default_binary
+        )
+
+    def request(self, model_name: str, model_version: str, binary: memoryview) -> InferenceRequest | None:
+        """The request a body with this header and ``binary`` after it carries; None if the binary
+        part is not the size the header announces (the full decoding says what is wrong)."""
+        if len(binary) != self.binary_size:
+            return None
+        inputs = []
+        for spec in self.inputs:
+            chunk = binary[spec.start : spec.end]
+            if spec.dtype is None:
+                data = tensor_from_bytes(chunk, spec.datatype, spec.shape, spec.name)
+            else:
+                data = np.frombuffer(chunk, spec.dtype).reshape(spec.shape)
+            inputs.append(InputTensor(spec.name, spec.datatype, spec.shape, data, dict(spec.parameters)))
+        outputs = None
+        if self.outputs is not None:
+            outputs = [RequestedOutput(name, count, dict(p)) for name, count, p in self.outputs]
+        return InferenceRequest(model_name, model_version, "", inputs, outputs, dict(self.parameters))
+
+
+class RequestDecoder:
+    """``decode_request`` that remembers the JSON headers it has decoded.
+
+    A client sends the same JSON header with every request (perf_analyzer; tritonclient in a loop):
+    the same inputs, shapes and outputs, the tensors in binary after it. Parsing and checking that
+    header is most of the work of decoding, so a header seen before is looked up instead, and only
+    the tensors are read. Headers that carry something of their own request (an 'id', a sequence,
+    tensors as JSON data or in shared memory) are not remembered: they rarely come twice.
+    """
+
+    MAX_PLANS = 256  # distinct headers remembered; all are forgotten when it fills
+
+    def __init__(self) -> None:
+        self._plans: dict[bytes, _DecodePlan] = {}
+
+    @property
+    def remembered(self) -> int:
+        """How many headers it knows."""
+        return len(self._plans)
+
+    def decode(
+        self, model_name: str, model_version: str, body: bytes, header_length: int | None
+    ) -> tuple[InferenceRequest, dict[str, bool], bool]:
+        """As ``decode_request``. The request is the caller's; the binary choice is shared by every
+        request of its header, to be read only."""
+        if header_length is None or not 0 < header_length <= len(body):
+            return decode_request(model_name, model_version, body, header_length)
+        header = body[:header_length]
+        plan = self._plans.get(header)
+        if plan is not None:
+            request = plan.request(model_name, model_version, memoryview(body)[header_length:])
+            if request is not None:
+                return request, plan.binary_choice, plan.default_binary
+        request, binary_choice, default_binary = decode_request(
+            model_name, model_version, body, header_length
+        )
+        if plan is None and _plannable(request):
+            if len(self._plans) >= self.MAX_PLANS:
+                self._plans.clear()
+            self._plans[header] = _DecodePlan.of(request, binary_choice, default_binary)
+        return request, binary_choice, default_binary
+
+
+def _plannable(request: InferenceRequest) -> bool:
+    if request.id or "sequence_id" in request.parameters:
+        return False
+    return all("binary_data_size" in tensor.parameters for tensor in request.inputs)
+
+
+def parse_json_object(body: bytes | memoryview) -> dict[str, Any]:
+    """A request body that must be one JSON object; unparsable JSON is the client's mistake (400)."""
+    try:
+        value = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidArgument(f"failed to parse the request JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise InvalidArgument("the request JSON must be an object")
+    return value
+
+
+def _object(value: Any, what: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InvalidArgument(f"'{what}' must be a JSON object")
+    return value
+
+
+def _decode_input(raw: Any, binary: memoryview, offset: int) -> tuple[InputTensor, int]:
+    if not isinstance(raw, dict):
+        raise InvalidArgument("each input must be a JSON object")
+    name = raw.get("name")
+    if not isinstance(name, str):
+        raise InvalidArgument("an input has no 'name'")
+    datatype = raw.get("datatype")
+    if not isinstance(datatype, str):
+        raise InvalidInput(f"input '{name}' has no 'datatype'")
+    shape_value = raw.get("shape")
+    if type(shape_value) is not list or not _all_sizes(shape_value):
+        raise InvalidInput(f"input '{name}': 'shape' must be an array of non-negative integers")
+    shape = tuple(shape_value)
+    check_shape(name, shape)
+    parameters = _object(raw.get("parameters"), f"input '{name}' parameters")
+    size = parameters.get("binary_data_size")
+    if size is not None:
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise InvalidInput(f"input '{name}': Unable to parse 'binary_data_size'")
+        if "data" in raw:
+            raise InvalidInput(f"input '{name}' has both 'data' and 'binary_data_size'")
+        if "shared_memory_region" in parameters:
+            raise InvalidInput(f"input '{name}' has both 'binary_data_size' and 'shared_memory_region'")
+        end = offset + size
+        if end > len(binary):
+            raise InvalidInput(
+                f"input '{name}': binary_data_size is {size} but only {len(binary) - offset} bytes of "
+                "binary data remain in the body (truncated request?)"
+            )
+        data = tensor_from_bytes(binary[offset:end], datatype, shape, name)
+        return InputTensor(name, datatype, shape, data, parameters), end
+    if "shared_memory_region" in parameters:
+        if "data" in raw:
+            raise InvalidInput(f"input '{name}' has both 'data' and a shared memory region")
+        return InputTensor(name, datatype, shape, None, parameters), offset  # the core reads the region
+    if "data" not in raw:
+        raise InvalidInput(f"input '{name}' has neither 'data' nor a 'binary_data_size' parameter")
+    return InputTensor(
+        name, datatype, shape, _json_data(name, datatype, shape, raw["data"]), parameters
+    ), offset
+
+
+def _all_sizes(values: list[Any]) -> bool:
+    """Every item an int >= 0 (not a bool: ``type`` is exact)."""
+    for value in values:  # noqa: SIM110 (a loop, not all() over a generator: it runs on every input)
+        if type(value) is not int or value < 0:
+            return False
+    return True
+
+
+def _json_data(name: str, datatype: str, shape: tuple[int, ...], data: Any) -> np.ndarray:
+    count = element_count(shape)
+    if datatype == "BYTES":
+        flat = _flatten(data)
+        array = np.empty(len(flat), dtype=np.object_)
+        for index, item in enumerate(flat):
+            if not isinstance(item, str):
+                raise InvalidInput(f"input '{name}': BYTES data must be JSON strings")
+            array[index] = item.encode("utf-8")
+    else:
+        if datatype == "BF16":
+            raise InvalidInput(f"input '{name}': BF16 data must be sent in binary form")
+        dtype = wire_to_numpy(datatype)
+        try:
+            array = np.asarray(data, dtype=dtype).reshape(-1)
+        except (ValueError, TypeError, OverflowError):
+            raise InvalidInput(
+                f"input '{name}': Unable to parse 'data' as {datatype} (expected numbers"
+                + (" or true/false" if datatype == "BOOL" else "")
+                + ")"
+            ) from None
+        if datatype == "BOOL" and not _all_bools(data):
+            raise InvalidInput(f"input '{name}': BOOL data must be JSON true/false")
+    if array.size != count:
+        raise InvalidInput(
+            f"input '{name}': shape {list(shape)} needs {count} elements but 'data' has {array.size}"
+        )
+    return array.reshape(shape)
+
+
+def _flatten(data: Any) -> list[Any]:
+    if not isinstance(data, list):
+        return [data]
+    out: list[Any] = []
+    stack = [iter(data)]
+    while stack:
+        for item in stack[-1]:
+            if isinstance(item, list):
+                stack.append(iter(item))
+                break
+            out.append(item)
+        else:
+            stack.pop()
+    return out
+
+
+def _all_bools(data: Any) -> bool:
+    return all(isinstance(item, bool) for item in _flatten(data))
+
+
+def encode_response(
+    response: InferenceResponse, binary_choice: dict[str, bool], default_binary: bool
+) -> tuple[bytes, int | None]:
+    """The response body and, when binary tensors follow the JSON, the JSON's length."""
+    outputs_json: list[dict[str, Any]] = []
+    chunks: list[bytes | memoryview] = []
+    for output in response.outputs:
+        entry: dict[str, Any] = {
+            "name": output.name,
+            "datatype": output.datatype,
+            "shape": list(output.shape),
+        }
+        if output.data is None:  # written into the client's shared memory region: no data here
+            if output.parameters:
+                entry["parameters"] = output.parameters
+        elif binary_choice.get(output.name, default_binary):
+            raw = tensor_to_bytes(output.data, output.datatype)
+            entry["parameters"] = {**output.parameters, "binary_data_size": len(raw)}
+            chunks.append(raw)
+        else:
+            if output.parameters:
+                entry["parameters"] = output.parameters
+            entry["data"] = _json_output_data(output.data, output.datatype)
+        outputs_json.append(entry)
+    document: dict[str, Any] = {"model_name": response.model_name, "model_version": response.model_version}
+    if response.id:
+        document["id"] = response.id
+    if response.parameters:
+        document["parameters"] = response.parameters
+    document["outputs"] = outputs_json
+    header = orjson.dumps(document, option=orjson.OPT_SERIALIZE_NUMPY)
+    if not chunks:
+        return header, None
+    return b"".join([header, *chunks]), len(header)
+
+
+def _json_output_data(data: np.ndarray, datatype: str) -> Any:
+    flat = data.reshape(-1)
+    if datatype == "BYTES":
+        return [
+            item.decode("utf-8", "replace") if isinstance(item, bytes | bytearray) else str(item)
+            for item in flat
+        ]
+    if datatype == "FP16":
+        return flat.astype(np.float32)
+    if not flat.flags.c_contiguous:
+        flat = np.ascontiguousarray(flat)
+    return flat

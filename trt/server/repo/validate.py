@@ -1,0 +1,323 @@
+"""``trt repo validate``: every problem in a model repository, before a server meets it.
+
+Each model goes through the loader's own steps (parse, versions, backend, auto-complete, the config
+rules, the backend's check of the config against each version's file), so what passes here loads in
+``trt serve``; where the loader stops at the first problem, this collects every one it can. On top
+come checks no loader makes: folders that look like versions but are ignored, a ``model.py`` that
+cannot be imported, warm-up data, ensembles checked against the models their steps run, and settings
+that load but do nothing. ``--load`` then loads each sound model and runs one inference
+(``server.repo.load_check``).
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from trt.protos import model_config_pb2
+from trt.server.core import devices
+from trt.server.core.backends.base import ModelFiles
+from trt.server.core.backends.registry import ENSEMBLE_PLATFORM, get_backend, resolve_entry
+from trt.server.core.errors import ModelConfigError, ModelLoadError, ServerError
+from trt.server.core.models.config import parse_config_text
+from trt.server.core.models.config_rules import config_problems
+from trt.server.core.models.loader import effective_config, read_labels
+from trt.server.core.models.repository import ModelLocation, ModelRepository, version_folders
+from trt.server.core.models.warmup import warmup_samples
+from trt.server.core.options import CoreOptions
+from trt.server.core.scheduling.sequence_controls import initial_state_values
+from trt.server.repo.config_lines import ConfigLines
+from trt.server.repo.ensemble_checks import check_ensemble
+from trt.server.repo.findings import Finding, ModelReport, Severity, ValidationReport
+
+Config = model_config_pb2.ModelConfig
+_LOOKS_LIKE_VERSION = re.compile(r"^(v|version)?[-_]?\d+([._-]\d+)*$", re.IGNORECASE)
+_MODEL_FILES = ("model.onnx", "model.pt", "model.plan", "model.py")
+
+
+@dataclass
+class CheckedModel:
+    """A model after validation: its report and, when it got that far, its effective config."""
+
+    report: ModelReport
+    model_dir: Path  # the local folder (a remote repository's mirror)
+    config: Config | None = None
+    lines: ConfigLines | None = None
+
+
+def validate_repository(
+    locations: Sequence[str | Path],
+    model: str | None = None,
+    load: bool = False,
+    options: CoreOptions | None = None,
+    on_model: Callable[[str], None] | None = None,
+) -> ValidationReport:
+    repository = ModelRepository(locations)
+    report = ValidationReport([str(source) for source in repository.sources])
+    try:
+        repository.refresh()
+        repository.check_roots()
+    except ModelLoadError as exc:
+        report.findings.append(
+            Finding(Severity.ERROR, "", repository.describe(), exc.message, check="layout")
+        )
+        return report
+    options = options or CoreOptions(model_repositories=tuple(repository.roots))
+    found = repository.scan()
+    if model is not None and model not in found:
+        close = difflib.get_close_matches(model, list(found), n=1)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        report.findings.append(
+            Finding(
+                Severity.ERROR, model, repository.describe(),
+                f"no model folder named '{model}'{hint}", check="layout",
+            )
+        )  # fmt: skip
+        return report
+    checked: dict[str, CheckedModel] = {}
+    for name in [model] if model is not None else sorted(found):
+        if on_model is not None:
+            on_model(name)
+        checked[name] = ModelCheck(found[name], repository, options).run()
+
+    def config_of(name: str) -> Config | None:
+        """Configs of models an ensemble runs, checked on demand when --model left them out."""
+        if name not in checked and name in found:
+            checked[name] = ModelCheck(found[name], repository, options).run()
+        entry = checked.get(name)
+        return entry.config if entry is not None else None
+
+    for name in list(checked):
+        entry = checked[name]
+        if entry.config is not None and entry.config.platform == ENSEMBLE_PLATFORM:
+            for problem in check_ensemble(entry.config, config_of, sorted(found)):
+                note(entry, repository, Severity.ERROR, problem.message, "ensemble", problem.field)
+    wanted = [model] if model is not None else sorted(found)
+    report.models = [checked[name].report for name in wanted]
+    if load:
+        from trt.server.repo.load_check import load_and_infer
+
+        load_and_infer(repository, {name: checked[name] for name in checked}, wanted, options)
+    return report
+
+
+def note(
+    model: CheckedModel,
+    repository: ModelRepository,
+    severity: Severity,
+    message: str,
+    check: str,
+    field: str = "",
+) -> None:
+    """Record a finding about a model's config found after its own pass (ensembles, --load)."""
+    line = model.lines.line_of(field) if field and model.lines is not None else None
+    config_path = model.model_dir / "config.pbtxt"
+    file = repository.display(config_path if config_path.is_file() else model.model_dir)
+    model.report.findings.append(Finding(severity, model.report.name, file, message, line, check))
+
+
+class ModelCheck:
+    """Validation of one model folder."""
+
+    def __init__(self, location: ModelLocation, repository: ModelRepository, options: CoreOptions) -> None:
+        self.location = location
+        self.repository = repository
+        self.options = options
+        self.config_path = location.path / "config.pbtxt"
+        self.result = CheckedModel(
+            ModelReport(location.name, repository.display(location.path)), location.path
+        )
+
+    @property
+    def report(self) -> ModelReport:
+        return self.result.report
+
+    def add(
+        self,
+        severity: Severity,
+        message: str,
+        check: str,
+        field: str = "",
+        line: int | None = None,
+        file: Path | None = None,
+    ) -> None:
+        lines = self.result.lines
+        if line is None and field and lines is not None and file is None:
+            line = lines.line_of(field)
+        if file is None:
+            file = self.config_path if self.config_path.is_file() else self.location.path
+        self.report.findings.append(
+            Finding(severity, self.location.name, self.repository.display(file), message, line, check)
+        )
+
+    def add_error(self, exc: ServerError, check: str = "config", prefix: str = "") -> None:
+        field = exc.field if isinstance(exc, ModelConfigError) else ""
+        line = exc.line if isinstance(exc, ModelConfigError) else None
+        kind = check if isinstance(exc, ModelConfigError) else "model-file"
+        self.add(Severity.ERROR, prefix + exc.message, kind, field, line)
+
+    def run(self) -> CheckedModel:
+        if self.location.duplicate_of is not None:
+            first, second = self.location.path, self.location.duplicate_of
+            self.add(
+                Severity.ERROR,
+                f"the model name is in more than one repository ({self.repository.display(first)} "
+                f"and {self.repository.display(second)}); neither copy is served",
+                "layout",
+            )
+            return self.result
+        readable, written = self._read_config()
+        if not readable or not self._check_versions():
+            return self.result
+        try:  # the parsed file goes in as the loader's override, so it is read once
+            config, versions, available = effective_config(
+                self.location.name, self.location.path, self.options, written
+            )
+        except ServerError as exc:
+            self.add_error(exc)
+            return self.result
+        self.result.config = config
+        self.report.backend = config.backend
+        self.report.versions = versions
+        for problem in config_problems(config):
+            self.add_error(problem)
+        self._check_files(config, versions, available)
+        self._check_settings(config)
+        return self.result
+
+    def _read_config(self) -> tuple[bool, Config | None]:
+        """(whether validation can go on, the parsed config.pbtxt or None when there is none)."""
+        if not self.config_path.exists():
+            return True, None  # Triton auto-completes a missing config; the backend says if it cannot
+        try:
+            text = self.config_path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            self.add(Severity.ERROR, f"cannot read config.pbtxt: {exc}", "config")
+            return False, None
+        self.result.lines = ConfigLines(text)
+        try:
+            return True, parse_config_text(text, self.repository.display(self.config_path))
+        except ModelConfigError as exc:
+            self.add(Severity.ERROR, exc.message, "config", line=exc.line)
+            return False, None
+
+    def _check_versions(self) -> bool:
+        model_dir = self.location.path
+        for entry in sorted(model_dir.iterdir()):
+            if not entry.is_dir() or (entry.name.isdigit() and not entry.name.startswith("0")):
+                continue
+            if _LOOKS_LIKE_VERSION.match(entry.name):
+                suggestion = str(int(re.sub(r"\D", "", entry.name) or "0"))
+                fix = (
+                    f"rename it to '{suggestion}'"
+                    if suggestion != "0"
+                    else "versions start at 1: rename it to '1'"
+                )
+                self.add(
+                    Severity.WARNING,
+                    f"folder '{entry.name}' is ignored: version folders are plain numbers without leading "
+                    f"zeros; {fix}",
+                    "layout",
+                    file=entry,
+                )
+        if version_folders(model_dir):
+            return True
+        stray = [name for name in _MODEL_FILES if (model_dir / name).exists()]
+        hint = (
+            f"; {stray[0]} is directly in the model folder: move it into {self.location.name}/1/"
+            if stray
+            else f"; put the model file in {self.location.name}/1/"
+        )
+        self.add(Severity.ERROR, f"no version folder{hint}", "layout", file=model_dir)
+        return False
+
+    def _check_files(self, config: Config, versions: list[int], available: dict[int, Path]) -> None:
+        """The backend's check of the config against every selected version's file."""
+        try:
+            backend = get_backend(resolve_entry(config, [available[v] for v in versions]))
+        except ServerError as exc:
+            self.add_error(exc)
+            return
+        for version in versions:
+            files = ModelFiles(self.location.name, version, self.location.path, available[version])
+            prefix = f"version {version}: " if len(versions) > 1 else ""
+            try:
+                backend.validate(config, files)
+            except ServerError as exc:
+                self.add_error(exc, prefix=prefix)
+            if config.backend == "python":
+                self._check_python_file(files.artifact(config, "model.py"))
+        try:
+            read_labels(config, self.location.path)
+        except ModelConfigError as exc:
+            self.add_error(exc)
+        try:
+            warmup_samples(config, self.location.path)
+        except ModelConfigError as exc:
+            self.add_error(exc)
+        try:
+            initial_state_values(config, self.location.path)
+        except ModelConfigError as exc:
+            self.add_error(exc)
+
+    def _check_python_file(self, path: Path) -> None:
+        """What Triton's Python backend needs of model.py, checked without running it."""
+        if not path.is_file():
+            return  # the backend's check already said so
+        try:
+            tree = ast.parse(path.read_bytes(), filename=str(path))
+        except SyntaxError as exc:
+            self.add(
+                Severity.ERROR, f"model.py does not compile: {exc.msg}", "python", line=exc.lineno, file=path
+            )
+            return
+        classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
+        model_class = classes.get("TritonPythonModel")
+        if model_class is None:
+            others = f" (found {', '.join(classes)})" if classes else ""
+            self.add(
+                Severity.ERROR,
+                f"model.py defines no class TritonPythonModel{others}; Triton's Python backend looks for "
+                "that name",
+                "python",
+                file=path,
+            )
+            return
+        methods = {
+            node.name
+            for node in model_class.body
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        }
+        if "execute" not in methods and not any(isinstance(b, ast.Name) for b in model_class.bases):
+            self.add(
+                Severity.ERROR,
+                "class TritonPythonModel has no execute(self, requests) method",
+                "python",
+                line=model_class.lineno,
+                file=path,
+            )
+
+    def _check_settings(self, config: Config) -> None:
+        """Settings that load but do not do what they seem to."""
+        scheduler = config.WhichOneof("scheduling_choice")
+        if config.max_batch_size == 0 and scheduler == "dynamic_batching":
+            self.add(
+                Severity.WARNING,
+                "dynamic_batching does nothing while max_batch_size is 0: the model takes no batch dimension",
+                "config",
+                "dynamic_batching",
+            )
+        if devices.gpu_count() == 0:
+            for index, group in enumerate(config.instance_group):
+                if group.kind == model_config_pb2.ModelInstanceGroup.KIND_GPU:
+                    self.add(
+                        Severity.WARNING,
+                        f"instance_group {group.name or index} is KIND_GPU but this machine has no GPU: "
+                        "the model loads only where one is present",
+                        "config",
+                        f"instance_group[{index}].kind",
+                    )

@@ -16,9 +16,10 @@ these run as written::
     trt perf -m simple --concurrency 1:16 -p 1000 --plot
 
 ``--concurrency 1:64`` doubles (1, 2, 4, ... 64); ``--concurrency-range 1:64`` steps by 1 as perf_analyzer
-does; give a step (``1:64:8``) for either. Exit status: 0 measured (and every gate passed), 1 a gate or the
-baseline failed, 2 a bad option or input data, 3 a level did not stabilize (``--allow-unstable`` to accept),
-4 the server or the measurement failed.
+does; give a step (``1:64:8``) for either. Exit status: 0 measured (and every gate passed; a level that did
+not settle is reported, marked unstable), 1 a gate or the baseline failed on every measurement of its
+level, 2 a bad option or input data, 3 a level did not stabilize and ``--require-stable`` was given, 4 the
+server or the measurement failed.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import typer
 
 from trt.cli.console import make_console
 from trt.perf.errors import OptionError, PerfError
+from trt.perf.gating import GateSettings, judge, options_for_levels
 from trt.perf.options import (
     Distribution,
     LoadKind,
@@ -45,6 +47,7 @@ from trt.perf.ranges import concurrency_levels, parse_id_range, parse_shapes, ra
 from trt.perf.report import csv_report, gates, json_report
 from trt.perf.report.console import ConsoleProgress, print_gates, print_summary
 from trt.perf.report.plot import default_plot_path, write_plot
+from trt.perf.results import ProfileReport
 from trt.perf.schedule import read_intervals
 
 EXIT_GATE_FAILED = 1
@@ -159,8 +162,17 @@ def perf_command(
         None, "--baseline", help="A previous --json report to compare with."
     ),
     max_regression: str = typer.Option("10%", "--max-regression"),
+    confidence: str = typer.Option(
+        "95%", "--confidence", help="How sure --baseline must be that a change exceeds the limit."
+    ),
+    confirm: int = typer.Option(
+        1, "--confirm", help="Re-measures of a level that fails a gate before the run fails (0: none)."
+    ),
+    require_stable: bool = typer.Option(
+        False, "--require-stable", help="Exit 3 when a level did not settle (perf_analyzer's strictness)."
+    ),
     allow_unstable: bool = typer.Option(
-        False, "--allow-unstable", help="Exit 0 when a level did not settle."
+        False, "--allow-unstable", help="Accepted for older scripts: an unsettled level no longer fails."
     ),
     verbose: bool = typer.Option(False, "-v", "--verbose", help="Print every measurement window."),
 ) -> None:
@@ -178,9 +190,17 @@ def perf_command(
         count_mode = measurement_mode or (
             MeasurementMode.COUNT_WINDOWS if measurement_request_count else MeasurementMode.TIME_WINDOWS
         )
-        gate_list = [gates.parse_gate(g) for g in gate or []]
-        regression = gates.parse_regression(max_regression)
-        baseline_doc = json_report.load_baseline(baseline) if baseline else None
+        if require_stable and allow_unstable:
+            raise OptionError("--require-stable and --allow-unstable contradict each other: give one")
+        if confirm < 0:
+            raise OptionError("--confirm must be 0 or more")
+        settings = GateSettings(
+            thresholds=tuple(gates.parse_gate(g) for g in gate or []),
+            baseline=json_report.load_baseline(baseline) if baseline else None,
+            max_regression=gates.parse_regression(max_regression),
+            confidence=gates.parse_confidence(confidence),
+            confirm=confirm,
+        )
         options = PerfOptions(
             model=model,
             model_version=model_version,
@@ -229,6 +249,17 @@ def perf_command(
             report = run_profile(options, progress)
         finally:
             progress.close()
+
+        def remeasure(levels: tuple[float, ...]) -> ProfileReport:
+            again = ConsoleProgress(err, load, percentile, verbose)
+            try:
+                return run_profile(options_for_levels(options, levels), again)
+            finally:
+                again.close()
+
+        report, outcomes = judge(
+            settings, report, remeasure, lambda note: err.print(f"[yellow]note:[/] {note}", highlight=False)
+        )
     except PerfError as error:
         err.print(f"[bold red]error:[/] {error}", highlight=False)
         raise typer.Exit(error.exit_code) from None
@@ -236,9 +267,6 @@ def perf_command(
         err.print("interrupted")
         raise typer.Exit(130) from None
 
-    outcomes = gates.evaluate(gate_list, report)
-    if baseline_doc is not None:
-        outcomes += gates.compare_baseline(baseline_doc, report, regression)
     if csv_file is not None:
         csv_report.write_csv(report, csv_file, verbose_csv)
     if plot or plot_file:
@@ -254,5 +282,13 @@ def perf_command(
         failed = sum(not o.passed for o in outcomes)
         err.print(f"[bold red]{failed} gate(s) failed[/]")
         raise typer.Exit(EXIT_GATE_FAILED)
-    if not report.stable and not allow_unstable:
-        raise typer.Exit(EXIT_UNSTABLE)
+    if not report.stable:
+        unsettled = ", ".join(f"{r.level:g}" for r in report.results if not r.stable)
+        err.print(
+            f"[yellow]unstable:[/] {report.level_name.lower()} {unsettled} did not settle within "
+            f"-s {report.stability_percentage:g}%; its figures are reported all the same"
+            + (" (--require-stable: exit 3)" if require_stable else ""),
+            highlight=False,
+        )
+        if require_stable:
+            raise typer.Exit(EXIT_UNSTABLE)

@@ -30,8 +30,10 @@ from pathlib import Path
 import typer
 
 from trt.cli.console import make_console
+from trt.cli.perf_genai import GenAIOutputs, build_options, run_genai_command
 from trt.perf.errors import OptionError, PerfError
 from trt.perf.gating import GateSettings, judge, options_for_levels
+from trt.perf.genai.options import EndpointType
 from trt.perf.options import (
     Distribution,
     LoadKind,
@@ -94,7 +96,38 @@ def perf_command(
     url: str = typer.Option("", "-u", "--url", help="HOST:PORT (default localhost:8000, gRPC :8001)."),
     protocol: Protocol = typer.Option(Protocol.HTTP, "-i", "--protocol", case_sensitive=False),
     service_kind: str = typer.Option(
-        "triton", "--service-kind", help="Only 'triton' (the KServe v2 protocol)."
+        "triton",
+        "--service-kind",
+        help="'triton' (KServe v2), or 'openai' (generative: --endpoint-type chat).",
+    ),
+    endpoint_type: EndpointType | None = typer.Option(
+        None,
+        "--endpoint-type",
+        case_sensitive=False,
+        help="Generative: chat, completions (OpenAI routes), generate (Triton's), kserve (gRPC stream).",
+    ),
+    endpoint: str = typer.Option("", "--endpoint", help="Generative: a path instead of the default route."),
+    tokenizer: Path | None = typer.Option(
+        None, "--tokenizer", help="Generative: the model's tokenizer.json (or its folder) to count tokens."
+    ),
+    input_tokens_mean: int = typer.Option(550, "--synthetic-input-tokens-mean"),
+    input_tokens_stddev: int = typer.Option(0, "--synthetic-input-tokens-stddev"),
+    output_tokens_mean: int = typer.Option(0, "--output-tokens-mean", help="0: as many as the server gives."),
+    output_tokens_stddev: int = typer.Option(0, "--output-tokens-stddev"),
+    output_tokens_deterministic: bool = typer.Option(
+        False, "--output-tokens-mean-deterministic", help="Ask for exactly that many (min_tokens)."
+    ),
+    num_prompts: int = typer.Option(100, "--num-prompts"),
+    request_count: int = typer.Option(
+        0, "--request-count", help="Generative: requests a level (0: 4 per slot)."
+    ),
+    warmup_request_count: int = typer.Option(0, "--warmup-request-count"),
+    goal: list[str] = typer.Option(
+        None, "--goal", metavar="SLO", help='Generative goodput objective, e.g. "ttft<200ms"; repeatable.'
+    ),
+    extra_input: list[str] = typer.Option(None, "--extra-inputs", metavar="NAME:VALUE"),
+    artifact_dir: Path | None = typer.Option(
+        None, "--artifact-dir", help="Generative: write genai-perf's CSV/JSON for each level there."
     ),
     concurrency: str | None = typer.Option(
         None, "--concurrency", metavar="START[:END[:STEP]]", help="Closed loop; without STEP doubles: 1:64."
@@ -115,7 +148,9 @@ def perf_command(
     async_mode: bool | None = typer.Option(
         None, "--async/--sync", "-a/ ", help="asyncio clients, or one blocking request per slot (default)."
     ),
-    streaming: bool = typer.Option(False, "--streaming", help="gRPC ModelStreamInfer (decoupled models)."),
+    streaming: bool = typer.Option(
+        False, "--streaming", help="gRPC ModelStreamInfer (decoupled models); generative: stream tokens."
+    ),
     batch_size: int = typer.Option(1, "-b", "--batch-size"),
     shape: list[str] = typer.Option(None, "--shape", metavar="NAME:D1,D2", help="Variable dims; repeatable."),
     input_data: list[str] = typer.Option(
@@ -176,8 +211,61 @@ def perf_command(
     ),
     verbose: bool = typer.Option(False, "-v", "--verbose", help="Print every measurement window."),
 ) -> None:
-    """Measure throughput and latency of a model at increasing load, as perf_analyzer does."""
+    """Measure throughput and latency of a model at increasing load, as perf_analyzer does; with
+    --endpoint-type, a generative model's TTFT, inter-token latency and token throughput, as genai-perf."""
     out, err = make_console(stderr=json_output), make_console(stderr=True)
+    if service_kind == "openai" and endpoint_type is None:
+        endpoint_type = EndpointType.CHAT
+    if endpoint_type is not None:
+        try:
+            load, levels, rates, _ = _load(
+                concurrency, concurrency_range, request_rate_range, request_intervals
+            )
+            refused = [
+                name
+                for name, given in (
+                    ("--baseline", baseline),
+                    ("--input-data", input_data),
+                    ("--shape", shape),
+                    ("-b", batch_size != 1),
+                    ("--shared-memory", shared_memory is not SharedMemoryKind.NONE),
+                )
+                if given
+            ]
+            if refused:
+                raise OptionError(f"{', '.join(refused)}: not for generative runs (--endpoint-type)")
+            generative = build_options(
+                model=model,
+                model_version=model_version,
+                endpoint_type=endpoint_type,
+                endpoint=endpoint,
+                tokenizer=tokenizer,
+                url=url,
+                streaming=streaming,
+                load=load,
+                concurrency=levels,
+                rates=rates,
+                distribution=request_distribution,
+                request_count=request_count,
+                warmup_request_count=warmup_request_count,
+                input_tokens_mean=input_tokens_mean,
+                input_tokens_stddev=input_tokens_stddev,
+                output_tokens_mean=output_tokens_mean,
+                output_tokens_stddev=output_tokens_stddev,
+                output_tokens_deterministic=output_tokens_deterministic,
+                num_prompts=num_prompts,
+                goals=goal or [],
+                extras=extra_input or [],
+                headers=_headers(header or []),
+                request_timeout_s=request_timeout,
+                seed=seed,
+            )
+        except PerfError as error:
+            err.print(f"[bold red]error:[/] {error}", highlight=False)
+            raise typer.Exit(error.exit_code) from None
+        outputs = GenAIOutputs(json_output, csv_file, plot, plot_file, artifact_dir, tuple(gate or []))
+        run_genai_command(generative, outputs, out, err)
+        return
     try:
         if service_kind != "triton":
             raise OptionError(

@@ -13,9 +13,10 @@ from trt.perf.genai.prompts import WORDS, corpus_text
 EMITTED = ("the", "of", "and", "to", "in", "is", "that", "it")
 
 # Follows the vLLM backend's I/O contract: text_input, stream, sampling_parameters (JSON: max_tokens),
-# exclude_input_in_output -> text_output. The first token comes first_token_delay_ms after the request,
-# each next one token_delay_ms after the previous; every request runs on its own thread, as a continuous
-# batching engine serves requests side by side.
+# exclude_input_in_output -> text_output. Token i is ready first_token_delay_ms + i * token_delay_ms after
+# the request; a streamed response carries tokens_per_response tokens (sent when its last one is ready), so
+# that responses and tokens differ. Every request runs on its own thread, as a continuous batching engine
+# serves requests side by side.
 STREAMER = """
 import json
 import threading
@@ -32,6 +33,7 @@ class TritonPythonModel:
         parameters = json.loads(args["model_config"]).get("parameters", {})
         self.first = float(parameters["first_token_delay_ms"]["string_value"]) / 1000
         self.step = float(parameters["token_delay_ms"]["string_value"]) / 1000
+        self.group = int(parameters["tokens_per_response"]["string_value"])
 
     def execute(self, requests):
         for request in requests:
@@ -47,15 +49,17 @@ class TritonPythonModel:
         count = int(parameters.get("max_tokens", 16))
         began = time.perf_counter()
         pieces = []
+        group = []
         for index in range(count):
             due = began + self.first + index * self.step
             time.sleep(max(0.0, due - time.perf_counter()))
-            piece = " " + WORDS[index % len(WORDS)]
-            if stream:
-                out = pb_utils.Tensor("text_output", np.array([piece.encode()], dtype=np.object_))
+            group.append(" " + WORDS[index % len(WORDS)])
+            if stream and (len(group) == self.group or index == count - 1):
+                out = pb_utils.Tensor("text_output", np.array(["".join(group).encode()], dtype=np.object_))
                 sender.send(pb_utils.InferenceResponse([out]))
-            else:
-                pieces.append(piece)
+            if len(group) == self.group or index == count - 1:
+                pieces.extend(group)
+                group = []
         if not stream:
             out = pb_utils.Tensor("text_output", np.array(["".join(pieces).encode()], dtype=np.object_))
             sender.send(pb_utils.InferenceResponse([out]))
@@ -76,14 +80,18 @@ output [ {{ name: "text_output" data_type: TYPE_STRING dims: [ -1 ] }} ]
 instance_group [ {{ count: 1 kind: KIND_CPU }} ]
 parameters {{ key: "first_token_delay_ms" value: {{ string_value: "{first}" }} }}
 parameters {{ key: "token_delay_ms" value: {{ string_value: "{step}" }} }}
+parameters {{ key: "tokens_per_response" value: {{ string_value: "{group}" }} }}
 """
 
 
-def write_streamer(repo: Path, name: str, first_token_delay_ms: float, token_delay_ms: float) -> None:
+def write_streamer(
+    repo: Path, name: str, first_token_delay_ms: float, token_delay_ms: float, tokens_per_response: int = 1
+) -> None:
     source = STREAMER.replace("__WORDS__", repr(EMITTED))
-    write_python_model(
-        repo, name, source, CONFIG.format(name=name, first=first_token_delay_ms, step=token_delay_ms)
+    config = CONFIG.format(
+        name=name, first=first_token_delay_ms, step=token_delay_ms, group=tokens_per_response
     )
+    write_python_model(repo, name, source, config)
 
 
 def write_tokenizer(path: Path) -> Path:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from trt.analyzer.deployment import Deployment, ScratchServer
 from trt.analyzer.errors import AnalyzeError
+from trt.analyzer.generative import is_generative
 from trt.analyzer.goals import Goals, Measurement
 from trt.analyzer.precision import PrecisionCheck, available_precisions, check_precisions
 from trt.analyzer.report import (
@@ -84,6 +85,11 @@ def _prepare_scratch(
     except AnalyzeError as exc:
         raise AnalyzeError(f"'{request.model}' does not load: {exc}") from None
     config = effective_config(server, request.model)
+    if is_generative(config):
+        raise AnalyzeError(
+            f"'{request.model}' is a generative model (decoupled, text_input): tune it for output tokens/s "
+            "with --target-ttft and/or --target-itl"
+        )
     if config.platform == "ensemble":
         raise AnalyzeError(
             "ensembles are tuned through their composing models: run trt analyze on each step's model"

@@ -154,25 +154,32 @@ async def _one(client: Client, record: RequestRecord, timeout: float) -> None:
 async def _closed_loop(
     make: ClientFactory, prompts: list[Prompt], concurrency: int, warmup: int, count: int, timeout: float
 ) -> tuple[list[RequestRecord], int]:
-    total = warmup + count
-    records: list[RequestRecord | None] = [None] * total
-    next_index = 0
+    """The warm-up requests run (and end) first, so that the measured ones start together: a warm-up
+    request still running would make the measured phase start short of ``concurrency``."""
+    clients = [make.make() for _ in range(concurrency)]
+    offset = 0
 
-    async def slot() -> None:
-        nonlocal next_index
-        client = make.make()
-        try:
-            while next_index < total:
-                index = next_index
-                next_index += 1
-                record = RequestRecord(prompts[index % len(prompts)])
-                records[index] = record
+    async def phase(total: int) -> list[RequestRecord]:
+        nonlocal offset
+        records: list[RequestRecord] = []
+
+        async def slot(client: Client) -> None:
+            while len(records) < total:
+                record = RequestRecord(prompts[(offset + len(records)) % len(prompts)])
+                records.append(record)
                 await _one(client, record, timeout)
-        finally:
-            client.close()
 
-    await asyncio.gather(*(slot() for _ in range(concurrency)))
-    return [r for r in records[warmup:] if r is not None], 0
+        await asyncio.gather(*(slot(client) for client in clients))
+        offset += total
+        return records
+
+    try:
+        if warmup:
+            await phase(warmup)
+        return await phase(count), 0
+    finally:
+        for client in clients:
+            client.close()
 
 
 async def _open_loop(

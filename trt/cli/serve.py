@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 import orjson
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from trt.cli.flags import parse_backend_config, parse_bool
@@ -266,7 +267,7 @@ def _print_summary(server: InferenceServer, options: ServeOptions, as_json: bool
         if row.state == "READY":
             status = "[green]READY[/green]"
         elif row.state:
-            status = f"[red]{row.state}[/red]: {row.reason}"
+            status = f"[red]{row.state}[/red]: {escape(row.reason)}"
         else:
             status = "[dim]not loaded[/dim]"
         table.add_row(row.name, row.version or "-", status)

@@ -20,15 +20,18 @@ from trt.protos import grpc_service_pb2 as pb
 from trt.protos import grpc_service_pb2_grpc, health_pb2, health_pb2_grpc
 from trt.server.core.errors import InvalidArgument, Unsupported
 from trt.server.core.extensions.statistics import Duration, ModelStatistics
-from trt.server.core.extensions.tracing import Trace
+from trt.server.core.extensions.tracing import TransportPoints
 from trt.server.core.server import InferenceServer
-from trt.server.core.types import InferenceRequest
 from trt.server.grpc import codec
 from trt.server.grpc.errors import GrpcBindError, status_of
 from trt.server.grpc.restrictions import RestrictionInterceptor
 from trt.server.restrictions import Restrictions
 
 logger = logging.getLogger("trt.grpc")
+
+GRPC_TRACE_POINTS = TransportPoints(
+    "GRPC_WAITREAD_START", "GRPC_WAITREAD_END", "GRPC_SEND_START", "GRPC_SEND_END"
+)
 
 # Triton's MAX_GRPC_MESSAGE_SIZE (INT32_MAX).
 MAX_MESSAGE_LENGTH = 2**31 - 1
@@ -114,36 +117,23 @@ class GrpcInferenceService(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):
             if tracer.active and (
                 trace := tracer.start(inference.model_name, inference.model_version, inference.id)
             ):
-                return await self._infer_traced(inference, trace, decoding, context)
+                # grpc.aio hands over a request already received and sends the reply after this
+                # returns: this side sees the read from the decoding of the message on, and the send
+                # until the call ends (Triton's trace_summary.py needs all four points).
+                reply, sent = await self.core.infer_traced(
+                    inference,
+                    trace,
+                    GRPC_TRACE_POINTS,
+                    (decoding, time.perf_counter_ns()),
+                    codec.encode_infer_response,
+                )
+                context.add_done_callback(lambda _: sent())
+                return reply
             response = await self.core.infer(inference)
             return codec.encode_infer_response(response)
         except Exception as exc:
             code, message = status_of(exc, "ModelInfer")
             await context.abort(code, message)
-
-    async def _infer_traced(
-        self, inference: InferenceRequest, trace: Trace, decoding: int, context: Any
-    ) -> Any:
-        # grpc.aio hands over a request already received and sends the reply after this returns:
-        # this side sees the read from the decoding of the message on, and the send until the call
-        # ends (Triton's trace_summary.py needs all four points to count a gRPC request).
-        trace.stamp("GRPC_WAITREAD_START", decoding)
-        trace.stamp("GRPC_WAITREAD_END", time.perf_counter_ns())
-        inference.trace = trace
-        tracer = self.core.tracer
-
-        def sent(_: Any) -> None:
-            trace.stamp("GRPC_SEND_END", time.perf_counter_ns())
-            tracer.finish(trace)
-
-        try:
-            reply = codec.encode_infer_response(await self.core.infer(inference))
-        except BaseException:
-            tracer.finish(trace)  # a failed request is traced too, as far as it went
-            raise
-        trace.stamp("GRPC_SEND_START", time.perf_counter_ns())
-        context.add_done_callback(sent)
-        return reply
 
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[Any], context: Any

@@ -56,7 +56,7 @@ class AsyncGrpcUnary:
     """Shares one channel between all the slots of a worker process (HTTP/2 multiplexes them)."""
 
     def __init__(self, channel: grpc.aio.Channel, timeout: float) -> None:
-        self._call = channel.unary_unary(INFER)
+        self._call: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(INFER)
         self.timeout = timeout
         self.last_send_ns = 0
         self.last_recv_ns = 0
@@ -79,7 +79,7 @@ class AsyncGrpcStream:
     """One bidirectional ModelStreamInfer stream per slot, one request at a time on it."""
 
     def __init__(self, channel: grpc.aio.Channel, decoupled: bool) -> None:
-        self._method = channel.stream_stream(STREAM)
+        self._method: grpc.aio.StreamStreamMultiCallable[bytes, bytes] = channel.stream_stream(STREAM)
         self._responses = StreamResponses(decoupled)
         self._call: Any = None
         self.last_send_ns = 0
@@ -115,7 +115,7 @@ class AsyncGrpcStream:
 
 class SyncGrpcUnary:
     def __init__(self, channel: grpc.Channel, timeout: float) -> None:
-        self._call = channel.unary_unary(INFER)
+        self._call: grpc.UnaryUnaryMultiCallable[Any, Any] = channel.unary_unary(INFER)
         self.timeout = timeout
         self.last_send_ns = 0
         self.last_recv_ns = 0
@@ -135,7 +135,7 @@ class SyncGrpcStream:
     """A blocking stream: requests go through a queue the gRPC runtime iterates."""
 
     def __init__(self, channel: grpc.Channel, decoupled: bool) -> None:
-        self._method = channel.stream_stream(STREAM)
+        self._method: grpc.StreamStreamMultiCallable[Any, Any] = channel.stream_stream(STREAM)
         self._responses = StreamResponses(decoupled)
         self._requests: queue.SimpleQueue[bytes | None] | None = None
         self._replies: Iterator[bytes] | None = None

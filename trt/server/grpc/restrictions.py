@@ -35,25 +35,33 @@ _CATEGORY_OF_RPC = {
 }
 
 
+Handler = grpc.RpcMethodHandler[Any, Any]
+
+
 class RestrictionInterceptor(grpc.aio.ServerInterceptor):
     def __init__(self, restrictions: Restrictions) -> None:
         self.restrictions = restrictions
 
     async def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Handler | None]],
         handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
+    ) -> Handler | None:
         handler = await continuation(handler_call_details)
         rpc = handler_call_details.method.rsplit("/", 1)[-1]
         metadata = dict(handler_call_details.invocation_metadata or ())
-        unmet = self.restrictions.unmet(_CATEGORY_OF_RPC.get(rpc), metadata.get)
+
+        def header(name: str) -> str | None:
+            value = metadata.get(name)
+            return value if isinstance(value, str) else None
+
+        unmet = self.restrictions.unmet(_CATEGORY_OF_RPC.get(rpc), header)
         if unmet is None or handler is None:
             return handler
         return _refusal(handler, f"This protocol is restricted, expecting header '{unmet.header}'")
 
 
-def _refusal(handler: grpc.RpcMethodHandler, message: str) -> grpc.RpcMethodHandler:
+def _refusal(handler: Handler, message: str) -> Handler:
     """A handler of the same kind as ``handler`` that answers UNAVAILABLE."""
 
     async def refuse(_request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:

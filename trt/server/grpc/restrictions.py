@@ -4,7 +4,7 @@ unless their metadata carries the header, with Triton's status (UNAVAILABLE) and
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeAlias
 
 import grpc
 
@@ -35,7 +35,8 @@ _CATEGORY_OF_RPC = {
 }
 
 
-Handler = grpc.RpcMethodHandler[Any, Any]
+# grpc's classes are generic in its type stubs only: the alias is a string at run time.
+Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
 
 
 class RestrictionInterceptor(grpc.aio.ServerInterceptor):

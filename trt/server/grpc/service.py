@@ -12,7 +12,7 @@ import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, TypeAlias, TypeVar
 
 import grpc
 from google.protobuf.message import Message
@@ -39,7 +39,8 @@ MAX_MESSAGE_LENGTH = 2**31 - 1
 
 
 # Every handler gets grpc.aio's context; the messages are typed by the generated stubs (.pyi).
-Context = grpc.aio.ServicerContext[Any, Any]
+# grpc's classes are generic in its type stubs only: the alias is a string at run time.
+Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
 Service = TypeVar("Service")
 Request = TypeVar("Request", bound=Message)
 Response = TypeVar("Response", bound=Message)

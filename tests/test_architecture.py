@@ -9,6 +9,7 @@ since they never run.
 from __future__ import annotations
 
 import ast
+import importlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -177,3 +178,28 @@ def test_no_module_is_over_500_lines() -> None:
         if GENERATED not in path.parents and (length := len(path.read_text().splitlines())) > MAX_LINES
     }
     assert long == {}
+
+
+# Libraries behind extras: a module that needs one may fail to import without it, and only so.
+OPTIONAL = {
+    "torch",
+    "tensorrt",
+    "cuda",
+    "pynvml",
+    "s3fs",
+    "openvino",
+    "tensorflow",
+    "transformers",
+    "tokenizers",
+}
+
+
+@pytest.mark.parametrize(
+    "name",
+    sorted(n for n in MODULES if ".stub" not in n and not n.endswith("__main__")),
+)
+def test_every_module_imports(name: str) -> None:
+    try:
+        importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        assert (exc.name or "").split(".")[0] in OPTIONAL, exc

@@ -1,8 +1,15 @@
-"""Parsing helpers for tritonserver-style flags (``--flag=true|false``, ``--backend-config=b,k=v``)."""
+"""Parsers for tritonserver-style flags (``--flag=true|false``, ``--backend-config=b,k=v``,
+``--trace-config``, ``--cache-config``, ``--rate-limit-resource``): the command line's own forms, turned
+into the core's options. A parser's ValueError is the usage error the command prints."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import typer
+
+from trt.server.core.errors import InvalidArgument, Unsupported
+from trt.server.core.extensions.tracing import TraceSettings, with_setting
 
 _TRUE = {"true", "1", "yes", "on", "t", "y"}
 _FALSE = {"false", "0", "no", "off", "f", "n"}
@@ -27,3 +34,66 @@ def parse_backend_config(values: list[str]) -> dict[str, dict[str, str]]:
             raise typer.BadParameter(f"--backend-config expects [BACKEND,]KEY=VALUE, got '{value}'")
         result.setdefault(backend, {})[key] = setting_value
     return result
+
+
+_FLAG_KEYS = {
+    "level": "trace_level",
+    "rate": "trace_rate",
+    "count": "trace_count",
+    "mode": "trace_mode",
+    "file": "trace_file",
+    "log-frequency": "log_frequency",
+}
+
+
+def parse_trace_config(values: list[str]) -> TraceSettings:
+    """tritonserver's ``--trace-config [triton,]<setting>=<value>`` flags (``level`` may repeat);
+    ValueError says what is wrong."""
+    settings, levels = TraceSettings(), []
+    for text in values:
+        mode, _, assignment = text.rpartition(",")
+        name, equals, value = assignment.partition("=")
+        if not equals or mode not in ("", "triton", "opentelemetry"):
+            raise ValueError(f"--trace-config takes [triton,]<setting>=<value>, got '{text}'")
+        if mode == "opentelemetry" or (name == "mode" and value != "triton"):
+            raise ValueError("--trace-config: only the triton trace mode is supported")
+        if name not in _FLAG_KEYS:
+            raise ValueError(f"--trace-config: unknown setting '{name}' (one of {', '.join(_FLAG_KEYS)})")
+        if name == "level":
+            levels.append(value)
+            continue
+        try:
+            settings = with_setting(settings, _FLAG_KEYS[name], value)
+        except (InvalidArgument, Unsupported) as exc:
+            raise ValueError(f"--trace-config: {exc.message}") from None
+    if levels:
+        try:
+            settings = with_setting(
+                settings, "trace_level", [level for level in levels if level != "OFF"] or ["OFF"]
+            )
+        except (InvalidArgument, Unsupported) as exc:
+            raise ValueError(f"--trace-config: {exc.message}") from None
+    return settings
+
+
+def parse_cache_config(values: list[str]) -> int | None:
+    """``--cache-config local,size=BYTES`` (Triton's form) -> the byte budget, or None for no cache."""
+    size: int | None = None
+    for value in values:
+        kind, _, setting = value.partition(",")
+        key, _, number = setting.partition("=")
+        if kind != "local" or key != "size" or not number.isdigit():
+            raise ValueError(f"--cache-config expects local,size=BYTES, got '{value}'")
+        size = int(number)
+    return size
+
+
+def parse_rate_limit_resources(values: Sequence[str]) -> dict[str, int]:
+    """``NAME:COUNT[:DEVICE]`` -> counts by name (the device part applies to GPUs; none here)."""
+    counts: dict[str, int] = {}
+    for value in values:
+        parts = value.split(":")
+        if len(parts) not in (2, 3) or not parts[0] or not parts[1].isdigit():
+            raise ValueError(f"--rate-limit-resource expects NAME:COUNT[:DEVICE], got '{value}'")
+        counts[parts[0]] = int(parts[1])
+    return counts

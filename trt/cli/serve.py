@@ -12,15 +12,19 @@ from typing import Any, TypeVar
 import orjson
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
-from trt.cli.flags import parse_backend_config, parse_bool
+from trt.cli.flags import (
+    parse_backend_config,
+    parse_bool,
+    parse_cache_config,
+    parse_rate_limit_resources,
+    parse_trace_config,
+)
 from trt.server.core.extensions.log_settings import LOG_FORMATS, LogOptions, LogSettings
-from trt.server.core.extensions.tracing import parse_trace_config
 from trt.server.core.models.object_store import is_remote
 from trt.server.core.options import CoreOptions, ModelControlMode
-from trt.server.core.scheduling.rate_limiter import parse_rate_limit_resources
-from trt.server.core.scheduling.response_cache import parse_cache_config
 from trt.server.core.server import InferenceServer
 from trt.server.restrictions import Restrictions
 from trt.server.runtime import Endpoint, ServeOptions, serve
@@ -266,7 +270,7 @@ def _print_summary(server: InferenceServer, options: ServeOptions, as_json: bool
         if row.state == "READY":
             status = "[green]READY[/green]"
         elif row.state:
-            status = f"[red]{row.state}[/red]: {row.reason}"
+            status = f"[red]{row.state}[/red]: {escape(row.reason)}"
         else:
             status = "[dim]not loaded[/dim]"
         table.add_row(row.name, row.version or "-", status)

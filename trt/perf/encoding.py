@@ -174,4 +174,5 @@ class GrpcFramer:
                 extra.parameters[key].int64_param = value
             else:
                 extra.parameters[key].string_param = value
-        return request.body + extra.SerializeToString()
+        serialized: bytes = extra.SerializeToString()
+        return request.body + serialized

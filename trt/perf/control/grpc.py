@@ -16,9 +16,10 @@ from trt.protos import grpc_service_pb2_grpc as pb_grpc
 
 
 def _as_dict(message: Any) -> dict[str, Any]:
-    return json_format.MessageToDict(
+    as_dict: dict[str, Any] = json_format.MessageToDict(
         message, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
     )
+    return as_dict
 
 
 class GrpcControl:

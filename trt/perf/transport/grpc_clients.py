@@ -115,7 +115,7 @@ class AsyncGrpcStream:
 
 class SyncGrpcUnary:
     def __init__(self, channel: grpc.Channel, timeout: float) -> None:
-        self._call: grpc.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(INFER)
+        self._call: grpc.UnaryUnaryMultiCallable[Any, Any] = channel.unary_unary(INFER)
         self.timeout = timeout
         self.last_send_ns = 0
         self.last_recv_ns = 0
@@ -135,7 +135,7 @@ class SyncGrpcStream:
     """A blocking stream: requests go through a queue the gRPC runtime iterates."""
 
     def __init__(self, channel: grpc.Channel, decoupled: bool) -> None:
-        self._method: grpc.StreamStreamMultiCallable[bytes, bytes] = channel.stream_stream(STREAM)
+        self._method: grpc.StreamStreamMultiCallable[Any, Any] = channel.stream_stream(STREAM)
         self._responses = StreamResponses(decoupled)
         self._requests: queue.SimpleQueue[bytes | None] | None = None
         self._replies: Iterator[bytes] | None = None

@@ -80,7 +80,7 @@ class AsyncRunner:
             self._spawn(self._stop())
 
     def _spawn(self, coroutine: Any) -> asyncio.Task[Any]:
-        task = asyncio.ensure_future(coroutine)
+        task: asyncio.Task[Any] = asyncio.ensure_future(coroutine)
         self.tasks.add(task)
         task.add_done_callback(self._finished)
         return task

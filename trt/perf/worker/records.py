@@ -15,7 +15,7 @@ class WindowPart:
 
     worker: int
     flushed_ns: int  # time.monotonic_ns() at the flush (system-wide clock, comparable across processes)
-    latencies_us: array  # typecode "q", one per successful request
+    latencies_us: array[int]  # typecode "q", one per successful request
     errors: int
     responses: int
     send_ns: int

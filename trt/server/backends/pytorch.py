@@ -365,7 +365,8 @@ class TorchScriptInstance:
         self._optimization: Callable[[], contextlib.AbstractContextManager[Any]] = (
             contextlib.nullcontext
             if options.optimized_execution
-            else lambda: torch.jit.optimized_execution(False)  # thread-local flag, so set per call
+            # A thread-local flag, so set per call; torch.jit does not re-export it in its stubs.
+            else lambda: torch.jit.optimized_execution(False)  # type: ignore[attr-defined]
         )
         self._stream = torch.cuda.Stream(self._device) if self._on_gpu else None
         logger.info(

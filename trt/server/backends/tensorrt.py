@@ -67,7 +67,7 @@ def _plan_path(config: model_config_pb2.ModelConfig, files: ModelFiles, device_i
     if config.cc_model_filenames:
         _select_device(device_id)
         properties = _cuda(cudart.cudaGetDeviceProperties(device_id), "cudaGetDeviceProperties")
-        filename = config.cc_model_filenames.get(f"{properties.major}.{properties.minor}")
+        filename: str | None = config.cc_model_filenames.get(f"{properties.major}.{properties.minor}")
         if filename:
             path = files.version_dir / filename
             if not path.is_file():

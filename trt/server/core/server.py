@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import TypeVar
 
 from trt import __version__
 from trt.protos import model_config_pb2
@@ -23,7 +25,7 @@ from trt.server.core.extensions.custom_metrics import CustomMetricsRegistry
 from trt.server.core.extensions.log_settings import LogSettings
 from trt.server.core.extensions.shared_memory import SharedMemoryRegistry
 from trt.server.core.extensions.statistics import ModelStatistics
-from trt.server.core.extensions.tracing import Tracer
+from trt.server.core.extensions.tracing import Trace, Tracer, TransportPoints
 from trt.server.core.models.config import config_from_json
 from trt.server.core.models.lifecycle import ModelManager
 from trt.server.core.models.pushed_models import PushedModels
@@ -42,6 +44,8 @@ from trt.server.core.types import (
 )
 
 logger = logging.getLogger("trt.server")
+
+Reply = TypeVar("Reply")
 
 # Protocol extensions this server implements, in Triton's order.
 EXTENSIONS = (
@@ -166,6 +170,36 @@ class InferenceServer:
         if uses_shm_outputs:
             self.shared_memory.write_outputs(request, response)
         return response
+
+    async def infer_traced(
+        self,
+        request: InferenceRequest,
+        trace: Trace,
+        points: TransportPoints,
+        received: tuple[int, int],
+        encode: Callable[[InferenceResponse], Reply],
+    ) -> tuple[Reply, Callable[[], None]]:
+        """``infer`` for a request being traced, as every transport traces one: its receive points
+        (``received``: start and end, ns), the core's own points, the reply ``encode`` made from the
+        response and the send start. Returns the reply and what the transport calls once the reply
+        is sent (the send end; the trace is then complete). A failed request is traced as far as it
+        went."""
+        trace.stamp(points.receive_start, received[0])
+        trace.stamp(points.receive_end, received[1])
+        request.trace = trace
+        tracer = self.tracer
+        try:
+            reply = encode(await self.infer(request))
+        except BaseException:
+            tracer.finish(trace)
+            raise
+        trace.stamp(points.send_start, time.perf_counter_ns())
+
+        def sent() -> None:
+            trace.stamp(points.send_end, time.perf_counter_ns())
+            tracer.finish(trace)
+
+        return reply, sent
 
     async def infer_stream(self, request: InferenceRequest) -> AsyncIterator[StreamItem]:
         """Every answer to ``request``: one for ordinary models, as many as a decoupled model sends."""

@@ -97,7 +97,7 @@ def _check_reserved(parameters: dict[str, Any]) -> None:
 # -- requests --------------------------------------------------------------------------------------
 
 
-def decode_infer_request(request: Any) -> InferenceRequest:
+def decode_infer_request(request: pb.ModelInferRequest) -> InferenceRequest:
     """Build the core's ``InferenceRequest`` from a ``ModelInferRequest``."""
     raw_contents = request.raw_input_contents
     tensors = request.inputs
@@ -205,7 +205,9 @@ def _typed_contents(contents: Any, name: str, datatype: str, shape: tuple[int, .
 # -- responses -------------------------------------------------------------------------------------
 
 
-def encode_infer_response(response: InferenceResponse, message: Any = None) -> Any:
+def encode_infer_response(
+    response: InferenceResponse, message: pb.ModelInferResponse | None = None
+) -> pb.ModelInferResponse:
     """``ModelInferResponse`` with every output in ``raw_output_contents``, in output order.
 
     ``message`` is an empty ``ModelInferResponse`` to fill in place (the one inside a stream

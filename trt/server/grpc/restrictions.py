@@ -4,7 +4,7 @@ unless their metadata carries the header, with Triton's status (UNAVAILABLE) and
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeAlias
 
 import grpc
 
@@ -35,25 +35,34 @@ _CATEGORY_OF_RPC = {
 }
 
 
+# grpc's classes are generic in its type stubs only: the alias is a string at run time.
+Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
+
+
 class RestrictionInterceptor(grpc.aio.ServerInterceptor):
     def __init__(self, restrictions: Restrictions) -> None:
         self.restrictions = restrictions
 
     async def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Handler | None]],
         handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
+    ) -> Handler | None:
         handler = await continuation(handler_call_details)
         rpc = handler_call_details.method.rsplit("/", 1)[-1]
         metadata = dict(handler_call_details.invocation_metadata or ())
-        unmet = self.restrictions.unmet(_CATEGORY_OF_RPC.get(rpc), metadata.get)
+
+        def header(name: str) -> str | None:
+            value = metadata.get(name)
+            return value if isinstance(value, str) else None
+
+        unmet = self.restrictions.unmet(_CATEGORY_OF_RPC.get(rpc), header)
         if unmet is None or handler is None:
             return handler
         return _refusal(handler, f"This protocol is restricted, expecting header '{unmet.header}'")
 
 
-def _refusal(handler: grpc.RpcMethodHandler, message: str) -> grpc.RpcMethodHandler:
+def _refusal(handler: Handler, message: str) -> Handler:
     """A handler of the same kind as ``handler`` that answers UNAVAILABLE."""
 
     async def refuse(_request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:

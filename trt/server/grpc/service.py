@@ -12,17 +12,17 @@ import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, TypeAlias, TypeVar
 
 import grpc
+from google.protobuf.message import Message
 
 from trt.protos import grpc_service_pb2 as pb
 from trt.protos import grpc_service_pb2_grpc, health_pb2, health_pb2_grpc
 from trt.server.core.errors import InvalidArgument, Unsupported
 from trt.server.core.extensions.statistics import Duration, ModelStatistics
-from trt.server.core.extensions.tracing import Trace
+from trt.server.core.extensions.tracing import TransportPoints
 from trt.server.core.server import InferenceServer
-from trt.server.core.types import InferenceRequest
 from trt.server.grpc import codec
 from trt.server.grpc.errors import GrpcBindError, status_of
 from trt.server.grpc.restrictions import RestrictionInterceptor
@@ -30,20 +30,31 @@ from trt.server.restrictions import Restrictions
 
 logger = logging.getLogger("trt.grpc")
 
+GRPC_TRACE_POINTS = TransportPoints(
+    "GRPC_WAITREAD_START", "GRPC_WAITREAD_END", "GRPC_SEND_START", "GRPC_SEND_END"
+)
+
 # Triton's MAX_GRPC_MESSAGE_SIZE (INT32_MAX).
 MAX_MESSAGE_LENGTH = 2**31 - 1
 
 
-_Handler = Callable[[Any, Any, Any], Awaitable[Any]]
+# Every handler gets grpc.aio's context; the messages are typed by the generated stubs (.pyi).
+# grpc's classes are generic in its type stubs only: the alias is a string at run time.
+Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
+Service = TypeVar("Service")
+Request = TypeVar("Request", bound=Message)
+Response = TypeVar("Response", bound=Message)
 
 
-def _unary(method: _Handler) -> _Handler:
+def _unary(
+    method: Callable[[Service, Request, Context], Awaitable[Response]],
+) -> Callable[[Service, Request, Context], Awaitable[Response]]:
     """Answer a failed unary RPC with the status its error maps to; never let it escape."""
 
     name = method.__name__
 
     @functools.wraps(method)
-    async def handler(self: Any, request: Any, context: Any) -> Any:
+    async def handler(self: Service, request: Request, context: Context) -> Response:
         try:
             return await method(self, request, context)
         except Exception as exc:
@@ -65,25 +76,29 @@ class GrpcInferenceService(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):
     # -- health and metadata ------------------------------------------------------------------
 
     @_unary
-    async def ServerLive(self, request: Any, context: Any) -> Any:
+    async def ServerLive(self, request: pb.ServerLiveRequest, context: Context) -> pb.ServerLiveResponse:
         return pb.ServerLiveResponse(live=self.core.is_live())
 
     @_unary
-    async def ServerReady(self, request: Any, context: Any) -> Any:
+    async def ServerReady(self, request: pb.ServerReadyRequest, context: Context) -> pb.ServerReadyResponse:
         return pb.ServerReadyResponse(ready=self.core.is_ready())
 
     @_unary
-    async def ModelReady(self, request: Any, context: Any) -> Any:
+    async def ModelReady(self, request: pb.ModelReadyRequest, context: Context) -> pb.ModelReadyResponse:
         # An unknown model is simply not ready: status OK, ready=false.
         return pb.ModelReadyResponse(ready=self.core.model_ready(request.name, request.version))
 
     @_unary
-    async def ServerMetadata(self, request: Any, context: Any) -> Any:
+    async def ServerMetadata(
+        self, request: pb.ServerMetadataRequest, context: Context
+    ) -> pb.ServerMetadataResponse:
         meta = self.core.metadata()
         return pb.ServerMetadataResponse(name=meta.name, version=meta.version, extensions=meta.extensions)
 
     @_unary
-    async def ModelMetadata(self, request: Any, context: Any) -> Any:
+    async def ModelMetadata(
+        self, request: pb.ModelMetadataRequest, context: Context
+    ) -> pb.ModelMetadataResponse:
         meta = self.core.model_metadata(request.name, request.version)
         tensor = pb.ModelMetadataResponse.TensorMetadata
         return pb.ModelMetadataResponse(
@@ -95,17 +110,19 @@ class GrpcInferenceService(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):
         )
 
     @_unary
-    async def ModelConfig(self, request: Any, context: Any) -> Any:
+    async def ModelConfig(self, request: pb.ModelConfigRequest, context: Context) -> pb.ModelConfigResponse:
         return pb.ModelConfigResponse(config=self.core.model_config(request.name, request.version))
 
     @_unary
-    async def ModelStatistics(self, request: Any, context: Any) -> Any:
+    async def ModelStatistics(
+        self, request: pb.ModelStatisticsRequest, context: Context
+    ) -> pb.ModelStatisticsResponse:
         stats = self.core.statistics(request.name, request.version)
         return pb.ModelStatisticsResponse(model_stats=[_statistics(s) for s in stats])
 
     # -- inference ----------------------------------------------------------------------------
 
-    async def ModelInfer(self, request: Any, context: Any) -> Any:
+    async def ModelInfer(self, request: pb.ModelInferRequest, context: Context) -> pb.ModelInferResponse:
         # The hot path: the error mapping is inlined rather than wrapped.
         try:
             tracer = self.core.tracer
@@ -114,42 +131,30 @@ class GrpcInferenceService(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):
             if tracer.active and (
                 trace := tracer.start(inference.model_name, inference.model_version, inference.id)
             ):
-                return await self._infer_traced(inference, trace, decoding, context)
+                # grpc.aio hands over a request already received and sends the reply after this
+                # returns: this side sees the read from the decoding of the message on, and the send
+                # until the call ends (Triton's trace_summary.py needs all four points).
+                reply, sent = await self.core.infer_traced(
+                    inference,
+                    trace,
+                    GRPC_TRACE_POINTS,
+                    (decoding, time.perf_counter_ns()),
+                    codec.encode_infer_response,
+                )
+                # types-grpcio types the callback as a class no function matches.
+                context.add_done_callback(lambda _context: sent())  # type: ignore[arg-type]
+                return reply
             response = await self.core.infer(inference)
             return codec.encode_infer_response(response)
         except Exception as exc:
             code, message = status_of(exc, "ModelInfer")
             await context.abort(code, message)
 
-    async def _infer_traced(
-        self, inference: InferenceRequest, trace: Trace, decoding: int, context: Any
-    ) -> Any:
-        # grpc.aio hands over a request already received and sends the reply after this returns:
-        # this side sees the read from the decoding of the message on, and the send until the call
-        # ends (Triton's trace_summary.py needs all four points to count a gRPC request).
-        trace.stamp("GRPC_WAITREAD_START", decoding)
-        trace.stamp("GRPC_WAITREAD_END", time.perf_counter_ns())
-        inference.trace = trace
-        tracer = self.core.tracer
-
-        def sent(_: Any) -> None:
-            trace.stamp("GRPC_SEND_END", time.perf_counter_ns())
-            tracer.finish(trace)
-
-        try:
-            reply = codec.encode_infer_response(await self.core.infer(inference))
-        except BaseException:
-            tracer.finish(trace)  # a failed request is traced too, as far as it went
-            raise
-        trace.stamp("GRPC_SEND_START", time.perf_counter_ns())
-        context.add_done_callback(sent)
-        return reply
-
     async def ModelStreamInfer(
-        self, request_iterator: AsyncIterator[Any], context: Any
-    ) -> AsyncIterator[Any]:
+        self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Context
+    ) -> AsyncIterator[pb.ModelStreamInferResponse]:
         """Answer each request as it completes; requests run concurrently, errors stay in-band."""
-        responses: asyncio.Queue[Any] = asyncio.Queue()
+        responses: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue()
         reader = asyncio.create_task(self._read_stream(request_iterator, responses))
         try:
             while True:
@@ -160,7 +165,11 @@ class GrpcInferenceService(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):
         finally:
             reader.cancel()
 
-    async def _read_stream(self, requests: AsyncIterator[Any], responses: asyncio.Queue[Any]) -> None:
+    async def _read_stream(
+        self,
+        requests: AsyncIterator[pb.ModelInferRequest],
+        responses: asyncio.Queue[pb.ModelStreamInferResponse | None],
+    ) -> None:
         mine: set[asyncio.Task[None]] = set()
         try:
             async for request in requests:
@@ -185,7 +194,9 @@ class GrpcInferenceService(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):
         finally:
             responses.put_nowait(None)
 
-    async def _stream_one(self, request: Any, responses: asyncio.Queue[Any]) -> None:
+    async def _stream_one(
+        self, request: pb.ModelInferRequest, responses: asyncio.Queue[pb.ModelStreamInferResponse | None]
+    ) -> None:
         """Every answer to one streamed request: one for ordinary models, any number for decoupled
         ones, each marked with ``triton_final_response``; errors travel in-band."""
         empty_final = False
@@ -211,7 +222,9 @@ class GrpcInferenceService(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):
             responses.put_nowait(self._stream_reply(request, message, final=True))
 
     @staticmethod
-    def _stream_reply(request: Any, error_message: str | None, final: bool) -> Any:
+    def _stream_reply(
+        request: pb.ModelInferRequest, error_message: str | None, final: bool
+    ) -> pb.ModelStreamInferResponse:
         """A stream response carrying only an error, or the empty final response."""
         reply = pb.ModelStreamInferResponse(error_message=error_message or "")
         reply.infer_response.model_name = request.model_name
@@ -223,7 +236,9 @@ class GrpcInferenceService(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):
     # -- model repository ---------------------------------------------------------------------
 
     @_unary
-    async def RepositoryIndex(self, request: Any, context: Any) -> Any:
+    async def RepositoryIndex(
+        self, request: pb.RepositoryIndexRequest, context: Context
+    ) -> pb.RepositoryIndexResponse:
         row = pb.RepositoryIndexResponse.ModelIndex
         return pb.RepositoryIndexResponse(
             models=[
@@ -233,7 +248,9 @@ class GrpcInferenceService(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):
         )
 
     @_unary
-    async def RepositoryModelLoad(self, request: Any, context: Any) -> Any:
+    async def RepositoryModelLoad(
+        self, request: pb.RepositoryModelLoadRequest, context: Context
+    ) -> pb.RepositoryModelLoadResponse:
         _refuse_repository_name(request.repository_name)
         config: str | None = None
         files: dict[str, bytes] = {}
@@ -250,7 +267,9 @@ class GrpcInferenceService(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):
         return pb.RepositoryModelLoadResponse()
 
     @_unary
-    async def RepositoryModelUnload(self, request: Any, context: Any) -> Any:
+    async def RepositoryModelUnload(
+        self, request: pb.RepositoryModelUnloadRequest, context: Context
+    ) -> pb.RepositoryModelUnloadResponse:
         _refuse_repository_name(request.repository_name)
         parameters = codec.parameters_to_dict(request.parameters, "unload")
         unload_dependents = parameters.get("unload_dependents", False)
@@ -262,7 +281,9 @@ class GrpcInferenceService(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):
     # -- shared memory ------------------------------------------------------------------------
 
     @_unary
-    async def SystemSharedMemoryStatus(self, request: Any, context: Any) -> Any:
+    async def SystemSharedMemoryStatus(
+        self, request: pb.SystemSharedMemoryStatusRequest, context: Context
+    ) -> pb.SystemSharedMemoryStatusResponse:
         response = pb.SystemSharedMemoryStatusResponse()
         for region in self.core.shared_memory.status(request.name):
             status = response.regions[region.name]
@@ -271,34 +292,46 @@ class GrpcInferenceService(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):
         return response
 
     @_unary
-    async def SystemSharedMemoryRegister(self, request: Any, context: Any) -> Any:
+    async def SystemSharedMemoryRegister(
+        self, request: pb.SystemSharedMemoryRegisterRequest, context: Context
+    ) -> pb.SystemSharedMemoryRegisterResponse:
         self.core.shared_memory.register(request.name, request.key, request.offset, request.byte_size)
         return pb.SystemSharedMemoryRegisterResponse()
 
     @_unary
-    async def SystemSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
+    async def SystemSharedMemoryUnregister(
+        self, request: pb.SystemSharedMemoryUnregisterRequest, context: Context
+    ) -> pb.SystemSharedMemoryUnregisterResponse:
         self.core.shared_memory.unregister(request.name)
         return pb.SystemSharedMemoryUnregisterResponse()
 
     @_unary
-    async def CudaSharedMemoryStatus(self, request: Any, context: Any) -> Any:
+    async def CudaSharedMemoryStatus(
+        self, request: pb.CudaSharedMemoryStatusRequest, context: Context
+    ) -> pb.CudaSharedMemoryStatusResponse:
         self.core.shared_memory.cuda_status(request.name)  # nothing to list; unknown names are NOT_FOUND
         return pb.CudaSharedMemoryStatusResponse()
 
     @_unary
-    async def CudaSharedMemoryRegister(self, request: Any, context: Any) -> Any:
+    async def CudaSharedMemoryRegister(
+        self, request: pb.CudaSharedMemoryRegisterRequest, context: Context
+    ) -> pb.CudaSharedMemoryRegisterResponse:
         self.core.shared_memory.register_cuda(request.name)
         return pb.CudaSharedMemoryRegisterResponse()
 
     @_unary
-    async def CudaSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
+    async def CudaSharedMemoryUnregister(
+        self, request: pb.CudaSharedMemoryUnregisterRequest, context: Context
+    ) -> pb.CudaSharedMemoryUnregisterResponse:
         self.core.shared_memory.unregister_cuda(request.name)
         return pb.CudaSharedMemoryUnregisterResponse()
 
     # -- trace and logging --------------------------------------------------------------------
 
     @_unary
-    async def TraceSetting(self, request: Any, context: Any) -> Any:
+    async def TraceSetting(
+        self, request: pb.TraceSettingRequest, context: Context
+    ) -> pb.TraceSettingResponse:
         model = request.model_name
         if model:
             self.core.model_config(model)  # an unknown model is refused with Triton's error
@@ -317,7 +350,7 @@ class GrpcInferenceService(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):
         )
 
     @_unary
-    async def LogSettings(self, request: Any, context: Any) -> Any:
+    async def LogSettings(self, request: pb.LogSettingsRequest, context: Context) -> pb.LogSettingsResponse:
         if request.settings:
             changes: dict[str, Any] = {}
             for key, value in request.settings.items():
@@ -346,7 +379,9 @@ class HealthService(health_pb2_grpc.HealthServicer):
     def __init__(self, core: InferenceServer) -> None:
         self.core = core
 
-    async def Check(self, request: Any, context: Any) -> Any:
+    async def Check(
+        self, request: health_pb2.HealthCheckRequest, context: Context
+    ) -> health_pb2.HealthCheckResponse:
         status = health_pb2.HealthCheckResponse
         return status(status=status.SERVING if self.core.is_ready() else status.NOT_SERVING)
 
@@ -356,11 +391,11 @@ def _refuse_repository_name(repository_name: str) -> None:
         raise Unsupported("'repository_name' specification is not supported")
 
 
-def _duration(value: Duration) -> Any:
+def _duration(value: Duration) -> pb.StatisticDuration:
     return pb.StatisticDuration(count=value.count, ns=value.ns)
 
 
-def _statistics(stats: ModelStatistics) -> Any:
+def _statistics(stats: ModelStatistics) -> pb.ModelStatistics:
     return pb.ModelStatistics(
         name=stats.name,
         version=stats.version,

@@ -13,7 +13,6 @@ import binascii
 import gzip
 import logging
 import re
-import time
 import zlib
 from collections.abc import AsyncIterator
 from typing import Any
@@ -21,16 +20,18 @@ from typing import Any
 import orjson
 
 from trt.server.core.errors import InvalidArgument, ServerError
-from trt.server.core.extensions.tracing import Trace
+from trt.server.core.extensions.tracing import TransportPoints
 from trt.server.core.models.config import config_to_json
 from trt.server.core.server import InferenceServer
-from trt.server.core.types import InferenceRequest, InferenceResponse, StreamItem
+from trt.server.core.types import InferenceResponse, StreamItem
 from trt.server.http import codec, generate
 from trt.server.http.protocol import HttpRequest, HttpResponse, close_stream
 from trt.server.http.statistics import statistics_json
 from trt.server.restrictions import Restrictions
 
 logger = logging.getLogger("trt.http")
+
+HTTP_TRACE_POINTS = TransportPoints("HTTP_RECV_START", "HTTP_RECV_END", "HTTP_SEND_START", "HTTP_SEND_END")
 
 _MODEL_ROUTE = re.compile(r"/v2/models/([^/]+)(?:/versions/([0-9]+))?(?:/(infer|ready|config|stats))?")
 _GENERATE_ROUTE = re.compile(r"/v2/models/([^/]+)(?:/versions/([0-9]+))?/(generate|generate_stream)")
@@ -111,36 +112,17 @@ class HttpApp:
         )
         tracer = self.core.tracer
         if tracer.active and (trace := tracer.start(request.model_name, request.model_version, request.id)):
-            return await self._infer_traced(http_request, request, trace, binary_choice, default_binary)
+            http_response, sent = await self.core.infer_traced(
+                request,
+                trace,
+                HTTP_TRACE_POINTS,
+                (http_request.started_ns, http_request.received_ns),
+                lambda response: self._infer_response(http_request, response, binary_choice, default_binary),
+            )
+            http_response.sent = sent
+            return http_response
         response = await self.core.infer(request)
         return self._infer_response(http_request, response, binary_choice, default_binary)
-
-    async def _infer_traced(
-        self,
-        http_request: HttpRequest,
-        request: InferenceRequest,
-        trace: Trace,
-        binary_choice: dict[str, bool],
-        default_binary: bool,
-    ) -> HttpResponse:
-        trace.stamp("HTTP_RECV_START", http_request.started_ns)
-        trace.stamp("HTTP_RECV_END", http_request.received_ns)
-        request.trace = trace
-        tracer = self.core.tracer
-        try:
-            response = await self.core.infer(request)
-        except BaseException:
-            tracer.finish(trace)  # a failed request is traced too, as far as it went
-            raise
-        http_response = self._infer_response(http_request, response, binary_choice, default_binary)
-        trace.stamp("HTTP_SEND_START", time.perf_counter_ns())
-
-        def sent() -> None:
-            trace.stamp("HTTP_SEND_END", time.perf_counter_ns())
-            tracer.finish(trace)
-
-        http_response.sent = sent
-        return http_response
 
     def _infer_response(
         self,

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
+from pathlib import Path
 from typing import Any
+
+from trt.protos import model_config_pb2
+from trt.server.core.models.repository import ModelRepository
+from trt.server.repo.config_lines import ConfigLines
 
 
 class Severity(StrEnum):
@@ -81,3 +86,28 @@ class ValidationReport:
             ],
             "findings": [finding.as_dict() for finding in self.all_findings()],
         }
+
+
+@dataclass
+class CheckedModel:
+    """A model after validation: its report and, when it got that far, its effective config."""
+
+    report: ModelReport
+    model_dir: Path  # the local folder (a remote repository's mirror)
+    config: model_config_pb2.ModelConfig | None = None
+    lines: ConfigLines | None = None
+
+
+def note(
+    model: CheckedModel,
+    repository: ModelRepository,
+    severity: Severity,
+    message: str,
+    check: str,
+    field: str = "",
+) -> None:
+    """Record a finding about a model's config found after its own pass (ensembles, --load)."""
+    line = model.lines.line_of(field) if field and model.lines is not None else None
+    config_path = model.model_dir / "config.pbtxt"
+    file = repository.display(config_path if config_path.is_file() else model.model_dir)
+    model.report.findings.append(Finding(severity, model.report.name, file, message, line, check))

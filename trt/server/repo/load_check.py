@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -25,10 +25,7 @@ from trt.server.core.models.warmup import warmup_samples
 from trt.server.core.options import CoreOptions, ModelControlMode
 from trt.server.core.server import InferenceServer
 from trt.server.core.types import InferenceRequest, InputTensor
-from trt.server.repo.findings import Severity
-
-if TYPE_CHECKING:
-    from trt.server.repo.validate import CheckedModel
+from trt.server.repo.findings import CheckedModel, Severity, note
 
 INFER_TIMEOUT_S = 120.0
 
@@ -42,7 +39,6 @@ def load_and_infer(
 async def _load_and_infer(
     repository: ModelRepository, checked: dict[str, CheckedModel], wanted: list[str], options: CoreOptions
 ) -> None:
-    from trt.server.repo.validate import note
 
     core = InferenceServer(
         dataclasses.replace(

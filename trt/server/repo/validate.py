@@ -15,7 +15,6 @@ import ast
 import difflib
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from trt.protos import model_config_pb2
@@ -32,21 +31,12 @@ from trt.server.core.options import CoreOptions
 from trt.server.core.scheduling.sequence_controls import initial_state_values
 from trt.server.repo.config_lines import ConfigLines
 from trt.server.repo.ensemble_checks import check_ensemble
-from trt.server.repo.findings import Finding, ModelReport, Severity, ValidationReport
+from trt.server.repo.findings import CheckedModel, Finding, ModelReport, Severity, ValidationReport, note
+from trt.server.repo.load_check import load_and_infer
 
 Config = model_config_pb2.ModelConfig
 _LOOKS_LIKE_VERSION = re.compile(r"^(v|version)?[-_]?\d+([._-]\d+)*$", re.IGNORECASE)
 _MODEL_FILES = ("model.onnx", "model.pt", "model.plan", "model.py")
-
-
-@dataclass
-class CheckedModel:
-    """A model after validation: its report and, when it got that far, its effective config."""
-
-    report: ModelReport
-    model_dir: Path  # the local folder (a remote repository's mirror)
-    config: Config | None = None
-    lines: ConfigLines | None = None
 
 
 def validate_repository(
@@ -99,25 +89,8 @@ def validate_repository(
     wanted = [model] if model is not None else sorted(found)
     report.models = [checked[name].report for name in wanted]
     if load:
-        from trt.server.repo.load_check import load_and_infer
-
         load_and_infer(repository, {name: checked[name] for name in checked}, wanted, options)
     return report
-
-
-def note(
-    model: CheckedModel,
-    repository: ModelRepository,
-    severity: Severity,
-    message: str,
-    check: str,
-    field: str = "",
-) -> None:
-    """Record a finding about a model's config found after its own pass (ensembles, --load)."""
-    line = model.lines.line_of(field) if field and model.lines is not None else None
-    config_path = model.model_dir / "config.pbtxt"
-    file = repository.display(config_path if config_path.is_file() else model.model_dir)
-    model.report.findings.append(Finding(severity, model.report.name, file, message, line, check))
 
 
 class ModelCheck:

@@ -546,7 +546,7 @@ def test_an_instance_holds_its_next_request_while_it_runs_one_and_times_it_from_
         try:
             submitted = time.perf_counter_ns()
             calls = [
-                asyncio.ensure_future(scheduler.submit(BackendRequest(str(n), {}, ("SPAN",), {}), 1))
+                asyncio.ensure_future(scheduler.schedule(BackendRequest(str(n), {}, ("SPAN",), {}), 1))
                 for n in range(3)
             ]
             await asyncio.sleep(0.2)
@@ -581,7 +581,7 @@ def test_a_request_held_behind_one_whose_process_dies_runs_on_the_new_process(tm
         try:
             first = instance.pid
             running, held = (
-                asyncio.ensure_future(scheduler.submit(BackendRequest(name, {}, ("PID",), {}), 1))
+                asyncio.ensure_future(scheduler.schedule(BackendRequest(name, {}, ("PID",), {}), 1))
                 for name in ("running", "held")
             )
             await asyncio.sleep(0.2)
@@ -607,7 +607,7 @@ def test_a_held_request_cancelled_while_its_process_restarts_never_runs(tmp_path
     async def scenario() -> None:
         try:
             running, held = (
-                asyncio.ensure_future(scheduler.submit(BackendRequest(name, {}, ("PID",), {}), 1))
+                asyncio.ensure_future(scheduler.schedule(BackendRequest(name, {}, ("PID",), {}), 1))
                 for name in ("running", "held")
             )
             await asyncio.sleep(0.2)
@@ -615,7 +615,7 @@ def test_a_held_request_cancelled_while_its_process_restarts_never_runs(tmp_path
             with pytest.raises(ModelProcessDied):
                 await running
             held.cancel()  # the new process is still starting
-            await scheduler.submit(BackendRequest("after", {}, ("PID",), {}), 1)
+            await scheduler.schedule(BackendRequest("after", {}, ("PID",), {}), 1)
         finally:
             await instance.aclose()
 

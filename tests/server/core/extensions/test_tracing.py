@@ -13,7 +13,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tests.support import ServerProcess, simple_inputs, write_python_model, write_simple
-from trt.server.core.extensions.tracing import parse_trace_config, tensor_text
+from trt.server.core.extensions.tracing import tensor_text
 
 CORE_POINTS = [
     "REQUEST_START",
@@ -258,16 +258,3 @@ def test_tensor_values_are_written_as_triton_writes_them() -> None:
     assert tensor_text(floats, "FP32") == "0.1,1.23457,2,-1e-07"  # six significant digits
     assert tensor_text(np.array([True, False]), "BOOL") == "1,0"
     assert tensor_text(np.array([b"a", b"caf\xc3\xa9"], dtype=np.object_), "BYTES") == '"a","caf\u00e9"'
-
-
-def test_trace_config_flags_are_checked() -> None:
-    assert parse_trace_config(["level=TIMESTAMPS", "level=OFF", "rate=10"]).level == ("TIMESTAMPS",)
-    for values, message in (
-        (["rate=x"], "integer"),
-        (["level=EVERYTHING"], "OFF, TIMESTAMPS or TENSORS"),
-        (["opentelemetry,url=http://collector"], "only the triton trace mode"),
-        (["triton,colour=red"], "unknown setting 'colour'"),
-        (["rate"], "takes [triton,]<setting>=<value>"),
-    ):
-        with pytest.raises(ValueError, match=message.replace("[", r"\[")):
-            parse_trace_config(values)

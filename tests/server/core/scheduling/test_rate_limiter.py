@@ -9,12 +9,11 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pytest
 import tritonclient.http as httpclient
 
 from tests.support import SIMPLE_CONFIG, ServerProcess, int_inputs, write_simple
 from trt.server.core.scheduling.instance_pool import InstancePool
-from trt.server.core.scheduling.rate_limiter import RateLimiter, parse_rate_limit_resources
+from trt.server.core.scheduling.rate_limiter import RateLimiter
 
 
 class _Overlap:
@@ -68,12 +67,6 @@ def test_instances_needing_the_same_resource_never_overlap() -> None:
     assert _most_at_once(None) == 2  # two models, one instance each: they overlap freely
     assert _most_at_once(RateLimiter({"R": 1})) == 1
     assert _most_at_once(RateLimiter({})) == 1  # no count given: the largest single need (1)
-
-
-def test_resource_flags_parse_as_triton_writes_them() -> None:
-    assert parse_rate_limit_resources(["R1:4", "GPU_MEM:2:0"]) == {"R1": 4, "GPU_MEM": 2}
-    with pytest.raises(ValueError, match="NAME:COUNT"):
-        parse_rate_limit_resources(["R1"])
 
 
 def test_models_serve_under_the_rate_limiter(tmp_path: Path) -> None:

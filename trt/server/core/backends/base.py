@@ -110,9 +110,14 @@ class ModelInstance(Protocol):
     def close(self) -> None: ...
 
 
+# BackendRequest.flags, as Triton's TRITONSERVER_REQUEST_FLAG_SEQUENCE_START / _END.
+SEQUENCE_START, SEQUENCE_END = 1, 2
+
+
 @dataclass(slots=True)
 class BackendRequest:
-    """One request as a request-level backend (Python models) sees it: whole, with its metadata."""
+    """One request as the schedulers and backends see it: its input arrays, the outputs asked for, and
+    its metadata (a request-level backend such as a Python model sees it whole)."""
 
     id: str
     inputs: dict[str, np.ndarray]
@@ -120,6 +125,9 @@ class BackendRequest:
     parameters: dict[str, Any]
     correlation_id: int | str = 0
     flags: int = 0
+    # The request's ``priority`` level and ``timeout`` (microseconds), for the schedulers that use them.
+    priority: int = 0
+    timeout_us: int = 0
     # Decoupled models: called with each response as the model sends it, and final=True once it is
     # done (with None when the final flag came without a response). None: collect one response.
     on_response: Callable[[BackendResponse | None, bool], None] | None = None

@@ -115,9 +115,9 @@ def _detect_from_files(config: model_config_pb2.ModelConfig, version_dirs: list[
 
 
 def get_backend(entry: BackendEntry) -> Backend:
-    backend = _instances.get(entry.name)
-    if backend is not None:
-        return backend
+    known = _instances.get(entry.name)
+    if known is not None:
+        return known
     module_name, class_name = entry.module.split(":")
     try:
         module = importlib.import_module(module_name)
@@ -126,6 +126,6 @@ def get_backend(entry: BackendEntry) -> Backend:
         raise BackendUnavailable(
             f"backend '{entry.name}' is not available: {exc.name} is not installed{hint}"
         ) from None
-    backend = getattr(module, class_name)()
+    backend: Backend = getattr(module, class_name)()
     _instances[entry.name] = backend
     return backend

@@ -52,6 +52,17 @@ class TraceSettings:
         return traced and self.count != 0 and bool(self.file)
 
 
+@dataclass(frozen=True, slots=True)
+class TransportPoints:
+    """A transport's names for its four trace points: when the request was read (start, end) and
+    when the reply was sent (start, end), e.g. HTTP_RECV_START ... HTTP_SEND_END."""
+
+    receive_start: str
+    receive_end: str
+    send_start: str
+    send_end: str
+
+
 @dataclass
 class Trace:
     """One traced request: what it was, the timestamps (name, ns on the monotonic clock) and, at
@@ -148,7 +159,7 @@ class Tracer:
                     raise Unsupported("trace_file can't be changed through the trace API; use --trace-config")
                 if value is None:
                     continue
-                updated = _with(updated, key, value)
+                updated = with_setting(updated, key, value)
             if model:
                 override = self._models.setdefault(model, {})
                 for key, value in changes.items():
@@ -159,7 +170,7 @@ class Tracer:
             else:
                 for key, value in changes.items():
                     if value is None and key != "trace_file":
-                        updated = _with(updated, key, TraceSettings().as_strings()[key])
+                        updated = with_setting(updated, key, TraceSettings().as_strings()[key])
                 self._global = updated
             self._refresh()
             return (self._effective_locked(model) if model else self._global).as_strings()
@@ -171,7 +182,7 @@ class Tracer:
     def _effective_locked(self, model: str) -> TraceSettings:
         settings = self._global
         for key, value in self._models.get(model, {}).items():
-            settings = _with(settings, key, value)
+            settings = with_setting(settings, key, value)
         return settings
 
     # -- traces --------------------------------------------------------------------------------
@@ -258,48 +269,9 @@ class Tracer:
             pass  # tracing must not take requests down; the file's folder may be gone
 
 
-_FLAG_KEYS = {
-    "level": "trace_level",
-    "rate": "trace_rate",
-    "count": "trace_count",
-    "mode": "trace_mode",
-    "file": "trace_file",
-    "log-frequency": "log_frequency",
-}
-
-
-def parse_trace_config(values: list[str]) -> TraceSettings:
-    """tritonserver's ``--trace-config [triton,]<setting>=<value>`` flags (``level`` may repeat);
-    ValueError says what is wrong."""
-    settings, levels = TraceSettings(), []
-    for text in values:
-        mode, _, assignment = text.rpartition(",")
-        name, equals, value = assignment.partition("=")
-        if not equals or mode not in ("", "triton", "opentelemetry"):
-            raise ValueError(f"--trace-config takes [triton,]<setting>=<value>, got '{text}'")
-        if mode == "opentelemetry" or (name == "mode" and value != "triton"):
-            raise ValueError("--trace-config: only the triton trace mode is supported")
-        if name not in _FLAG_KEYS:
-            raise ValueError(f"--trace-config: unknown setting '{name}' (one of {', '.join(_FLAG_KEYS)})")
-        if name == "level":
-            levels.append(value)
-            continue
-        try:
-            settings = _with(settings, _FLAG_KEYS[name], value)
-        except (InvalidArgument, Unsupported) as exc:
-            raise ValueError(f"--trace-config: {exc.message}") from None
-    if levels:
-        try:
-            settings = _with(
-                settings, "trace_level", [level for level in levels if level != "OFF"] or ["OFF"]
-            )
-        except (InvalidArgument, Unsupported) as exc:
-            raise ValueError(f"--trace-config: {exc.message}") from None
-    return settings
-
-
-def _with(settings: TraceSettings, key: str, value: Any) -> TraceSettings:
-    """``settings`` with one setting changed, checked."""
+def with_setting(settings: TraceSettings, key: str, value: Any) -> TraceSettings:
+    """``settings`` with one setting changed, checked (the trace extension's names: ``trace_level``,
+    ``trace_rate``, ``trace_count``, ``log_frequency``, ``trace_file``, ``trace_mode``)."""
     if key == "trace_level":
         levels = tuple(value) if isinstance(value, list | tuple) else (value,)
         for level in levels:

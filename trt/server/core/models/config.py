@@ -207,7 +207,8 @@ def _scalar(field: Any, value: Any) -> str:
     if field.type in (FieldDescriptor.TYPE_STRING, FieldDescriptor.TYPE_BYTES):
         text = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
         return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
-    return text_format.MessageToString(_single(field, value), as_one_line=True).split(":", 1)[1].strip()
+    printed: str = text_format.MessageToString(_single(field, value), as_one_line=True)
+    return printed.split(":", 1)[1].strip()
 
 
 def _single(field: Any, value: Any) -> Any:
@@ -222,7 +223,7 @@ def _single(field: Any, value: Any) -> Any:
 
 def config_to_dict(config: model_config_pb2.ModelConfig) -> dict[str, Any]:
     """The JSON object Triton returns for a model's configuration."""
-    as_dict = json_format.MessageToDict(
+    as_dict: dict[str, Any] = json_format.MessageToDict(
         config,
         preserving_proto_field_name=True,
         always_print_fields_with_no_presence=True,

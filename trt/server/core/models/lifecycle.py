@@ -16,6 +16,7 @@ from pathlib import Path
 from trt.protos import model_config_pb2
 from trt.server.core.backends.base import ServerServices
 from trt.server.core.errors import (
+    BackendUnavailable,
     InvalidArgument,
     ModelLoadError,
     ModelNotFound,
@@ -152,27 +153,44 @@ class ModelManager:
         await self.refresh_repository()
         self.repository.check_roots()
         mode = self.options.model_control_mode
+        scanned = True  # the models are what the repository holds, not names the user gave
         if mode == ModelControlMode.EXPLICIT:
             wanted = list(self.options.load_models)
-            if "*" in wanted:
+            scanned = "*" in wanted
+            if scanned:
                 if len(wanted) > 1:
                     raise InvalidArgument("--load-model=* must be the only --load-model argument")
                 wanted = list(self.repository.scan())
         else:
             wanted = list(self.repository.scan())
-        failures = await self._load_in_dependency_order(wanted)
+        failures = await self._load_in_dependency_order(wanted, skip_missing_backends=scanned)
         if mode == ModelControlMode.POLL:
             self._poller = asyncio.create_task(self._poll_forever(), name="trt-repository-poll")
         return failures
 
-    async def _load_in_dependency_order(self, names: list[str]) -> dict[str, str]:
+    async def _load_in_dependency_order(
+        self, names: list[str], skip_missing_backends: bool = False
+    ) -> dict[str, str]:
         """Load models concurrently in waves, each ensemble after the models its steps run (as Triton
-        does), so an ensemble's warm-up finds them serving. Returns failures by model name."""
+        does), so an ensemble's warm-up finds them serving. Returns failures by model name.
+
+        With ``skip_missing_backends`` (start-up, for the models found in the repository rather than
+        named by --load-model), a model whose backend needs an extra that is not installed is skipped
+        rather than failed: listed UNAVAILABLE with the pip command, left out of
+        strict readiness and of --exit-on-error, so a base install serves the rest of a repository."""
         failures: dict[str, str] = {}
 
         async def load_one(name: str) -> None:
             try:
                 await self.load(name)
+            except BackendUnavailable as exc:
+                if not skip_missing_backends:
+                    logger.error("%s", exc.message)
+                    failures[name] = exc.message
+                    return
+                entry = self._entries[name]
+                entry.attempted = False
+                logger.warning("skipped model '%s': %s", name, entry.reason)
             except ServerError as exc:
                 failures[name] = exc.message
 
@@ -219,6 +237,9 @@ class ModelManager:
                     result = await asyncio.to_thread(
                         load_model, name, model_dir, self.options, override, self.services
                     )
+            except BackendUnavailable as exc:  # the caller says whether it skips the model or fails
+                self._record_failure(entry, was_serving, exc.message, log=False)
+                raise BackendUnavailable(f"failed to load '{name}': {exc.message}") from None
             except ServerError as exc:
                 self._record_failure(entry, was_serving, exc.message)
                 raise ModelLoadError(f"failed to load '{name}': {exc.message}") from None
@@ -282,8 +303,9 @@ class ModelManager:
             raise ModelLoadError(f"failed to load '{name}': {reason}")
         return location.path
 
-    def _record_failure(self, entry: ModelEntry, was_serving: bool, reason: str) -> None:
-        logger.error("failed to load '%s': %s", entry.name, reason)
+    def _record_failure(self, entry: ModelEntry, was_serving: bool, reason: str, log: bool = True) -> None:
+        if log:
+            logger.error("failed to load '%s': %s", entry.name, reason)
         if not was_serving:
             entry.state, entry.reason = UNAVAILABLE, reason
 

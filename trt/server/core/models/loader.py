@@ -23,7 +23,7 @@ from trt.server.core.backends.base import (
     ServerServices,
 )
 from trt.server.core.backends.registry import ENSEMBLE_PLATFORM, get_backend, resolve_entry
-from trt.server.core.errors import ModelConfigError, ModelLoadError, ServerError
+from trt.server.core.errors import BackendUnavailable, ModelConfigError, ModelLoadError, ServerError
 from trt.server.core.models.config import read_config_file
 from trt.server.core.models.config_rules import check_config
 from trt.server.core.models.repository import version_folders
@@ -214,6 +214,11 @@ def load_model(
         for attempt in range(1, attempts + 1):
             try:
                 instances = _create_instances(backend, config, files, specs, services, ensemble)
+            except BackendUnavailable:
+                # A missing extra is the same for every version and every attempt.
+                for loaded in result.versions.values():
+                    close_instances(loaded.instances)
+                raise
             except Exception as exc:
                 reason = exc.message if isinstance(exc, ServerError) else f"{type(exc).__name__}: {exc}"
                 if attempt < attempts:

@@ -5,13 +5,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import Any, cast
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
 
 import numpy as np
 
 from trt.protos import model_config_pb2
 from trt.server.core.backends.base import (
+    SEQUENCE_END,
+    SEQUENCE_START,
     BackendRequest,
     BackendResponse,
     ModelFiles,
@@ -24,13 +26,9 @@ from trt.server.core.extensions.classification import classify
 from trt.server.core.extensions.statistics import ModelStatistics
 from trt.server.core.extensions.tracing import Trace
 from trt.server.core.models.signature import ModelSignature
-from trt.server.core.scheduling.dynamic_batcher import DynamicBatcher
-from trt.server.core.scheduling.instance_pool import InstancePool
 from trt.server.core.scheduling.rate_limiter import Needs, RateLimiter
-from trt.server.core.scheduling.request_scheduler import RequestScheduler
 from trt.server.core.scheduling.response_cache import ResponseCache
-from trt.server.core.scheduling.sequence_batcher import SequenceBatcher
-from trt.server.core.scheduling.sequence_router import SequenceRouter
+from trt.server.core.scheduling.scheduler import create_scheduler
 from trt.server.core.scheduling.timing import ExecutionTimes
 from trt.server.core.types import (
     RESERVED_PARAMETERS,
@@ -43,28 +41,6 @@ from trt.server.core.types import (
 )
 
 logger = logging.getLogger("trt.model")
-
-
-class DirectScheduler:
-    """Runs each request on the next idle instance, one execution per request (no batching)."""
-
-    def __init__(self, pool: InstancePool, stats: ModelStatistics) -> None:
-        self._pool = pool
-        self._stats = stats
-
-    async def execute(
-        self, feeds: Mapping[str, np.ndarray], output_names: Sequence[str], batch_size: int
-    ) -> tuple[dict[str, np.ndarray], ExecutionTimes]:
-        queued = time.perf_counter_ns()
-        self._stats.pending += 1
-        try:
-            instance = await self._pool.acquire()
-        finally:
-            self._stats.pending -= 1
-        started = time.perf_counter_ns()
-        outputs, compute_ns = await self._pool.run(instance, feeds, output_names)
-        self._stats.record_execution(max(batch_size, 1), 0, compute_ns, 0)
-        return outputs, ExecutionTimes(started - queued, 0, compute_ns, 0)
 
 
 class ModelVersion:
@@ -91,37 +67,9 @@ class ModelVersion:
         self.stats = ModelStatistics(self.name, self.version_str)
         self.cache = cache if config.response_cache.enable else None
         self._instances = list(instances)
-        self._request_level = bool(instances) and hasattr(instances[0], "execute_requests")
-        self._request_scheduler: RequestScheduler | SequenceRouter | None = None
-        self._scheduler: DirectScheduler | DynamicBatcher | None = None
-        self._sequences: SequenceBatcher | None = None
-        self._pool: InstancePool | None = None
-        if self._request_level:
-            request_instances = cast(list[RequestLevelInstance], self._instances)
-            if config.HasField("sequence_batching"):  # a sequence stays on its instance
-                self._request_scheduler = SequenceRouter(
-                    self.name, request_instances, self.stats, config, files.model_dir, limiter, needs
-                )
-            else:
-                self._request_scheduler = RequestScheduler(
-                    request_instances,
-                    self.stats,
-                    config.max_batch_size,
-                    config.HasField("dynamic_batching") and config.max_batch_size > 0,
-                    limiter,
-                    needs,
-                )
-        else:
-            tensor_instances = cast(list[ModelInstance], self._instances)
-            self._pool = InstancePool(f"{self.name}-{self.version}", tensor_instances, limiter, needs)
-            if config.HasField("sequence_batching"):
-                self._sequences = SequenceBatcher(
-                    self.name, self._pool, tensor_instances, self.stats, config, files.model_dir
-                )
-            if config.HasField("dynamic_batching") and config.max_batch_size > 0:
-                self._scheduler = DynamicBatcher.from_config(self._pool, self.stats, config)
-            else:
-                self._scheduler = DirectScheduler(self._pool, self.stats)
+        self._scheduler = create_scheduler(
+            self.name, self.version, config, self._instances, self.stats, files.model_dir, limiter, needs
+        )
         self._in_flight = 0
         self._drained: asyncio.Event | None = None
         self._closing = False
@@ -161,7 +109,7 @@ class ModelVersion:
 
     async def infer_decoupled(self, request: InferenceRequest) -> AsyncIterator[StreamItem]:
         """Every answer a decoupled model sends for ``request``, as it sends them."""
-        if self._closing or self._request_scheduler is None:
+        if self._closing:
             raise ModelNotReady(f"model '{self.name}' version {self.version} is not serving")
         received = time.perf_counter_ns()
         batch_size = self.signature.check_inputs(request.inputs)
@@ -171,7 +119,7 @@ class ModelVersion:
         backend_request = _backend_request(request, feeds, output_names)
         backend_request.on_response = lambda answer, final: answers.put_nowait((answer, final))
         self._in_flight += 1
-        execution = asyncio.ensure_future(self._request_scheduler.submit(backend_request, batch_size))
+        execution = asyncio.ensure_future(self._scheduler.schedule(backend_request, batch_size))
         finished = False
         instance_free = False  # execute() returned; the answers go on arriving through the stream
         try:
@@ -243,39 +191,16 @@ class ModelVersion:
         if request.trace is not None and request.trace.with_tensors:
             _trace_tensors(request.trace, "TENSOR_QUEUE_INPUT", request.inputs)
         input_done = time.perf_counter_ns()
-        parameters: dict[str, Any] = {}
-        if self._request_level:
-            assert self._request_scheduler is not None
-            answer, times = await self._request_scheduler.submit(
-                _backend_request(request, feeds, output_names), batch_size
-            )
-            if answer.error is not None:
-                raise answer.error
-            results = answer.outputs
-            parameters = answer.parameters
-            for name in output_names:
-                if name not in results:
-                    missing = [name for name in output_names if name not in results]
-                    raise ServerError(f"model '{self.name}' did not produce output(s) {', '.join(missing)}")
-        elif self._sequences is not None:
-            parameters = request.parameters
-            results, times = await self._sequences.execute(
-                feeds,
-                output_names,
-                batch_size,
-                parameters.get("sequence_id", 0),
-                bool(parameters.get("sequence_start", False)),
-                bool(parameters.get("sequence_end", False)),
-                _schedule_parameters(parameters)[1],
-            )
-        elif isinstance(self._scheduler, DynamicBatcher):
-            priority, timeout_us = _schedule_parameters(request.parameters)
-            results, times = await self._scheduler.execute(
-                feeds, output_names, batch_size, priority, timeout_us
-            )
-        else:
-            assert self._scheduler is not None
-            results, times = await self._scheduler.execute(feeds, output_names, batch_size)
+        answer, times = await self._scheduler.schedule(
+            _backend_request(request, feeds, output_names), batch_size
+        )
+        if answer.error is not None:
+            raise answer.error
+        results = answer.outputs
+        for name in output_names:
+            if name not in results:
+                missing = [name for name in output_names if name not in results]
+                raise ServerError(f"model '{self.name}' did not produce output(s) {', '.join(missing)}")
         output_started = time.perf_counter_ns()
         outputs = self._build_outputs(request, results, output_names)
         done = time.perf_counter_ns()
@@ -287,7 +212,7 @@ class ModelVersion:
             self._stamp(request.trace, _trace_points(received, input_done, times, done))
             if request.trace.with_tensors:
                 _trace_tensors(request.trace, "TENSOR_BACKEND_OUTPUT", outputs)
-        response = InferenceResponse(self.name, self.version_str, request.id, outputs, parameters)
+        response = InferenceResponse(self.name, self.version_str, request.id, outputs, answer.parameters)
         if cache_key is not None and self.cache is not None:
             self.cache.put(cache_key, response)
             self.stats.cache_miss.add(time.perf_counter_ns() - done)
@@ -335,14 +260,7 @@ class ModelVersion:
         if self._in_flight:
             self._drained = asyncio.Event()
             await self._drained.wait()
-        if self._sequences is not None:
-            self._sequences.stop()
-        if isinstance(self._request_scheduler, SequenceRouter):
-            self._request_scheduler.stop()
-        if isinstance(self._scheduler, DynamicBatcher):
-            self._scheduler.close()
-        if self._pool is not None:
-            await asyncio.to_thread(self._pool.shutdown)
+        await self._scheduler.close()
         for instance in self._instances:
             try:
                 if hasattr(instance, "aclose"):
@@ -375,16 +293,24 @@ def _backend_request(
     request: InferenceRequest, feeds: dict[str, np.ndarray], output_names: Sequence[str]
 ) -> BackendRequest:
     parameters = request.parameters
-    flags, custom, correlation_id = 0, {}, 0
-    if parameters:  # most requests have none
-        if parameters.get("sequence_start"):
-            flags |= 1
-        if parameters.get("sequence_end"):
-            flags |= 2
-        custom = {k: v for k, v in parameters.items() if k not in RESERVED_PARAMETERS}
-        correlation_id = parameters.get("sequence_id", 0) or 0
+    if not parameters:  # most requests have none
+        return BackendRequest(request.id, feeds, tuple(output_names), {}, trace=request.trace)
+    flags = 0
+    if parameters.get("sequence_start"):
+        flags |= SEQUENCE_START
+    if parameters.get("sequence_end"):
+        flags |= SEQUENCE_END
+    priority, timeout_us = _schedule_parameters(parameters)
     return BackendRequest(
-        request.id, feeds, tuple(output_names), custom, correlation_id, flags, trace=request.trace
+        request.id,
+        feeds,
+        tuple(output_names),
+        {k: v for k, v in parameters.items() if k not in RESERVED_PARAMETERS},
+        parameters.get("sequence_id", 0) or 0,
+        flags,
+        priority,
+        timeout_us,
+        trace=request.trace,
     )
 
 

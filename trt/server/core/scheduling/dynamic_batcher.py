@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from trt.protos import model_config_pb2
-from trt.server.core.backends.base import ModelInstance
+from trt.server.core.backends.base import BackendRequest, BackendResponse, ModelInstance
 from trt.server.core.errors import InvalidInput, Unavailable
 from trt.server.core.extensions.statistics import ModelStatistics
 from trt.server.core.scheduling.instance_pool import InstancePool
@@ -158,9 +158,19 @@ class DynamicBatcher:
         self._dispatch()
         return await pending.future
 
-    def close(self) -> None:
-        """Release the queue-delay timer (the version is retired; nothing is queued any more)."""
+    async def schedule(
+        self, request: BackendRequest, batch_size: int
+    ) -> tuple[BackendResponse, ExecutionTimes]:
+        outputs, times = await self.execute(
+            request.inputs, request.requested_outputs, batch_size, request.priority, request.timeout_us
+        )
+        return BackendResponse(outputs), times
+
+    async def close(self) -> None:
+        """Release the queue-delay timer and the instance threads (the version is retired; nothing is
+        queued any more)."""
         self._wake.close()
+        await asyncio.to_thread(self._pool.shutdown)
 
     def _expire(self, pending: _Pending) -> None:
         queue = self._queues[pending.level - 1]

@@ -75,14 +75,3 @@ class RateLimiter:
                 continue
             self._take(waiter.needs)
             waiter.future.set_result(None)
-
-
-def parse_rate_limit_resources(values: Sequence[str]) -> dict[str, int]:
-    """``NAME:COUNT[:DEVICE]`` -> counts by name (the device part applies to GPUs; none here)."""
-    counts: dict[str, int] = {}
-    for value in values:
-        parts = value.split(":")
-        if len(parts) not in (2, 3) or not parts[0] or not parts[1].isdigit():
-            raise ValueError(f"--rate-limit-resource expects NAME:COUNT[:DEVICE], got '{value}'")
-        counts[parts[0]] = int(parts[1])
-    return counts

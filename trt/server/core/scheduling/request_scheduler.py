@@ -70,7 +70,7 @@ class RequestScheduler:
         self._max_batch = max(max_batch_size, 1)
         self._loop: asyncio.AbstractEventLoop | None = None  # the serving loop, from the first request
 
-    async def submit(
+    async def schedule(
         self, request: BackendRequest, batch_size: int
     ) -> tuple[BackendResponse, ExecutionTimes]:
         """For request-level instances (Python models): queue a whole request, get its response and
@@ -88,6 +88,9 @@ class RequestScheduler:
         except asyncio.CancelledError:
             request.cancel()  # still waiting: skipped; in execute: the model may ask
             raise
+
+    async def close(self) -> None:
+        """Nothing to release: the instances are closed by the version that owns them."""
 
     def _dispatch(self) -> None:
         while self._idle and self._drop_abandoned():

@@ -73,15 +73,3 @@ class ResponseCache:
         )
         self._entries[key] = (stored, size)
         self.used_bytes += size
-
-
-def parse_cache_config(values: list[str]) -> int | None:
-    """``--cache-config local,size=BYTES`` (Triton's form) -> the byte budget, or None for no cache."""
-    size: int | None = None
-    for value in values:
-        kind, _, setting = value.partition(",")
-        key, _, number = setting.partition("=")
-        if kind != "local" or key != "size" or not number.isdigit():
-            raise ValueError(f"--cache-config expects local,size=BYTES, got '{value}'")
-        size = int(number)
-    return size

@@ -36,7 +36,13 @@ from pathlib import Path
 import numpy as np
 
 from trt.protos import model_config_pb2
-from trt.server.core.backends.base import ModelInstance
+from trt.server.core.backends.base import (
+    SEQUENCE_END,
+    SEQUENCE_START,
+    BackendRequest,
+    BackendResponse,
+    ModelInstance,
+)
 from trt.server.core.errors import InvalidInput, Unavailable
 from trt.server.core.extensions.statistics import ModelStatistics
 from trt.server.core.scheduling.instance_pool import InstancePool
@@ -403,6 +409,24 @@ class SequenceBatcher:
                     started - request.queued_ns, assembled - started, compute_ns, done - split_started
                 )
                 request.future.set_result((result, times))
+
+    async def schedule(
+        self, request: BackendRequest, batch_size: int
+    ) -> tuple[BackendResponse, ExecutionTimes]:
+        outputs, times = await self.execute(
+            request.inputs,
+            request.requested_outputs,
+            batch_size,
+            request.correlation_id,
+            bool(request.flags & SEQUENCE_START),
+            bool(request.flags & SEQUENCE_END),
+            request.timeout_us,
+        )
+        return BackendResponse(outputs), times
+
+    async def close(self) -> None:
+        self.stop()
+        await asyncio.to_thread(self._pool.shutdown)
 
     def stop(self) -> None:
         self._reaper.stop()

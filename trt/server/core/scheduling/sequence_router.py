@@ -23,7 +23,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trt.protos import model_config_pb2
-from trt.server.core.backends.base import BackendRequest, BackendResponse, RequestLevelInstance
+from trt.server.core.backends.base import (
+    SEQUENCE_END,
+    SEQUENCE_START,
+    BackendRequest,
+    BackendResponse,
+    RequestLevelInstance,
+)
 from trt.server.core.errors import InvalidInput
 from trt.server.core.extensions.statistics import ModelStatistics
 from trt.server.core.scheduling.rate_limiter import Needs, RateLimiter
@@ -33,7 +39,6 @@ from trt.server.core.scheduling.timers import IdleTimer
 from trt.server.core.scheduling.timing import ExecutionTimes
 
 DEFAULT_IDLE_US = 1_000_000
-_START, _END = 1, 2  # BackendRequest.flags, as Triton's TRITONSERVER_REQUEST_FLAG_SEQUENCE_*
 
 
 @dataclass(slots=True, eq=False)
@@ -76,7 +81,7 @@ class SequenceRouter:
         route = self._open.get(sequence_id)
         return None if route is None else route.instance
 
-    async def submit(
+    async def schedule(
         self, request: BackendRequest, batch_size: int
     ) -> tuple[BackendResponse, ExecutionTimes]:
         sequence_id = request.correlation_id
@@ -85,7 +90,7 @@ class SequenceRouter:
         self._controls.check_id(sequence_id)
         route = self._open.get(sequence_id)
         if route is None:
-            if not request.flags & _START:
+            if not request.flags & SEQUENCE_START:
                 raise InvalidInput(
                     f"inference request for sequence {sequence_id} to model '{self._name}' must specify "
                     "the START flag on the first request of the sequence"
@@ -93,17 +98,17 @@ class SequenceRouter:
             chosen = min(range(len(self._queues)), key=self._open_count.__getitem__)
             route = self._open[sequence_id] = _Route(chosen)
             self._open_count[chosen] += 1
-        if request.flags & _END:  # a later request with this id starts a new sequence
+        if request.flags & SEQUENCE_END:  # a later request with this id starts a new sequence
             route.ended = True
             del self._open[sequence_id]
-        row = Row(sequence_id, bool(request.flags & _START), bool(request.flags & _END))
+        row = Row(sequence_id, bool(request.flags & SEQUENCE_START), bool(request.flags & SEQUENCE_END))
         request.inputs = {**request.inputs, **self._controls.columns([row])}
         route.waiting += 1
         route.last_seen = time.monotonic()
         self._reaper.arm()
         try:
             async with route.turn:
-                return await self._queues[route.instance].submit(request, batch_size)
+                return await self._queues[route.instance].schedule(request, batch_size)
         finally:
             route.waiting -= 1
             route.last_seen = time.monotonic()
@@ -119,5 +124,5 @@ class SequenceRouter:
                 self._open_count[route.instance] -= 1
         return bool(self._open)
 
-    def stop(self) -> None:
+    async def close(self) -> None:
         self._reaper.stop()

@@ -1,0 +1,34 @@
+"""Requests without batching: each runs on the next idle instance, one execution per request."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from trt.server.core.backends.base import BackendRequest, BackendResponse
+from trt.server.core.extensions.statistics import ModelStatistics
+from trt.server.core.scheduling.instance_pool import InstancePool
+from trt.server.core.scheduling.timing import ExecutionTimes
+
+
+class DirectScheduler:
+    def __init__(self, pool: InstancePool, stats: ModelStatistics) -> None:
+        self._pool = pool
+        self._stats = stats
+
+    async def schedule(
+        self, request: BackendRequest, batch_size: int
+    ) -> tuple[BackendResponse, ExecutionTimes]:
+        queued = time.perf_counter_ns()
+        self._stats.pending += 1
+        try:
+            instance = await self._pool.acquire()
+        finally:
+            self._stats.pending -= 1
+        started = time.perf_counter_ns()
+        outputs, compute_ns = await self._pool.run(instance, request.inputs, request.requested_outputs)
+        self._stats.record_execution(max(batch_size, 1), 0, compute_ns, 0)
+        return BackendResponse(outputs), ExecutionTimes(started - queued, 0, compute_ns, 0)
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self._pool.shutdown)

@@ -151,3 +151,13 @@ def test_a_classic_model_is_refused_for_generative_targets(repository: Path, tmp
                "--output-dir", str(tmp_path), "--target-ttft", "1s"]  # fmt: skip
     run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert run.returncode == 2 and "is not a generative model" in run.stderr, run.stdout + run.stderr
+
+
+def test_without_generative_targets_a_generative_model_is_pointed_to_them(
+    repository: Path, tmp_path: Path
+) -> None:
+    command = [sys.executable, "-m", "trt", "analyze", "batcher", "--model-repository", str(repository),
+               "--output-dir", str(tmp_path), "--target-p99", "1s"]  # fmt: skip
+    run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert "is a generative model" in run.stderr and "--target-ttft" in run.stderr

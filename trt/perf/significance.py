@@ -104,6 +104,8 @@ class Comparison:
     candidate_noise: float
     baseline_windows: int
     candidate_windows: int
+    baseline_mean: float = math.nan  # geometric mean of the windows compared
+    candidate_mean: float = math.nan
 
     def regressed(self, limit: float, higher_is_better: bool) -> bool:
         """Whether the change is worse than ``limit`` (a fraction) with the stated confidence; without a
@@ -145,4 +147,6 @@ def compare(
         candidate_noise=coefficient_of_variation([v for v in candidate if v > 0 and math.isfinite(v)]),
         baseline_windows=n1,
         candidate_windows=n2,
+        baseline_mean=math.exp(mean1),
+        candidate_mean=math.exp(mean2),
     )

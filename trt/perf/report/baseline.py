@@ -87,8 +87,12 @@ def _judge(
         if merged is None:
             return None
         comparison = Comparison(merged[1] / merged[0] - 1, None, confidence, math.nan, math.nan, 1, 1)
-    merged = _merged(old, result, key)
-    shown = f"{_show(key, merged[0])} -> {_show(key, merged[1])} " if merged else ""
+    if comparison.bound is None:
+        merged = _merged(old, result, key)
+        shown = f"{_show(key, merged[0])} -> {_show(key, merged[1])} " if merged else ""
+    else:  # the figures the test compares: each run's windows, as a geometric mean
+        before, after = _show(key, comparison.baseline_mean), _show(key, comparison.candidate_mean)
+        shown = f"{before} -> {after} over the windows "
     regressed = comparison.regressed(limit, higher_is_better)
     sign = "-" if higher_is_better else "+"
     if comparison.bound is None:

@@ -12,7 +12,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import typer
-from click.core import ParameterSource
 
 from trt.cli.flags import parse_bool
 from trt.server.sagemaker.options import SageMakerOptions, parse_port_range
@@ -79,7 +78,9 @@ def resolve_hosted_flags(
 
 
 def _defaulted(context: typer.Context, parameter: str) -> bool:
-    return context.get_parameter_source(parameter) in (ParameterSource.DEFAULT, None)
+    # By name: typer may carry its own copy of click, whose enum is not click's.
+    source = context.get_parameter_source(parameter)
+    return source is None or source.name == "DEFAULT"
 
 
 def check_port_collisions(services: list[ListeningService]) -> None:

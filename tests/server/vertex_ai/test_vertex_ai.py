@@ -165,3 +165,22 @@ def test_vertex_ai_that_cannot_start_stops_the_server(
     )  # fmt: skip
     assert completed.returncode == 1
     assert f"failed to start Vertex AI service: {message}" in completed.stderr
+
+
+def test_a_flag_given_under_prediction_mode_wins(tmp_path: Path) -> None:
+    """AIP_MODE=PREDICTION only changes defaults: --allow-grpc=true keeps gRPC on (Triton's QA case)."""
+    write_simple(tmp_path)
+    port = free_port()
+    server = VertexServer(
+        [],
+        extra_args=["--allow-grpc=true", "--grpc-address=127.0.0.1"],
+        env=vertex_environment(port, tmp_path),
+    )
+    server.extra_args.append(f"--grpc-port={server.grpc_port}")
+    server.start(tmp_path)
+    try:
+        log = server.log()
+        assert f"Started GRPCInferenceService at 127.0.0.1:{server.grpc_port}" in log
+        assert "Started HTTPService" not in log and "Started Vertex AI HTTPService" in log
+    finally:
+        server.stop()

@@ -169,7 +169,7 @@ def phase_tools(fleet: Fleet, work: Path) -> dict[str, Any]:
     for protocol, port in (("http", fleet.balancer.http_port), ("grpc", fleet.balancer.grpc_port)):
         completed = subprocess.run(
             [sys.executable, "-m", "trt", "perf", "-m", "simple", "-i", protocol, "-u", f"127.0.0.1:{port}",
-             "--concurrency", "4", "-p", "1000", "--json"],
+             "--concurrency", "4", "-p", "1000", "-s", "25", "--json"],
             cwd=ROOT, capture_output=True, text=True, timeout=300,
         )  # fmt: skip
         entry: dict[str, Any] = {"exit": completed.returncode}

@@ -255,3 +255,33 @@ def request_or_none(port: int, path: str) -> int | None:
         return request(port, path)[0]
     except OSError:
         return None
+
+
+def test_http_restrictions_apply_to_sagemaker_routes(tmp_path: Path, models_root: Path) -> None:
+    """--http-restricted-api covers SageMaker's routes, as in Triton: 403 without the header, also on a
+    multi-model invoke (whose other failures are all 400)."""
+    write_simple(tmp_path)
+    port = free_port()
+    server = ServerProcess(
+        [tmp_path],
+        extra_args=[
+            "--model-control-mode=explicit", "--load-model=simple", "--allow-sagemaker=true",
+            f"--sagemaker-port={port}", "--http-restricted-api=inference,model-repository:secret=open",
+        ],
+        env={"SAGEMAKER_TRITON_DEFAULT_MODEL_NAME": "simple", "TRT_SAGEMAKER_MODELS_ROOT": str(models_root)},
+    )  # fmt: skip
+    server.start(tmp_path)
+    try:
+        body, _ = infer_body()
+        json_headers = {"Content-Type": "application/json"}
+        assert request(port, "/invocations", body, json_headers)[0] == 403
+        assert request(port, "/invocations", body, {**json_headers, "secret": "open"})[0] == 200
+        assert request(port, "/models")[0] == 403
+        load = orjson.dumps({"model_name": "m1", "url": str(models_root / "123456789abcdefghi" / "model")})
+        assert request(port, "/models", load, {**json_headers, "secret": "open"})[0] == 200
+        status, _, reply = request(port, "/models/m1/invoke", body, json_headers)
+        assert status == 403 and "secret" in orjson.loads(reply)["error"]
+        assert request(port, "/models/m1/invoke", body, {**json_headers, "secret": "open"})[0] == 200
+        assert request(port, "/ping")[0] == 200  # health is not restricted here
+    finally:
+        server.stop()

@@ -53,17 +53,17 @@ class SageMakerApp:
         if match is not None:
             name, action = match.group(1) or "", match.group(2) or ""
             if request.method == "GET":
-                return await self._restricted(request, "model-repository") or (
+                return self._restricted(request, "model-repository") or (
                     self.models.describe(name) if name else self.models.list()
                 )
             if request.method == "POST" and action == "/invoke":
                 return await self._invoke(request, name)
             if request.method == "POST" and not action:
-                return await self._restricted(request, "model-repository") or await self.models.load(
+                return self._restricted(request, "model-repository") or await self.models.load(
                     request.body, request.headers.get("x-amzn-sagemaker-target-model")
                 )
             if request.method == "DELETE":
-                return await self._restricted(request, "model-repository") or await self.models.unload(
+                return self._restricted(request, "model-repository") or await self.models.unload(
                     name, request.headers.get("x-amzn-sagemaker-target-model")
                 )
         logger.debug("SageMaker request not served: %s %s", request.method, path)
@@ -93,6 +93,9 @@ class SageMakerApp:
         name in the path), with every failure a 400, or a 507 when it reads as out of memory (Triton)."""
         if not self.models.has(name):
             return HttpResponse(404)
+        refused = self._restricted(request, "inference")
+        if refused is not None:
+            return refused
         target = request.headers.get("x-amzn-sagemaker-target-model") or name
         logger.info("Invoking SageMaker TargetModel: %s", target)
         response = await self._infer(request, target)
@@ -100,7 +103,7 @@ class SageMakerApp:
             response.status = self.models.failure_status(response.body)
         return response
 
-    async def _restricted(self, request: HttpRequest, category: str) -> HttpResponse | None:
+    def _restricted(self, request: HttpRequest, category: str) -> HttpResponse | None:
         """The 403 that ``--http-restricted-api`` gives this category when the header is missing."""
         unmet = self.http.restrictions.unmet(category, request.headers.get)
         if unmet is None:

@@ -7,14 +7,16 @@ from typing import Any
 
 
 def get_input_config_by_name(model_config: dict[str, Any], name: str) -> dict[str, Any] | None:
-    for config in model_config.get("input", []):
+    configs: list[dict[str, Any]] = model_config.get("input", [])
+    for config in configs:
         if config.get("name") == name:
             return config
     return None
 
 
 def get_output_config_by_name(model_config: dict[str, Any], name: str) -> dict[str, Any] | None:
-    for config in model_config.get("output", []):
+    configs: list[dict[str, Any]] = model_config.get("output", [])
+    for config in configs:
         if config.get("name") == name:
             return config
     return None

@@ -23,6 +23,9 @@ _TRITON_TYPE_CODES = {
 
 
 class Tensor:
+    _name: str
+    _data: np.ndarray
+
     def __init__(self, name: str, data: Any) -> None:
         if not isinstance(data, np.ndarray):
             raise TritonModelException(

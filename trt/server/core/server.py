@@ -125,7 +125,7 @@ class InferenceServer:
         return ServerMetadata(self.options.server_id, __version__, EXTENSIONS)
 
     def model_ready(self, name: str, version: str = "") -> bool:
-        return self.models.is_ready(name, version)
+        return self.models.is_serving(name, version)
 
     def model_metadata(self, name: str, version: str = "") -> ModelMetadata:
         model = self.models.get(name, version)

@@ -85,19 +85,23 @@ def test_a_closed_instance_answers_new_executions_unavailable_from_the_event_loo
     assert none is None and isinstance(error, Unavailable) and "unloading" in str(error)
 
 
-def test_executions_waiting_for_a_restart_that_fails_are_answered_unavailable(tmp_path: Path) -> None:
+def test_executions_waiting_for_a_restart_that_fails_are_answered_that_the_process_is_not_healthy(
+    tmp_path: Path,
+) -> None:
+    """As Triton: HTTP 500 "Stub process is not healthy", with why the restart failed."""
     instance = _instance(tmp_path, STARTS_ONCE)
 
     async def scenario() -> tuple[BaseException, BaseException]:
         try:
             with pytest.raises(ModelProcessDied) as died:
                 await instance.execute_requests([_request()])
-            with pytest.raises(Unavailable) as waited:  # sent while the new process starts
+            with pytest.raises(ModelProcessDied) as waited:  # sent while the new process starts
                 await instance.execute_requests([_request()])
             return died.value, waited.value
         finally:
             await instance.aclose()
 
     died, waited = asyncio.run(scenario())
-    assert "exited" in str(died)
+    assert "Stub process is not healthy" in str(died) and "exited" in str(died)
     assert "could not be restarted" in str(waited) and "started once already" in str(waited)
+    assert isinstance(waited, ModelProcessDied) and waited.http_status == 500

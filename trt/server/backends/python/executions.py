@@ -231,7 +231,11 @@ class Executions:
         """Whether request ``index`` of execution ``number`` was cancelled (``is_cancelled()``)."""
         execution = self._executions.get(number)
         # An execution no longer here has been answered or failed: nobody reads more.
-        return execution is None or execution.requests[index].cancelled
+        if execution is None:
+            return True
+        if type(index) is not int or not 0 <= index < execution.count:
+            raise ValueError(f"execution {number} has no request {index!r}")
+        return execution.requests[index].cancelled
 
     def trace_of(self, number: int, index: int) -> Trace | None:
         """The trace of request ``index`` of execution ``number``, if it is being traced."""
@@ -240,14 +244,18 @@ class Executions:
 
     # -- when the process goes ---------------------------------------------------------------------
 
-    def fail_on_exit(self, error: ServerError) -> list[tuple[list[BackendRequest], ExecutionDone]]:
+    def fail_on_exit(
+        self, error: ServerError, last_taken: int
+    ) -> list[tuple[list[BackendRequest], ExecutionDone]]:
         """The process died: fail what it was running, and every stream still open, with ``error``.
-        It runs executions in order, one at a time: the first that has not returned was running;
-        those behind it (held in its ring) never started, and are returned, removed from here, as
-        (requests, done) to be started again on the next process."""
+        Those it never took off its ring (numbered after ``last_taken``, which it wrote before
+        starting each) never started: they are returned, removed from here, as (requests, done)
+        to be started again on the next process."""
         executions = self._executions
-        waiting = sorted(n for n, e in executions.items() if not e.settled and not e.returned)
-        never_started = [executions.pop(number) for number in waiting[1:]]
+        waiting = sorted(
+            n for n, e in executions.items() if not e.settled and not e.returned and n > last_taken
+        )
+        never_started = [executions.pop(number) for number in waiting]
         for execution in list(executions.values()):
             execution.fail(error)
         executions.clear()

@@ -7,16 +7,47 @@ three parts, each in its own module, and decides what none of them can alone:
 - ``executions.Executions``: the executions sent to it, their results and streamed responses;
 - ``services.ModelServices``: what the process asks of the server (BLS, model control, metrics).
 
-It routes each message from the process to the part it is for, and runs the life of the
-instance: a child that dies fails the requests it held and is started again; requests that arrive
-meanwhile wait for the new one; unloading runs ``finalize()`` and frees everything.
+It routes each message from the process to the part it is for, and runs the life of the instance,
+a state machine (``State``)::
+
+    SERVING ──process exits──▶ RESTARTING ──start works──▶ SERVING
+                                  │   ▲
+                    start fails   │   │ backoff elapsed (attempts left)
+                                  ▼   │
+                               BACKING_OFF ──no attempts left──▶ FAILED
+    FAILED ──a request arrives, no attempt for ON_DEMAND_INTERVAL_S──▶ RESTARTING (one attempt)
+    any state ──aclose()/close()──▶ CLOSED
+
+- SERVING: a process runs; executions go to it (the event loop starts watching it on first use).
+- The process exits (killed, crashed, ``os._exit``): the state becomes RESTARTING *before*
+  anything else happens, so that an execution the scheduler starts from a ``done`` callback (a
+  result read from the ring, a failure) waits for the new process instead of going to the dead
+  one. What the process sent before it died is then handled; the execution it was running fails
+  with Triton's text ("Failed to process the request(s) for model instance '<m>_0', message: Stub
+  process is not healthy.", HTTP 500); the executions held behind it never started and are run
+  again on the new process, ahead of those that arrived meanwhile.
+- RESTARTING: the old process is reaped (its exit code logged), a new one is started on a thread
+  (``initialize()`` runs again); executions that arrive wait for it.
+- A start that fails fails every waiting execution at once (nothing waits through a backoff) and
+  the instance goes to BACKING_OFF: executions are answered at once with the same 500, and a new
+  attempt follows after ``RESTART_BACKOFF_S[n]`` (0.5 s, 1 s, 2 s, 4 s, 8 s).
+- FAILED, after ``len(RESTART_BACKOFF_S) + 1`` failed attempts in a row: no more attempts on a
+  timer; each request is answered at once, and one that arrives at least ``ON_DEMAND_INTERVAL_S``
+  after the last attempt ended starts a new one and waits for it (Triton retries on the next request,
+  every request). So a cause that goes away is recovered from, and a cause that stays costs at most
+  one start every ``ON_DEMAND_INTERVAL_S``.
+- ``ready`` is true only in SERVING: the model is not READY while an instance of it has no
+  process that can serve (the core's model readiness and strict server readiness ask it).
+- CLOSED: unloading runs ``finalize()`` (after any start in progress ends) and frees everything;
+  executions are answered 503 "the model is unloading".
 """
 
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
-from functools import partial
+import time
 from pathlib import Path
 from typing import Any, cast
 
@@ -41,9 +72,25 @@ logger = logging.getLogger("trt.backends.python")
 
 _LOG_LEVELS = {"WARNING": logging.WARNING, "ERROR": logging.ERROR, "VERBOSE": logging.DEBUG}
 
+# Waits before the 2nd, 3rd, ... start attempt after a failed one; then FAILED.
+RESTART_BACKOFF_S = (0.5, 1.0, 2.0, 4.0, 8.0)
+ON_DEMAND_INTERVAL_S = 10.0  # in FAILED, at most one start attempt (set off by a request) this often
+
+
+class State(enum.Enum):
+    SERVING = "serving"
+    RESTARTING = "restarting"
+    BACKING_OFF = "backing off"
+    FAILED = "failed"
+    CLOSED = "closed"
+
 
 class ModelProcessDied(ServerError):
-    """The model's process exited while it held the request."""
+    """The model's process exited while it held the request, or no process can take it (HTTP 500,
+    as Triton answers)."""
+
+
+_Waiting = tuple[list[BackendRequest], ExecutionDone]
 
 
 class PythonModelInstance:
@@ -62,9 +109,13 @@ class PythonModelInstance:
         self.python = python
         self.model_py = model_py
         self.args = args
-        self._restarting: asyncio.Future[None] | None = None
-        self._closed = False
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self.state = State.SERVING
+        self._waiting: list[_Waiting] = []  # executions waiting for a start in progress, in order
+        self._failures = 0  # start attempts that failed in a row
+        self._last_attempt = 0.0  # time.monotonic() when the last failed start attempt ended
+        self._last_error = ""  # why the last start attempt failed
+        self._restart_task: asyncio.Task[None] | None = None
+        self._wake_restart: asyncio.Event | None = None  # cuts a backoff short (aclose)
         self._process = process = ModelProcess(
             python,
             model_py,
@@ -106,6 +157,11 @@ class PythonModelInstance:
     @property
     def pid(self) -> int:
         return self._process.pid
+
+    @property
+    def ready(self) -> bool:
+        """A process runs and takes executions (not restarting, failed or closed)."""
+        return self.state is State.SERVING
 
     @property
     def services(self) -> ServerServices | None:
@@ -157,62 +213,124 @@ class PythonModelInstance:
             raise
 
     def _start_once_open(self, requests: list[BackendRequest], done: ExecutionDone) -> None:
-        """``start_requests`` while the executions are not open: the instance is closed, its
-        process restarting, or not yet watched from the event loop."""
-        if self._closed:  # answered from the loop: a scheduler may call again from ``done``
-            asyncio.get_running_loop().call_soon(done, None, Unavailable("the model is unloading"), None)
-            return
-        if self._restarting is not None:
-            self._restarting.add_done_callback(partial(self._after_restart, requests, done))
-            return
-        self._process.attach()
-        self._executions.open = True
-        self._executions.start_requests(requests, done)
-
-    def _on_process_exit(self, code: int | None) -> None:
-        self._executions.open = False
-        if self._closed:
-            return
-        pid = self._process.pid
-        logger.error(
-            "Python model process %d (%s) exited with code %s; restarting it", pid, self.model_py, code
-        )
-        error = ModelProcessDied(
-            f"the Python model process (pid {pid}) exited with code {code} before answering; "
-            "it is being restarted"
-        )
-        never_started = self._executions.fail_on_exit(error)
-        self._services.release_metrics()  # its metrics go with it; the new process makes its own
-        self._process.discard_unsent()
-        self._restarting = asyncio.get_running_loop().create_future()
-        for requests, done in never_started:  # ahead of requests that arrive while it restarts
-            self._restarting.add_done_callback(partial(self._after_restart, requests, done))
-        task = asyncio.get_running_loop().create_task(self._restart(self._restarting))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _restart(self, done: asyncio.Future[None]) -> None:
-        try:
-            await asyncio.to_thread(self._start_process)
+        """``start_requests`` while the executions are not open: the process is not yet watched
+        from the event loop, restarting, down, or the instance is closed. Never calls ``done``
+        at once: a scheduler may start another execution from it."""
+        state = self.state
+        if state is State.SERVING:
             self._process.attach()
-            done.set_result(None)
-        except Exception as exc:
-            logger.error("restarting the Python model process failed: %s", exc)
-            done.set_exception(Unavailable(f"the Python model process could not be restarted: {exc}"))
-        finally:
-            self._restarting = None
-
-    def _after_restart(
-        self, requests: list[BackendRequest], done: ExecutionDone, restart: asyncio.Future[None]
-    ) -> None:
-        if restart.cancelled():
-            done(None, Unavailable("the Python model process was not restarted"), None)
-        elif restart.exception() is not None:
-            done(None, restart.exception(), None)
-        elif all(request.cancelled for request in requests):  # nobody waits for it any more
-            done(None, ServerError("the request was cancelled while the model process restarted"), None)
+            self._executions.open = True
+            self._executions.start_requests(requests, done)
+        elif state is State.RESTARTING:
+            self._waiting.append((requests, done))
+        elif state is State.CLOSED:
+            asyncio.get_running_loop().call_soon(done, None, Unavailable("the model is unloading"), None)
         else:
-            self.start_requests(requests, done)
+            if state is State.FAILED and time.monotonic() - self._last_attempt >= ON_DEMAND_INTERVAL_S:
+                self._waiting.append((requests, done))  # waits for the attempt it sets off
+                self._begin_restart(attempts=1)
+                return
+            error = self._unhealthy(f"could not be restarted: {self._last_error}")
+            asyncio.get_running_loop().call_soon(done, None, error, None)
+
+    def _unhealthy(self, why: str) -> ModelProcessDied:
+        name = self.args.get("model_instance_name", self.args["model_name"])
+        return ModelProcessDied(
+            f"Failed to process the request(s) for model instance '{name}', message: Stub process is "
+            f"not healthy. The Python model process {why}."
+        )
+
+    def _on_process_exit(self) -> None:
+        """The process is gone (its socket closed)."""
+        if self.state is State.CLOSED:
+            return
+        # First, so that whatever a ``done`` below sets off waits for the new process.
+        self.state = State.RESTARTING
+        self._executions.open = False
+        try:
+            self._process.read_messages()  # what it sent before it died still counts
+        except Exception:
+            logger.exception("reading the last messages of %s's process failed", self.args["model_name"])
+        self._process.disconnect()
+        self._process.discard_unsent()
+        self._services.release_metrics()  # its metrics go with it; the new process makes its own
+        arrived = self._waiting
+        self._waiting = []
+        error = self._unhealthy("exited; it is being restarted")
+        never_started = self._executions.fail_on_exit(error, self._process.last_taken())
+        # Those it held but never started go first, then those sent since (by ``done`` calls above).
+        self._waiting = [*never_started, *arrived, *self._waiting]
+        self._begin_restart(attempts=len(RESTART_BACKOFF_S) + 1, reap=True)
+
+    def _begin_restart(self, attempts: int, reap: bool = False) -> None:
+        self.state = State.RESTARTING
+        self._wake_restart = asyncio.Event()
+        self._restart_task = asyncio.get_running_loop().create_task(self._restart(attempts, reap))
+
+    async def _restart(self, attempts: int, reap: bool) -> None:
+        try:
+            await self._restart_attempts(attempts, reap)
+        except Exception as exc:  # a bug here must not leave executions waiting for good
+            logger.exception("restarting the Python model process of %s failed", self.args["model_name"])
+            if self.state is not State.CLOSED:
+                self._last_error = str(exc)
+                self.state = State.FAILED
+                self._fail_waiting(self._unhealthy(f"could not be restarted: {exc}"))
+
+    async def _restart_attempts(self, attempts: int, reap: bool) -> None:
+        if reap:
+            code = await asyncio.to_thread(self._process.reap)
+            logger.error(
+                "Python model process %d of %s (%s) exited with %s; restarting it",
+                self._process.pid, self.args["model_name"], self.model_py, _exit_text(code),
+            )  # fmt: skip
+        for attempt in range(attempts):
+            if self.state is State.CLOSED:
+                return
+            self.state = State.RESTARTING
+            try:
+                await asyncio.to_thread(self._start_process)
+            except Exception as exc:
+                self._last_attempt = time.monotonic()  # when it ended
+                self._failures += 1
+                self._last_error = str(exc)
+                logger.error(
+                    "restarting the Python model process of %s failed (attempt %d in a row): %s",
+                    self.args["model_name"], self._failures, exc,
+                )  # fmt: skip
+                if self.state is State.CLOSED:
+                    return
+                self._fail_waiting(self._unhealthy(f"could not be restarted: {exc}"))
+                if attempt + 1 == attempts:
+                    self.state = State.FAILED
+                    return
+                self.state = State.BACKING_OFF
+                assert self._wake_restart is not None
+                delay = RESTART_BACKOFF_S[min(attempt, len(RESTART_BACKOFF_S) - 1)]
+                try:
+                    await asyncio.wait_for(self._wake_restart.wait(), timeout=delay)
+                except TimeoutError:
+                    pass
+                continue
+            if self.state is State.CLOSED:  # unloaded meanwhile: aclose() stops the new process
+                return
+            self._failures = 0
+            self._process.attach()
+            self.state = State.SERVING
+            self._executions.open = True
+            waiting, self._waiting = self._waiting, []
+            cancelled = ServerError("the request was cancelled while the model process restarted")
+            for requests, done in waiting:
+                if all(request.cancelled for request in requests):  # nobody waits for it any more
+                    done(None, cancelled, None)
+                else:
+                    self.start_requests(requests, done)
+            return
+
+    def _fail_waiting(self, error: ServerError) -> None:
+        waiting, self._waiting = self._waiting, []
+        for _requests, done in waiting:
+            done(None, error, None)
 
     # -- the RequestLevelInstance interface -----------------------------------------------------
 
@@ -231,14 +349,15 @@ class PythonModelInstance:
 
     async def aclose(self) -> None:
         """Run the model's finalize(), stop the process and free the arenas."""
-        if self._closed:
+        if self.state is State.CLOSED:
             return
         self._close_gates()
-        if self._restarting is not None:
-            try:
-                await asyncio.shield(self._restarting)
-            except Exception:
-                pass
+        restart = self._restart_task
+        if restart is not None and not restart.done():
+            assert self._wake_restart is not None
+            self._wake_restart.set()  # a backoff ends now; a start in progress is waited for
+            await asyncio.shield(restart)
+        self._fail_waiting(Unavailable("the model is unloading"))
         await self._process.stop()
         self._services.release_metrics()
         # Streams still open after the drain.
@@ -252,6 +371,14 @@ class PythonModelInstance:
 
     def _close_gates(self) -> None:
         """From now on no execution starts and nothing more is sent for the model's own calls."""
-        self._closed = True
+        self.state = State.CLOSED
         self._executions.open = False
         self._services.stop()
+
+
+def _exit_text(code: int | None) -> str:
+    if code is None:
+        return "no exit code"
+    if code < 0:
+        return f"signal {-code}"
+    return f"code {code}"

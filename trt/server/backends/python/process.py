@@ -18,6 +18,7 @@ import logging
 import os
 import secrets
 import socket
+import struct
 import subprocess
 from collections.abc import Callable
 from multiprocessing import shared_memory
@@ -35,6 +36,7 @@ ARENA_BYTES = 16 * 1024 * 1024  # per slot and direction
 EXECUTION_SLOTS = 2
 RING_BYTES = 1 << 20  # per direction; a message over a quarter of it spills into a segment of its own
 START_TIMEOUT_S = 120.0
+REAP_TIMEOUT_S = 5.0
 
 Message = tuple[Any, ...]  # what crosses the rings: a kind, then its fields (see trt_python_stub)
 # Answers a call the model makes from initialize(), on the loader thread that starts it.
@@ -44,8 +46,9 @@ StartUpCall = Callable[[str, tuple[Any, ...]], dict[str, Any]]
 class ModelProcess:
     """One model process and its shared memory: the arenas and rings are made once, with this
     object, and outlive the processes started on them (a restart reuses them); ``release`` frees
-    them. ``on_message`` gets every message the process sends, ``on_exit`` its exit code (None if
-    it closed its socket but has not exited yet) once it is gone and what it sent has been read."""
+    them. ``on_message`` gets every message the process sends; ``on_exit`` is called once the process
+    has gone (its socket closed), before what it sent last is read: the owner reads it
+    (``read_messages``), ``disconnect``s and ``reap``s."""
 
     def __init__(
         self,
@@ -55,7 +58,7 @@ class ModelProcess:
         *,
         on_message: Callable[[Message], None],
         on_start_up_call: StartUpCall,
-        on_exit: Callable[[int | None], None],
+        on_exit: Callable[[], None],
         colocation: CpuColocation | None,
         arena_bytes: int = ARENA_BYTES,
         ring_bytes: int = RING_BYTES,
@@ -70,7 +73,10 @@ class ModelProcess:
         self.tag = tag = f"trt_{os.getpid()}_{secrets.token_hex(4)}"
         self._arena_bytes = arena_bytes
         self._ring_bytes = ring_bytes
-        control_bytes = 2 * _ipc.Ring.bytes_needed(ring_bytes)
+        # After the rings, the number of the last execution the process took off its ring (it
+        # writes it before running it): on a death, those after it never started.
+        self._taken_offset = 2 * _ipc.Ring.bytes_needed(ring_bytes)
+        control_bytes = self._taken_offset + 8
         slots = EXECUTION_SLOTS
         self._memories = [  # tmpfs: only the pages written are ever allocated
             shared_memory.SharedMemory(name=f"{tag}_in", create=True, size=slots * arena_bytes),
@@ -98,6 +104,7 @@ class ModelProcess:
         ``ModelLoadError`` if it cannot start or its ``initialize()`` fails."""
         self._outbox.reset()
         self._inbox.reset()
+        struct.pack_into("<q", self._control, self._taken_offset, -1)
         to_model, to_server = os.eventfd(0), os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         parent, child = socket.socketpair()
         env = dict(os.environ)
@@ -121,7 +128,8 @@ class ModelProcess:
         parent.settimeout(START_TIMEOUT_S)
         channel = {
             "segment": f"{self.tag}_ctl",
-            "size": 2 * _ipc.Ring.bytes_needed(self._ring_bytes),
+            "size": self._taken_offset + 8,
+            "taken_offset": self._taken_offset,
             "capacity": self._ring_bytes,
             "spill_prefix": f"{self.tag}_x",
             "wait_fd": to_model,
@@ -159,6 +167,10 @@ class ModelProcess:
         self._late_frames = _ipc.FrameReader()
         self._to_model, self._to_server = to_model, to_server
         self._loop = None  # the readers are attached on first use, from the event loop
+
+    def last_taken(self) -> int:
+        """The number of the last execution the process took off its ring (-1: none yet)."""
+        return int(struct.unpack_from("<q", self._control, self._taken_offset)[0])
 
     @property
     def attached(self) -> bool:
@@ -202,10 +214,20 @@ class ModelProcess:
             self._on_message(message)
 
     def _on_death(self) -> None:
-        assert self._loop is not None and self._popen is not None
-        self.read_messages()  # what it sent before it died still counts
-        self.disconnect()
-        self._on_exit(self._popen.poll())  # None if it closed the socket but has not exited yet
+        # The owner reads what is left in the ring and disconnects: it must first stop new
+        # executions from being sent to this process, as reading results may start others.
+        self._on_exit()
+
+    def reap(self) -> int | None:
+        """Wait for the process to exit (blocking; killed if it has not within ``REAP_TIMEOUT_S``:
+        it closed its socket but hangs) and return its exit code (negative: the signal)."""
+        if self._popen is None:
+            return None
+        try:
+            return self._popen.wait(timeout=REAP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self._popen.kill()
+            return self._popen.wait()
 
     def disconnect(self) -> None:
         """Stop watching the child and close this side of its connection."""
@@ -257,13 +279,13 @@ class ModelProcess:
     async def stop(self) -> None:
         """Ask the process to run ``finalize()`` and exit (killed after 10 s), read its last
         messages, let it go and free the shared memory."""
-        assert self._popen is not None
-        self.post(("finalize",))
-        try:
-            await asyncio.wait_for(asyncio.to_thread(self._popen.wait), timeout=10)
-        except TimeoutError:
-            self._popen.kill()
-            await asyncio.to_thread(self._popen.wait)
+        if self._popen is not None and self._popen.poll() is None:
+            self.post(("finalize",))
+            try:
+                await asyncio.wait_for(asyncio.to_thread(self._popen.wait), timeout=10)
+            except TimeoutError:
+                self._popen.kill()
+                await asyncio.to_thread(self._popen.wait)
         if self._loop is not None and self._to_server >= 0:
             self.read_messages()  # the last log lines of finalize()
         self.disconnect()

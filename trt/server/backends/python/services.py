@@ -210,7 +210,7 @@ class ModelServices:
             raise InvalidArgument(f"unknown operation '{operation}'")
         except ServerError as exc:
             return error_answer(exc)
-        except TypeError as exc:  # wrong arguments from the model's side
+        except (TypeError, ValueError, IndexError, KeyError) as exc:  # wrong arguments from the model
             return {"error": (f"{operation}: {exc}", INVALID_ARG)}
 
     async def _model_control(self, operation: str, arguments: tuple[Any, ...]) -> dict[str, Any]:

@@ -114,12 +114,21 @@ class ModelManager:
             return False
         return True
 
+    def is_serving(self, name: str, version: str = "") -> bool:
+        """READY as the readiness APIs say it: loaded, and every instance able to take requests."""
+        try:
+            return self.get(name, version).ready
+        except ServerError:
+            return False
+
     def all_ready(self) -> bool:
         """Strict readiness: every model the server tried to load is serving (unloaded ones excepted)."""
         for entry in self._entries.values():
             if not entry.attempted or entry.reason == "unloaded":
                 continue
             if not entry.versions or entry.unavailable:
+                return False
+            if not all(version.ready for version in entry.versions.values()):
                 return False
         return True
 

@@ -75,6 +75,13 @@ class ModelVersion:
         self._closing = False
 
     @property
+    def ready(self) -> bool:
+        """Every instance can take requests. An instance may say it cannot for a while (``ready``
+        false: a Python model's process is restarting or failed to restart): the version is then
+        not READY, though requests still go to it (they wait or are answered with an error)."""
+        return all(getattr(instance, "ready", True) for instance in self._instances)
+
+    @property
     def batching(self) -> bool:
         return self.signature.max_batch_size > 0
 

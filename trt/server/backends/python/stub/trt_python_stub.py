@@ -436,10 +436,13 @@ def serve(fd: int) -> None:
         return
     runtime.send(("ready", sys.executable))
     runtime.connect(inbox, outbox, channel["wait_fd"], channel["wake_fd"])
+    # The server reads it if this process dies: executions after it never started, and run again.
+    taken = memoryview(segment)[channel["taken_offset"] : channel["taken_offset"] + 8].cast("q")
     while True:
         message = runtime.next_command()
         kind = message[0]
         if kind == "execute":
+            taken[0] = message[1]
             if runtime.withdrawn(message[1]):
                 runtime.send(("result", message[1], {"withdrawn": True}))
             else:

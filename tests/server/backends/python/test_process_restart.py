@@ -1,0 +1,290 @@
+"""What a Python model's instance does when its process dies: every execution it held or was
+handed is answered (the running one with Triton's "Stub process is not healthy", the others run
+again on a new process), a restart that fails is retried with backoff, and the instance says it is
+not ready while it has no process."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from trt.server.backends.python import instance as instance_module
+from trt.server.backends.python.instance import ModelProcessDied, PythonModelInstance, State
+from trt.server.core.backends.base import BackendRequest, BackendResponse
+from trt.server.core.extensions.statistics import ModelStatistics
+from trt.server.core.scheduling.request_scheduler import RequestScheduler
+
+# Answers its pid ("slow": after 0.3 s); "die" exits the process at once.
+# initialize() fails while a file "broken" is in the model's folder.
+PID_MODEL = """
+import os
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        if os.path.exists(os.path.join(args["model_repository"], "broken")):
+            raise RuntimeError("the model is broken")
+
+    def execute(self, requests):
+        for request in requests:
+            if request.request_id() == "die":
+                os._exit(3)
+        if requests[0].request_id() == "slow":
+            time.sleep(0.3)
+        pid = pb_utils.Tensor("PID", np.array([os.getpid()], dtype=np.int64))
+        return [pb_utils.InferenceResponse([pid]) for _ in requests]
+"""
+
+# Returns at once, then its process exits 0.2 s later, from another thread: its result is in the
+# ring when the server sees it go.
+RETURNS_THEN_EXITS = """
+import os
+import threading
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+def _exit_soon():
+    time.sleep(0.2)
+    os._exit(0)
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        if requests[0].request_id() == "first":
+            threading.Thread(target=_exit_soon).start()
+        pid = pb_utils.Tensor("PID", np.array([os.getpid()], dtype=np.int64))
+        return [pb_utils.InferenceResponse([pid]) for _ in requests]
+"""
+
+# Asks the server about a request that is not in its execution, and with arguments of the wrong shape.
+ASKS_BADLY = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+import trt_pb_runtime
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        answers = []
+        for arguments in ((0, 99), ("x",), ([], 0)):
+            try:
+                trt_pb_runtime.current.call("request_cancelled", *arguments)
+                answers.append("no error")
+            except pb_utils.TritonModelException as exc:
+                answers.append(str(exc))
+        out = pb_utils.Tensor("OUT", np.array(answers, dtype=np.object_))
+        return [pb_utils.InferenceResponse([out]) for _ in requests]
+"""
+
+
+def _instance(tmp_path: Path, source: str) -> PythonModelInstance:
+    (tmp_path / "1").mkdir(exist_ok=True)
+    (tmp_path / "1" / "model.py").write_text(source)
+    args = {
+        "model_config": json.dumps({"name": "m"}),
+        "model_instance_kind": "CPU",
+        "model_instance_name": "m_0",
+        "model_instance_device_id": "0",
+        "model_repository": str(tmp_path),
+        "model_version": "1",
+        "model_name": "m",
+    }
+    return PythonModelInstance(sys.executable, tmp_path / "1" / "model.py", args, None)
+
+
+def _request(request_id: str = "") -> BackendRequest:
+    return BackendRequest(request_id, {}, ("PID",), {})
+
+
+def _segments(instance: PythonModelInstance) -> list[str]:
+    return [name for name in os.listdir("/dev/shm") if name.startswith(instance._tag)]
+
+
+async def _serving(instance: PythonModelInstance, within_s: float) -> float:
+    """Seconds until the instance serves again."""
+    started = time.monotonic()
+    while instance.state is not State.SERVING:
+        assert time.monotonic() - started < within_s, f"still {instance.state} after {within_s} s"
+        await asyncio.sleep(0.02)
+    return time.monotonic() - started
+
+
+def test_a_process_killed_with_a_request_running_one_held_and_one_queued_answers_all_three(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The running request fails with Triton's text; the one held in the dead process's ring and
+    the one the scheduler hands over while the failure is reported run on the new process. (Before,
+    the scheduler's next execution went to the dead process with file descriptors of -1: it hung.)"""
+    instance = _instance(tmp_path, PID_MODEL)
+    scheduler = RequestScheduler([instance], ModelStatistics("m", "1"))
+    first = instance.pid
+
+    async def scenario() -> list[tuple[BackendResponse, object] | BaseException]:
+        try:
+            calls = [
+                asyncio.ensure_future(scheduler.schedule(_request(name), 1))
+                for name in ("slow", "held", "queued")
+            ]
+            await asyncio.sleep(0.15)
+            os.kill(first, signal.SIGKILL)
+            return await asyncio.wait_for(asyncio.gather(*calls, return_exceptions=True), 10)
+        finally:
+            await instance.aclose()
+
+    with caplog.at_level(logging.ERROR, logger="trt.backends.python"):
+        running, held, queued = asyncio.run(scenario())
+    assert isinstance(running, ModelProcessDied)
+    assert str(running).startswith(
+        "Failed to process the request(s) for model instance 'm_0', message: Stub process is not healthy."
+    )
+    for answer in (held, queued):
+        assert not isinstance(answer, BaseException)
+        pid = int(answer[0].outputs["PID"][0])
+        assert pid != first
+    assert f"process {first} of m" in caplog.text and "exited with signal 9" in caplog.text
+    assert instance.state is State.CLOSED and _segments(instance) == []
+
+
+def test_a_result_still_in_the_ring_when_the_process_dies_is_delivered_and_the_next_execution_runs_again(
+    tmp_path: Path,
+) -> None:
+    """With one slot, the next execution is sent when the first's result is read. If that result
+    is read only once the process has died, the next execution waits for the new process; before,
+    it went to the dead one and failed as if it had run."""
+    instance = _instance(tmp_path, RETURNS_THEN_EXITS)
+    instance.execution_slots = 1
+    scheduler = RequestScheduler([instance], ModelStatistics("m", "1"))
+    first = instance.pid
+
+    async def scenario() -> list[tuple[BackendResponse, object]]:
+        try:
+            calls = [asyncio.ensure_future(scheduler.schedule(_request(n), 1)) for n in ("first", "next")]
+            await asyncio.sleep(0)  # both scheduled: "first" is sent, "next" waits in the scheduler
+            time.sleep(0.6)  # the loop is busy while the process answers and exits
+            return await asyncio.wait_for(asyncio.gather(*calls), 10)
+        finally:
+            await instance.aclose()
+
+    answered, ran_again = asyncio.run(scenario())
+    assert int(answered[0].outputs["PID"][0]) == first
+    assert int(ran_again[0].outputs["PID"][0]) not in (first, 0)
+
+
+def test_a_restart_that_fails_is_retried_and_the_instance_is_not_ready_until_it_serves(
+    tmp_path: Path,
+) -> None:
+    instance = _instance(tmp_path, PID_MODEL)
+    first = instance.pid
+
+    async def scenario() -> tuple[list[State], BaseException, float, int]:
+        try:
+            (tmp_path / "broken").touch()
+            with pytest.raises(ModelProcessDied) as died:
+                await instance.execute_requests([_request("die")])
+            states = [instance.state]
+            while instance.state is not State.BACKING_OFF:  # the first attempt fails
+                await asyncio.sleep(0.02)
+            with pytest.raises(ModelProcessDied) as refused:  # answered at once, not held
+                await asyncio.wait_for(instance.execute_requests([_request()]), 0.5)
+            states.append(instance.state)
+            assert "the model is broken" in str(refused.value)
+            (tmp_path / "broken").unlink()  # the cause goes away: the next attempt works
+            recovered_in = await _serving(instance, within_s=5)
+            [answer] = await instance.execute_requests([_request()])
+            states.append(instance.state)
+            return states, died.value, recovered_in, int(answer.outputs["PID"][0])
+        finally:
+            await instance.aclose()
+
+    states, died, recovered_in, pid = asyncio.run(scenario())
+    assert "Stub process is not healthy" in str(died)
+    assert states == [State.RESTARTING, State.BACKING_OFF, State.SERVING]
+    assert recovered_in < 5  # the second attempt follows 0.5 s after the first
+    assert pid not in (first, 0)
+    assert _segments(instance) == []
+
+
+def test_after_the_restarts_give_up_a_request_sets_off_one_more_attempt_and_waits_for_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(instance_module, "RESTART_BACKOFF_S", ())  # one attempt, then FAILED
+    monkeypatch.setattr(instance_module, "ON_DEMAND_INTERVAL_S", 0.3)
+    instance = _instance(tmp_path, PID_MODEL)
+
+    async def scenario() -> tuple[str, int, bool]:
+        try:
+            (tmp_path / "broken").touch()
+            with pytest.raises(ModelProcessDied):
+                await instance.execute_requests([_request("die")])
+            while instance.state is not State.FAILED:
+                await asyncio.sleep(0.02)
+            assert not instance.ready
+            with pytest.raises(ModelProcessDied) as refused:  # too soon after the last attempt
+                await asyncio.wait_for(instance.execute_requests([_request()]), 0.5)
+            (tmp_path / "broken").unlink()
+            await asyncio.sleep(0.3)
+            [answer] = await asyncio.wait_for(instance.execute_requests([_request()]), 10)
+            return str(refused.value), int(answer.outputs["PID"][0]), instance.ready
+        finally:
+            await instance.aclose()
+
+    refused, pid, ready = asyncio.run(scenario())
+    assert "could not be restarted" in refused and "the model is broken" in refused
+    assert pid > 0 and ready
+    assert _segments(instance) == []
+
+
+def test_an_instance_unloaded_while_its_restart_backs_off_closes_cleanly(tmp_path: Path) -> None:
+    """aclose() ends the backoff at once, starts nothing more and frees the shared memory; before,
+    it raised and left three segments in /dev/shm."""
+    instance = _instance(tmp_path, PID_MODEL)
+
+    async def scenario() -> float:
+        (tmp_path / "broken").touch()
+        with pytest.raises(ModelProcessDied):
+            await instance.execute_requests([_request("die")])
+        while instance.state is not State.BACKING_OFF:
+            await asyncio.sleep(0.02)
+        started = time.monotonic()
+        await instance.aclose()
+        return time.monotonic() - started
+
+    took = asyncio.run(scenario())
+    assert took < 0.4  # not the 0.5 s backoff
+    assert instance.state is State.CLOSED and _segments(instance) == []
+
+
+def test_malformed_request_cancelled_calls_from_the_model_are_answered_as_errors(tmp_path: Path) -> None:
+    """Before, an index out of range or a wrong number of arguments escaped the message handler
+    and the model waited for its answer for good."""
+    instance = _instance(tmp_path, ASKS_BADLY)
+
+    async def scenario() -> list[str]:
+        try:
+            request = BackendRequest("", {}, ("OUT",), {})
+            [answer] = await asyncio.wait_for(instance.execute_requests([request]), 10)
+            return [
+                value.decode() if isinstance(value, bytes) else str(value) for value in answer.outputs["OUT"]
+            ]
+        finally:
+            await instance.aclose()
+
+    out_of_range, too_few, unhashable = asyncio.run(scenario())
+    assert "no request 99" in out_of_range
+    assert out_of_range.startswith("request_cancelled:")
+    assert too_few.startswith("request_cancelled:") and unhashable.startswith("request_cancelled:")

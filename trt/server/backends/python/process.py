@@ -21,7 +21,6 @@ import socket
 import struct
 import subprocess
 from collections.abc import Callable
-from multiprocessing import shared_memory
 from pathlib import Path
 from typing import Any
 
@@ -78,14 +77,23 @@ class ModelProcess:
         self._taken_offset = 2 * _ipc.Ring.bytes_needed(ring_bytes)
         control_bytes = self._taken_offset + 8
         slots = EXECUTION_SLOTS
-        self._memories = [  # tmpfs: only the pages written are ever allocated
-            shared_memory.SharedMemory(name=f"{tag}_in", create=True, size=slots * arena_bytes),
-            shared_memory.SharedMemory(name=f"{tag}_out", create=True, size=slots * arena_bytes),
-            shared_memory.SharedMemory(name=f"{tag}_ctl", create=True, size=control_bytes),
-        ]
-        self.input_arenas = _ipc.slot_arenas(f"{tag}_in", arena_bytes, slots)
-        self.output_arenas = _ipc.slot_arenas(f"{tag}_out", arena_bytes, slots)
-        self._control = _ipc.map_segment(f"{tag}_ctl", control_bytes)
+        # No names in /dev/shm: only this process and the model processes it hands the file
+        # descriptors to can reach them. Shared memory: only the pages written are allocated.
+        self._segments: list[int] = []
+        try:
+            for suffix, size in (
+                ("in", slots * arena_bytes),
+                ("out", slots * arena_bytes),
+                ("ctl", control_bytes),
+            ):
+                self._segments.append(_ipc.new_segment(f"{tag}_{suffix}", size))
+        except OSError:
+            self._close_segments()
+            raise
+        self._input_fd, self._output_fd, self._control_fd = self._segments
+        self.input_arenas = _ipc.slot_arenas(self._input_fd, arena_bytes, slots)
+        self.output_arenas = _ipc.slot_arenas(self._output_fd, arena_bytes, slots)
+        self._control = _ipc.map_segment(self._control_fd, control_bytes)
         self._outbox, self._inbox = _ipc.ring_pair(self._control, ring_bytes, f"{tag}_x")
         self._backlog: list[Message] = []  # messages waiting for room in the outbox (rare)
         self._to_model = self._to_server = -1  # eventfds
@@ -115,7 +123,7 @@ class ModelProcess:
         try:
             self._popen = process = subprocess.Popen(
                 [self.python, str(STUB), "--fd", str(child.fileno())],
-                pass_fds=(child.fileno(), to_model, to_server),
+                pass_fds=(child.fileno(), to_model, to_server, *self._segments),
                 env=env,
             )
         except OSError as exc:
@@ -127,7 +135,7 @@ class ModelProcess:
             child.close()
         parent.settimeout(START_TIMEOUT_S)
         channel = {
-            "segment": f"{self.tag}_ctl",
+            "segment": self._control_fd,
             "size": self._taken_offset + 8,
             "taken_offset": self._taken_offset,
             "capacity": self._ring_bytes,
@@ -136,8 +144,8 @@ class ModelProcess:
             "wake_fd": to_server,
         }
         arenas = (
-            (f"{self.tag}_in", self._arena_bytes, EXECUTION_SLOTS),
-            (f"{self.tag}_out", self._arena_bytes, EXECUTION_SLOTS),
+            (self._input_fd, self._arena_bytes, EXECUTION_SLOTS),
+            (self._output_fd, self._arena_bytes, EXECUTION_SLOTS),
         )
         try:
             parent.sendall(_ipc.encode_frame(("init", self.args, str(self.model_py), *arenas, channel)))
@@ -314,9 +322,9 @@ class ModelProcess:
             self._control.close()
         except BufferError:
             pass
-        for memory in self._memories:
-            try:
-                memory.close()
-                memory.unlink()
-            except (FileNotFoundError, BufferError):
-                pass
+        self._close_segments()
+
+    def _close_segments(self) -> None:
+        for fd in self._segments:
+            os.close(fd)  # a mapping still alive keeps its memory until it goes
+        self._segments = []

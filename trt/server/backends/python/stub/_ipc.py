@@ -262,12 +262,24 @@ def wait(eventfd: int) -> None:
     os.read(eventfd, 8)
 
 
-def map_segment(name: str, size: int) -> mmap.mmap:
-    fd = os.open(f"/dev/shm/{name}", os.O_RDWR)
+def new_segment(name: str, size: int) -> int:
+    """A shared-memory file of ``size`` bytes with no path (memfd; ``name`` only labels it in
+    /proc): no other process can open it. It reaches the model process as an inherited file
+    descriptor (close-on-exec, so no other child of the server inherits it)."""
+    fd = os.memfd_create(name, os.MFD_CLOEXEC)
     try:
-        return mmap.mmap(fd, size)
-    finally:
+        os.ftruncate(fd, size)
+    except OSError:
         os.close(fd)
+        raise
+    return fd
+
+
+def map_segment(fd: int, size: int) -> mmap.mmap:
+    """Map the first ``size`` bytes of the segment open as ``fd``."""
+    if os.fstat(fd).st_size < size:
+        raise ValueError(f"the segment has {os.fstat(fd).st_size} bytes, not {size}")
+    return mmap.mmap(fd, size)
 
 
 def ring_pair(buffer: mmap.mmap, capacity: int, spill_prefix: str) -> tuple[Ring, Ring]:
@@ -290,12 +302,12 @@ EMPTY: Any = _Empty()
 
 class Arena:
     """A shared-memory region filled front to back for one execution, then reused: the ``size``
-    bytes from ``start`` of segment ``name`` (a segment holds one arena per execution slot)."""
+    bytes from ``start`` of the segment open as ``fd`` (a segment holds one arena per execution
+    slot)."""
 
-    def __init__(self, name: str, size: int, start: int = 0) -> None:
-        self.name = name
+    def __init__(self, fd: int, size: int, start: int = 0) -> None:
         self.size = size
-        self._map = map_segment(name, start + size)
+        self._map = map_segment(fd, start + size)
         self._start = start
         self._end = start + size
         self._used = start
@@ -325,9 +337,10 @@ class Arena:
             pass  # a view is still alive; the mapping goes when it does
 
 
-def slot_arenas(name: str, size: int, slots: int) -> list[Arena]:
-    """The arenas of segment ``name``, one of ``size`` bytes per execution slot, back to back."""
-    return [Arena(name, size, slot * size) for slot in range(slots)]
+def slot_arenas(fd: int, size: int, slots: int) -> list[Arena]:
+    """The arenas of the segment open as ``fd``, one of ``size`` bytes per execution slot, back to
+    back."""
+    return [Arena(fd, size, slot * size) for slot in range(slots)]
 
 
 def pack_tensors(tensors: dict[str, np.ndarray], arena: Arena | None) -> list[tuple[Any, ...]]:

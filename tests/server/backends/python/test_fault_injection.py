@@ -1,7 +1,7 @@
 """Faults injected into a running ``trt serve`` under load, with real clients: Python model processes
 killed (``kill -9``) again and again, a restart that fails once, an unload, a SIGTERM of the server.
 Each asserts that every request gets an answer (a result or an error, never a hang) and that the
-model serves again afterwards. The longer drill is ``scripts/python_model_fault_drill.py``."""
+model serves again afterwards."""
 
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from trt.server.backends.python.stub import _ipc
+from trt.server.backends.python.stub import _ipc, trt_pb_wire
 from trt.server.core.errors import ModelLoadError
 from trt.server.core.scheduling.cpu_colocation import CpuColocation
 
@@ -202,10 +202,15 @@ class ModelProcess:
         except BlockingIOError:
             pass
         inbox, empty, on_message = self._inbox, _ipc.EMPTY, self._on_message
-        message = inbox.get()
-        while message is not empty:
+        while True:
+            try:
+                message = inbox.get()
+            except trt_pb_wire.WireError as exc:  # a spill that is not one of ours: skipped
+                logger.error("a message from the process of %s was dropped: %s", self.model_py, exc)
+                continue
+            if message is empty:
+                return
             on_message(message)
-            message = inbox.get()
 
     def _on_socket(self) -> None:
         assert self._sock is not None

@@ -9,7 +9,8 @@ After start-up, messages (pickles) travel through two single-producer single-con
 shared-memory segment, one per direction, and each message is announced by writing to an eventfd:
 one cheap system call per side and message, no socket buffers, and no spurious wake-ups (reading a
 unix socket wakes its writer's waiters). A message too big for its ring travels in a segment of its
-own ("spill"), which the reader unlinks. Fixed-size tensors travel through a shared-memory arena
+own ("spill", named in /dev/shm: encoded with ``trt_pb_wire``, never pickled, as another process
+could write one), which the reader unlinks. Fixed-size tensors travel through a shared-memory arena
 written at offsets; only (name, datatype, shape, offset) cross in the message. BYTES tensors and
 tensors that do not fit the arena are pickled into the message. The socket that started the
 process stays open only so that each side sees the other exit.
@@ -35,6 +36,11 @@ import threading
 from typing import Any
 
 import numpy as np
+
+try:  # in the server, a module of this package; in the model process, a module beside this one
+    from . import trt_pb_wire
+except ImportError:
+    import trt_pb_wire  # type: ignore[no-redef]
 
 
 def _lock_fence() -> None:
@@ -166,7 +172,9 @@ class Ring:
         if not self._room(self._size_on_ring(len(mark))):
             return False  # checked first: a spill written must reach the ring
         self._spills += 1
-        _write_spill(name, payload)
+        # A spill has a name in /dev/shm until its reader unlinks it: another process could write
+        # one, so it never holds a pickle, but an encoding whose decoder builds only data.
+        _write_spill(name, trt_pb_wire.encode(message))
         return self._put(_SPILL, mark)
 
     @staticmethod
@@ -243,8 +251,17 @@ def _read_spill(name: str) -> Any:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.unlink(path)
-        with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as mapped, memoryview(mapped) as view:
-            return pickle.loads(view)
+        # Read, not mapped: a file another process truncates under a mapping raises SIGBUS.
+        size = os.fstat(fd).st_size
+        data = bytearray(size)
+        with memoryview(data) as view:
+            done = 0
+            while done < size:
+                read = os.readv(fd, [view[done:]])
+                if read == 0:
+                    raise trt_pb_wire.WireError(f"spill {name} ends early")
+                done += read
+            return trt_pb_wire.decode(view)
     finally:
         os.close(fd)
 

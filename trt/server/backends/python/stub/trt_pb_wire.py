@@ -142,18 +142,17 @@ def _put_array(out: bytearray, array: np.ndarray, depth: int) -> None:
 
 def decode(data: bytes | bytearray | memoryview) -> Any:
     """The message ``data`` holds, all of it; ``WireError`` if it holds anything else."""
-    with memoryview(data) as view:
-        view = view.cast("B") if view.format != "B" else view
-        value, position = _Reader(view).value(0, 0)
-        if position != len(view):
-            raise WireError(f"{len(view) - position} bytes after the message")
-        return value
+    data = data if type(data) is bytes else bytes(data)  # indexed and sliced faster than a view
+    value, position = _Reader(data).value(0, 0)
+    if position != len(data):
+        raise WireError(f"{len(data) - position} bytes after the message")
+    return value
 
 
 class _Reader:
     __slots__ = ("_data", "_end")
 
-    def __init__(self, data: memoryview) -> None:
+    def __init__(self, data: bytes) -> None:
         self._data = data
         self._end = len(data)
 
@@ -217,7 +216,7 @@ class _Reader:
         if tag == 0x62:  # b
             size, position = self._u32(position)
             end = self._take(position, size)
-            return bytes(data[position:end]), end
+            return data[position:end], end
         if tag == 0x61:  # a
             return self._array(position)
         if tag == 0x6F:  # o
@@ -227,7 +226,7 @@ class _Reader:
         if tag == 0x49:  # I
             size, position = self._u32(position)
             end = self._take(position, size)
-            digits = bytes(data[position:end])
+            digits = data[position:end]
             if size > _MAX_INT_DIGITS or not re.fullmatch(rb"-?[0-9]+", digits):
                 raise WireError("an integer that is not one")
             return int(digits), end
@@ -279,14 +278,14 @@ class _Reader:
         lengths = np.frombuffer(self._data, dtype="<i8", count=count, offset=position)
         if count and int(lengths.min()) < 0:
             raise WireError("a negative length")
+        if count and int(lengths.max()) > self._end - end:  # also keeps the sum from overflowing
+            raise WireError("the message ends early")
         total = int(lengths.sum()) if count else 0
         self._take(end, total)
-        offsets = np.zeros(count + 1, dtype=np.int64)
+        offsets = np.full(count + 1, end, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
+        offsets[1:] += end
         data = self._data
         array = np.empty(count, dtype=np.object_)
-        array[:] = [
-            bytes(data[end + a : end + b])
-            for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist(), strict=True)
-        ]
+        array[:] = [data[a:b] for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist(), strict=True)]
         return array.reshape(shape), end + total

@@ -274,6 +274,7 @@ def model_file_of(model_dir: Path, config: model_config_pb2.ModelConfig) -> Path
         "onnxruntime_onnx": "model.onnx",
         "pytorch_libtorch": "model.pt",
         "tensorrt_plan": "model.plan",
+        "openvino": "model.xml",  # OpenVINO has no platform: keyed by backend
     }.get(config.platform or config.backend, "")
     filename = config.default_model_filename or default
     if not filename:

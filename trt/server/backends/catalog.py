@@ -3,7 +3,7 @@ and the extra that installs what each needs. pyproject.toml registers each under
 entry points, as a plug-in package would; this module imports nothing heavy.
 
 The order of the entry points there is the order file detection tries them in, Triton's: TensorRT,
-ONNX Runtime, PyTorch, Python.
+ONNX Runtime, OpenVINO, PyTorch, Python.
 """
 
 from __future__ import annotations
@@ -23,6 +23,12 @@ ONNXRUNTIME = BackendEntry(
     "trt.server.backends.onnxruntime:OnnxRuntimeBackend",
     (ModelFormat("onnxruntime_onnx", "model.onnx"),),
     gpu=True,
+)
+OPENVINO = BackendEntry(
+    "openvino",
+    "trt.server.backends.openvino:OpenVinoBackend",
+    (ModelFormat("", "model.xml"),),  # Triton names no platform for OpenVINO
+    install=f"{DISTRIBUTION}[openvino]",
 )
 PYTORCH = BackendEntry(
     "pytorch",

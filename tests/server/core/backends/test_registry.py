@@ -24,6 +24,7 @@ from trt.server.core.errors import ModelConfigError
     [
         ("torch", "pytorch", "torch"),
         ("tensorrt", "tensorrt", "tensorrt"),
+        ("openvino", "openvino", "openvino"),
     ],
 )
 def test_a_missing_package_names_the_extra_to_install(module: str, backend: str, extra: str) -> None:
@@ -75,6 +76,8 @@ def _resolve(text: str, files: dict[str, str], tmp_path: Path) -> tuple[str, mod
     ("text", "files", "backend", "platform"),
     [
         ('backend: "pytorch"', {}, "pytorch", "pytorch_libtorch"),
+        ("", {"model.xml": "file", "model.bin": "file"}, "openvino", ""),
+        ('backend: "openvino" default_model_filename: "model.onnx"', {"model.onnx": "file"}, "openvino", ""),
         ("", {"model.onnx": "file", "model.plan": "file"}, "tensorrt", "tensorrt_plan"),  # Triton's order
         ("", {"model.py": "file"}, "python", ""),
     ],
@@ -93,8 +96,10 @@ def test_the_backend_comes_from_the_config_or_the_files_as_in_triton(
             'backend: "onnxruntime" platform: "pytorch_libtorch"',
             "expected platform 'onnxruntime_onnx' or none",
         ),
+        ('backend: "openvino" platform: "onnxruntime_onnx"', "expected platform none"),
+        ('platform: "openvino"', 'did you mean backend: "openvino"? it has no platform'),
         ('platform: "onnxruntime"', 'did you mean platform: "onnxruntime_onnx" or backend: "onnxruntime"?'),
-        ("", "expected one of model.plan, model.onnx, model.pt, model.py"),
+        ("", "expected one of model.plan, model.onnx, model.xml, model.pt, model.py"),
     ],
 )
 def test_a_config_that_names_no_known_backend_says_what_was_meant(
@@ -106,7 +111,7 @@ def test_a_config_that_names_no_known_backend_says_what_was_meant(
 
 
 def test_every_backends_model_file_is_known_for_trt_repo_validate() -> None:
-    assert {"model.onnx", "model.pt", "model.plan", "model.py"} <= set(model_filenames())
+    assert {"model.onnx", "model.pt", "model.plan", "model.py", "model.xml"} <= set(model_filenames())
 
 
 @pytest.mark.parametrize("name", ["../other/1/model.onnx", "/etc/passwd", "sub/../../model.onnx", ".."])

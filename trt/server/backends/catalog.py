@@ -2,8 +2,8 @@
 and the extra that installs what each needs. pyproject.toml registers each under the ``trt.backends``
 entry points, as a plug-in package would; this module imports nothing heavy.
 
-The order of the entry points there is the order file detection tries them in, Triton's: TensorRT,
-ONNX Runtime, OpenVINO, PyTorch, Python.
+The order of the entry points there is the order file detection tries them in, Triton's: TensorFlow,
+TensorRT, ONNX Runtime, OpenVINO, PyTorch, Python.
 """
 
 from __future__ import annotations
@@ -11,6 +11,15 @@ from __future__ import annotations
 from trt import DISTRIBUTION
 from trt.server.core.backends.registry import BackendEntry, ModelFormat
 
+TENSORFLOW = BackendEntry(
+    "tensorflow",
+    "trt.server.backends.tensorflow:TensorFlowBackend",
+    (
+        ModelFormat("tensorflow_savedmodel", "model.savedmodel"),
+        ModelFormat("tensorflow_graphdef", "model.graphdef"),
+    ),
+    install=f"{DISTRIBUTION}[tensorflow]",
+)
 TENSORRT = BackendEntry(
     "tensorrt",
     "trt.server.backends.tensorrt:TensorRTBackend",

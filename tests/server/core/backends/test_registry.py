@@ -25,6 +25,7 @@ from trt.server.core.errors import ModelConfigError
         ("torch", "pytorch", "torch"),
         ("tensorrt", "tensorrt", "tensorrt"),
         ("openvino", "openvino", "openvino"),
+        ("tensorflow", "tensorflow", "tensorflow"),
     ],
 )
 def test_a_missing_package_names_the_extra_to_install(module: str, backend: str, extra: str) -> None:
@@ -76,6 +77,17 @@ def _resolve(text: str, files: dict[str, str], tmp_path: Path) -> tuple[str, mod
     ("text", "files", "backend", "platform"),
     [
         ('backend: "pytorch"', {}, "pytorch", "pytorch_libtorch"),
+        ('backend: "tensorflow"', {"model.graphdef": "file"}, "tensorflow", "tensorflow_graphdef"),
+        ('backend: "tensorflow"', {"model.savedmodel": "dir"}, "tensorflow", "tensorflow_savedmodel"),
+        ('backend: "tensorflow"', {}, "tensorflow", "tensorflow_savedmodel"),
+        (
+            'backend: "tensorflow" default_model_filename: "model.graphdef"',
+            {},
+            "tensorflow",
+            "tensorflow_graphdef",
+        ),
+        ('platform: "tensorflow_graphdef"', {}, "tensorflow", "tensorflow_graphdef"),
+        ("", {"model.savedmodel": "dir"}, "tensorflow", "tensorflow_savedmodel"),
         ("", {"model.xml": "file", "model.bin": "file"}, "openvino", ""),
         ('backend: "openvino" default_model_filename: "model.onnx"', {"model.onnx": "file"}, "openvino", ""),
         ("", {"model.onnx": "file", "model.plan": "file"}, "tensorrt", "tensorrt_plan"),  # Triton's order
@@ -98,8 +110,17 @@ def test_the_backend_comes_from_the_config_or_the_files_as_in_triton(
         ),
         ('backend: "openvino" platform: "onnxruntime_onnx"', "expected platform none"),
         ('platform: "openvino"', 'did you mean backend: "openvino"? it has no platform'),
+        ('backend: "tensorflow" platform: "tensorrt_plan"', "expected platform 'tensorflow_savedmodel' or "),
+        (
+            'platform: "tensorflow"',
+            'did you mean platform: "tensorflow_savedmodel" or backend: "tensorflow"?',
+        ),
         ('platform: "onnxruntime"', 'did you mean platform: "onnxruntime_onnx" or backend: "onnxruntime"?'),
-        ("", "expected one of model.plan, model.onnx, model.xml, model.pt, model.py"),
+        (
+            "",
+            "expected one of model.savedmodel, model.graphdef, model.plan, model.onnx, model.xml, model.pt, "
+            "model.py",
+        ),
     ],
 )
 def test_a_config_that_names_no_known_backend_says_what_was_meant(
@@ -111,7 +132,15 @@ def test_a_config_that_names_no_known_backend_says_what_was_meant(
 
 
 def test_every_backends_model_file_is_known_for_trt_repo_validate() -> None:
-    assert {"model.onnx", "model.pt", "model.plan", "model.py", "model.xml"} <= set(model_filenames())
+    assert {
+        "model.onnx",
+        "model.pt",
+        "model.plan",
+        "model.py",
+        "model.xml",
+        "model.savedmodel",
+        "model.graphdef",
+    } <= set(model_filenames())
 
 
 @pytest.mark.parametrize("name", ["../other/1/model.onnx", "/etc/passwd", "sub/../../model.onnx", ".."])

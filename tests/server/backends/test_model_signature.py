@@ -108,3 +108,14 @@ def test_yes_no_parameters(value: str, expected: bool) -> None:
 def test_a_yes_no_parameter_that_is_neither_is_refused() -> None:
     with pytest.raises(ModelConfigError, match="parameter KEY must be YES or NO, got 'maybe'"):
         yes("maybe", "KEY")
+
+
+def test_a_tensor_may_be_named_by_an_alias_of_the_models_name() -> None:
+    aliased = ModelSignature(BATCHING.inputs, BATCHING.outputs, {"x:0": "x", "y:0": "y"})
+    config = _config(
+        'max_batch_size: 2 input [ { name: "x:0" data_type: TYPE_FP32 dims: [4] }, '
+        '{ name: "mask" data_type: TYPE_BOOL dims: [4] } ] output [ { name: "y:0" } ]'
+    )
+    auto_complete(config, aliased, True, 4)
+    assert list(config.output[0].dims) == [3]
+    check_tensors(config, aliased, "test")  # "x" counts as fed through its alias

@@ -17,6 +17,7 @@ from tritonclient.utils import InferenceServerException
 
 ov = pytest.importorskip("openvino")
 
+from tests.server.core.scheduling.test_sequence_batcher import ACCUMULATE, _accumulator  # noqa: E402
 from tests.support import ServerProcess, add_sub_model, save_onnx  # noqa: E402
 from trt.protos import model_config_pb2  # noqa: E402
 from trt.server.backends.openvino import OpenVinoBackend  # noqa: E402
@@ -84,6 +85,7 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
         repo, "bad_streams", LINEAR + 'parameters { key: "NUM_STREAMS" value { string_value: "many" } }', work
     )
     _write(repo, "escapes", LINEAR + 'default_model_filename: "../../linear/1/model.xml"\n', work)
+    _write(repo, "accumulate", 'backend: "openvino"\n' + ACCUMULATE % 5_000_000, work, _accumulator())
     # An IR with a fixed batch of 1 whose layout names the batch: Triton's rule says it batches.
     source = work / "layout.onnx"
     save_onnx(_linear_onnx(), source)
@@ -182,6 +184,24 @@ def test_the_dynamic_batcher_joins_concurrent_requests(server: ServerProcess) ->
     inferences = int(after["inference_count"]) - int(before.get("inference_count", 0))
     executions = int(after["execution_count"]) - int(before.get("execution_count", 0))
     assert inferences == 6 and executions < 6, (inferences, executions)
+
+
+def test_a_sequence_model_gets_its_controls_and_implicit_state(server: ServerProcess) -> None:
+    client = httpclient.InferenceServerClient(server.http_url)
+
+    def step(value: int, sequence: int, start: bool = False, end: bool = False) -> int:
+        tensor = httpclient.InferInput("INPUT", [1, 1], "INT32")
+        tensor.set_data_from_numpy(np.array([[value]], dtype=np.int32))
+        result = client.infer(
+            "accumulate", [tensor], sequence_id=sequence, sequence_start=start, sequence_end=end
+        )
+        return int(result.as_numpy("OUTPUT")[0][0])
+
+    assert step(3, 11, start=True) == 3
+    assert step(10, 12, start=True) == 10
+    assert step(4, 11) == 7
+    assert step(5, 12, end=True) == 15
+    assert step(1, 11, end=True) == 8
 
 
 def test_a_batch_fixed_at_max_batch_size_pads_smaller_batches(server: ServerProcess) -> None:

@@ -41,6 +41,7 @@ def test_tritons_parameters_map_to_openvino_properties() -> None:
                 "ENABLE_BATCH_PADDING": "yes",
                 "RESHAPE_IO_LAYERS": "no",
                 "TARGET_DEVICE": "cpu",
+                "ENABLE_CPU_PINNING": "no",
             }
         )
     )
@@ -49,6 +50,7 @@ def test_tritons_parameters_map_to_openvino_properties() -> None:
         "NUM_STREAMS": "AUTO",
         "INFERENCE_NUM_THREADS": "2",
         "COMPILATION_NUM_THREADS": "1",
+        "ENABLE_CPU_PINNING": "NO",
         "INFERENCE_PRECISION_HINT": "bf16",
     }
     assert settings.fixed_batch and settings.batch_padding and not settings.reshape_io_layers

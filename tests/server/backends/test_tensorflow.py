@@ -22,6 +22,7 @@ from tritonclient.utils import InferenceServerException
 
 pytestmark = pytest.mark.tensorflow
 
+from tests.server.core.scheduling.test_sequence_batcher import ACCUMULATE  # noqa: E402
 from tests.support import ServerProcess  # noqa: E402
 from trt.server.core.backends.base import InstanceSpec, ModelFiles  # noqa: E402
 from trt.server.core.models.config import read_config_file  # noqa: E402
@@ -55,7 +56,17 @@ def _modules(tf: Any) -> dict[str, Any]:
         def serve(self, pair: Any) -> dict[str, Any]:
             return {"total": tf.reduce_sum(pair, axis=1)}
 
-    return {"addsub": AddSub, "text": Text, "pair": Pair}
+    class Accumulate(tf.Module):  # type: ignore[misc,name-defined]
+        """OUTPUT = ACC_IN * (1 - START) + INPUT, carried to the next request as ACC_OUT."""
+
+        spec = tf.TensorSpec([None, 1], tf.int32)
+
+        @tf.function(input_signature=[spec, spec, spec])
+        def serve(self, INPUT: Any, START: Any, ACC_IN: Any) -> dict[str, Any]:
+            total = ACC_IN * (1 - START) + INPUT
+            return {"OUTPUT": total, "ACC_OUT": tf.identity(total)}
+
+    return {"addsub": AddSub, "text": Text, "pair": Pair, "accumulate": Accumulate}
 
 
 def _save(tf: Any, module: Any, folder: Path, signature: str = "serving_default") -> None:
@@ -99,6 +110,10 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (repo / "shared" / "config.pbtxt").write_text(
         'platform: "tensorflow_savedmodel"\ninstance_group [ { kind: KIND_CPU count: 3 } ]\n'
         'parameters { key: "MAX_SESSION_SHARE_COUNT" value { string_value: "2" } }\n'
+    )
+    _save(tf, made["accumulate"](), repo / "accumulate")
+    (repo / "accumulate" / "config.pbtxt").write_text(
+        'platform: "tensorflow_savedmodel"\n' + ACCUMULATE % 5_000_000
     )
     _graphdef_with_a_variable(tf, repo / "scaled" / "1" / "model.graphdef")
     (repo / "scaled" / "config.pbtxt").write_text(GRAPHDEF)
@@ -200,6 +215,24 @@ def test_the_dynamic_batcher_joins_concurrent_requests(server: ServerProcess) ->
     inferences = int(after["inference_count"]) - int(before.get("inference_count", 0))
     executions = int(after["execution_count"]) - int(before.get("execution_count", 0))
     assert inferences == 6 and executions < 6, (inferences, executions)
+
+
+def test_a_sequence_model_gets_its_controls_and_implicit_state(server: ServerProcess) -> None:
+    client = httpclient.InferenceServerClient(server.http_url)
+
+    def step(value: int, sequence: int, start: bool = False, end: bool = False) -> int:
+        tensor = httpclient.InferInput("INPUT", [1, 1], "INT32")
+        tensor.set_data_from_numpy(np.array([[value]], dtype=np.int32))
+        result = client.infer(
+            "accumulate", [tensor], sequence_id=sequence, sequence_start=start, sequence_end=end
+        )
+        return int(result.as_numpy("OUTPUT")[0][0])
+
+    assert step(3, 21, start=True) == 3
+    assert step(10, 22, start=True) == 10
+    assert step(4, 21) == 7
+    assert step(5, 22, end=True) == 15
+    assert step(1, 21, end=True) == 8
 
 
 def test_models_that_cannot_be_served_say_why_and_fail_alone(server: ServerProcess) -> None:

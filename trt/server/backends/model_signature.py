@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from trt.protos import model_config_pb2
@@ -30,6 +30,12 @@ class TensorInfo:
 class ModelSignature:
     inputs: Mapping[str, TensorInfo]
     outputs: Mapping[str, TensorInfo]
+    # Other names of the same tensors (an OpenVINO port may carry several): alias -> name above.
+    aliases: Mapping[str, str] = field(default_factory=dict)
+
+    def find(self, found: Mapping[str, TensorInfo], name: str) -> TensorInfo | None:
+        """``name``'s tensor in ``found`` (the inputs or the outputs), by its name or an alias."""
+        return found.get(name) or found.get(self.aliases.get(name, ""))
 
     def first_dims_variable(self) -> bool:
         """Every tensor has a first dimension and none fixes it: the model can take a batch there."""
@@ -55,11 +61,13 @@ def auto_complete(
         if config.max_batch_size > 1 and config.WhichOneof("scheduling_choice") is None:
             config.dynamic_batching.SetInParent()
     strip_batch = config.max_batch_size > 0
-    complete_tensors(config.input, signature.inputs, strip_batch)
-    complete_tensors(config.output, signature.outputs, strip_batch)
+    complete_tensors(config.input, signature.inputs, strip_batch, signature)
+    complete_tensors(config.output, signature.outputs, strip_batch, signature)
 
 
-def complete_tensors(declared: Any, found: Mapping[str, TensorInfo], strip_batch: bool) -> None:
+def complete_tensors(
+    declared: Any, found: Mapping[str, TensorInfo], strip_batch: bool, signature: ModelSignature | None = None
+) -> None:
     """Add every tensor when the config lists none; otherwise fill only what listed ones lack. A
     tensor of no dimension (besides the batch) is given dims [1] and an empty reshape, as Triton's
     TensorFlow backend does (dims may not be empty)."""
@@ -67,7 +75,7 @@ def complete_tensors(declared: Any, found: Mapping[str, TensorInfo], strip_batch
         for name in found:
             declared.add().name = name
     for tensor in declared:
-        info = found.get(tensor.name)
+        info = signature.find(found, tensor.name) if signature is not None else found.get(tensor.name)
         if info is None:
             continue  # the check reports it with the model's real names
         if tensor.data_type == model_config_pb2.TYPE_INVALID and info.data_type:
@@ -94,7 +102,7 @@ def check_tensors(
     ):
         for tensor in declared:
             where = f"{kind}[{tensor.name}]"
-            info = found.get(tensor.name)
+            info = signature.find(found, tensor.name)
             if info is None:
                 raise ModelConfigError(
                     f"{kind} '{tensor.name}' in config is not in the model{closest(tensor.name, found)}; "
@@ -133,6 +141,7 @@ def check_tensors(
                 )
     if all_inputs:
         fed = {t.name for t in config.input} | _server_fed(config)
+        fed |= {signature.aliases[name] for name in fed if name in signature.aliases}
         missing = [name for name in signature.inputs if name not in fed]
         if missing:
             raise ModelConfigError(
@@ -166,14 +175,14 @@ def check_sequence_tensors(config: Config, signature: ModelSignature) -> None:
     fed = [(c.name, f"sequence_batching.control_input[{c.name}]") for c in settings.control_input]
     fed += [(s.input_name, f"sequence_batching.state[{s.input_name}]") for s in settings.state]
     for name, where in fed:
-        if name not in signature.inputs:
+        if signature.find(signature.inputs, name) is None:
             raise ModelConfigError(
                 f"sequence_batching feeds '{name}' to the model, but the model has no input of that name"
                 f"{closest(name, signature.inputs)}; its inputs are: {', '.join(signature.inputs)}",
                 where,
             )
     for state in settings.state:
-        if state.output_name not in signature.outputs:
+        if signature.find(signature.outputs, state.output_name) is None:
             raise ModelConfigError(
                 f"sequence_batching state reads '{state.output_name}' back from the model, but the model has "
                 f"no output of that name{closest(state.output_name, signature.outputs)}; its outputs are: "

@@ -76,12 +76,20 @@ def _info(port: Any, name: str) -> TensorInfo:
 
 
 def signature_of(model: Any) -> ModelSignature:
-    """The model's inputs and outputs, by name."""
+    """The model's inputs and outputs, by name; a port's other names are aliases of it."""
     inputs = {_port_name(p, "input", i): p for i, p in enumerate(model.inputs)}
     outputs = {_port_name(p, "output", i): p for i, p in enumerate(model.outputs)}
+    aliases = {
+        alias: name
+        for ports in (inputs, outputs)
+        for name, port in ports.items()
+        for alias in port.get_names()
+        if alias != name
+    }
     return ModelSignature(
         {name: _info(port, name) for name, port in inputs.items()},
         {name: _info(port, name) for name, port in outputs.items()},
+        aliases,
     )
 
 
@@ -303,9 +311,10 @@ def _target_shapes(model: Any, config: Config, settings: OpenVinoSettings) -> di
     for index, port in enumerate(model.inputs):
         name = _port_name(port, "input", index)
         current = port.get_partial_shape()
+        listed = next((declared[n] for n in sorted(port.get_names()) if n in declared), None)
         dims: list[Any]
-        if settings.reshape_io_layers and name in declared:
-            dims = [ov.Dimension(d) if d > 0 else ov.Dimension() for d in declared[name]]
+        if settings.reshape_io_layers and listed is not None:
+            dims = [ov.Dimension(d) if d > 0 else ov.Dimension() for d in listed]
             if batch > 0:
                 dims.insert(0, ov.Dimension())
         elif current.rank.is_static:
@@ -338,6 +347,7 @@ def _served_signature(model: Any, settings: OpenVinoSettings) -> ModelSignature:
     return ModelSignature(
         {n: variable_first(i) for n, i in signature.inputs.items()},
         {n: variable_first(i) for n, i in signature.outputs.items()},
+        signature.aliases,
     )
 
 

@@ -2,9 +2,10 @@
 
 Triton's openvino_backend names, as its README lists them: PERFORMANCE_HINT, NUM_STREAMS,
 INFERENCE_NUM_THREADS, COMPILATION_NUM_THREADS, HINT_BF16, CPU_EXTENSION_PATH, TARGET_DEVICE,
-SKIP_OV_DYNAMIC_BATCHSIZE, ENABLE_BATCH_PADDING, RESHAPE_IO_LAYERS. One more, trt's own:
-INFERENCE_PRECISION_HINT (f32, f16 or bf16), OpenVINO's property of that name, which ``trt analyze``
-sets for FP16 on CPUs that compute in it.
+SKIP_OV_DYNAMIC_BATCHSIZE, ENABLE_BATCH_PADDING, RESHAPE_IO_LAYERS. Two more, trt's own, each
+OpenVINO's property of that name: INFERENCE_PRECISION_HINT (f32, f16 or bf16), which ``trt analyze``
+sets for FP16 on CPUs that compute in it, and ENABLE_CPU_PINNING (YES/NO; OpenVINO pins its threads
+to cores by default, which can stall them where other processes share those cores).
 
 Where trt differs from Triton's backend, and why:
 - A batching model keeps a variable batch dimension, so the dynamic batcher's batches of any size up
@@ -85,6 +86,9 @@ def read_settings(config: model_config_pb2.ModelConfig) -> OpenVinoSettings:
     for key in ("INFERENCE_NUM_THREADS", "COMPILATION_NUM_THREADS"):
         if parameter(config, key):
             properties[key] = _count(config, key)
+    if parameter(config, "ENABLE_CPU_PINNING"):
+        pinned = yes(parameter(config, "ENABLE_CPU_PINNING"), "ENABLE_CPU_PINNING")
+        properties["ENABLE_CPU_PINNING"] = "YES" if pinned else "NO"
     precision = ""
     if parameter(config, "HINT_BF16"):
         if parameter(config, "HINT_BF16").strip().upper() != "YES":

@@ -2,16 +2,18 @@
 
 The example repository's ``mlp_onnx`` (FP32 [256] -> [10]) and ``cnn_onnx`` (FP32 [3,64,64] -> [10])
 are served as they are by ONNX Runtime and, converted by OpenVINO's own converter (FP32 weights
-kept), by OpenVINO: four models in one server, each with one instance, ``max_batch_size: 32`` and a
-dynamic batcher without delay, each backend's defaults otherwise (ONNX Runtime: the instance's share
-of the cores as intra-op threads; OpenVINO: one stream, every core). Batch-1 binary HTTP requests
-from a thin closed-loop client at each concurrency, the two backends measured in turn, ``--rounds``
-times, so that drift on the shared machine falls on both alike. Beside it, each runtime in-process
-at batch 1 and 16 (same threads) says how much of a difference is the runtime's own.
+kept), by OpenVINO, once with its defaults and once with ``ENABLE_CPU_PINNING: NO`` (OpenVINO pins
+its threads to cores by default, and here other processes share those cores). Each model has one
+instance, ``max_batch_size: 32`` and a dynamic batcher without delay, each backend's defaults
+otherwise (ONNX Runtime: the instance's share of the cores as intra-op threads; OpenVINO: one stream,
+every core). Batch-1 binary HTTP requests from a thin closed-loop client at each concurrency, the
+variants measured in turn, ``--rounds`` times, each round starting with the next variant, so that
+drift on the shared machine falls on all alike. Beside it, each runtime in-process at batch 1 and 16
+(same threads) says how much of a difference is the runtime's own.
 
-    flock /tmp/trt-bench.lock python benchmarks/openvino_vs_onnxruntime.py [--seconds 4] [--rounds 2]
+    flock /tmp/trt-bench.lock python benchmarks/openvino_vs_onnxruntime.py [--seconds 4] [--rounds 3]
 
-Prints a table of OpenVINO/ONNX Runtime ratios and writes JSON and CSV under reports/benchmarks/.
+Prints tables of ratios to ONNX Runtime and writes JSON and CSV under reports/benchmarks/.
 """
 
 from __future__ import annotations
@@ -47,7 +49,17 @@ MODELS = {  # example model -> (input, output, per-request shape)
     "mlp_onnx": ("INPUT0", "OUTPUT0", (256,)),
     "cnn_onnx": ("input", "logits", (3, 64, 64)),
 }
-BACKENDS = ("onnxruntime", "openvino")
+# variant -> (the config's backend line, more config, OpenVINO properties in-process; None: ONNX Runtime)
+VARIANTS: dict[str, tuple[str, str, dict[str, str] | None]] = {
+    "onnxruntime": ('platform: "onnxruntime_onnx"', "", None),
+    "openvino": ('backend: "openvino"', "", {"NUM_STREAMS": "1"}),
+    "openvino_unpinned": (
+        'backend: "openvino"',
+        'parameters { key: "ENABLE_CPU_PINNING" value { string_value: "NO" } }\n',
+        {"NUM_STREAMS": "1", "ENABLE_CPU_PINNING": "NO"},
+    ),
+}
+BASE = "onnxruntime"
 RATIO_KEYS = ("throughput", "p50_us", "p99_us", "server_cpu_us")
 CONFIG = """name: "{name}"
 {backend_line}
@@ -57,22 +69,21 @@ instance_group [ {{ kind: KIND_CPU count: 1 }} ]
 """
 
 
-def build_repository(repo: Path) -> None:
-    """Each example model twice: the ONNX file for ONNX Runtime, its IR for OpenVINO."""
+def build_repository(repo: Path, variants: list[str]) -> None:
+    """Each example model once per variant: the ONNX file for ONNX Runtime, its IR for OpenVINO."""
     for model in MODELS:
         source = ROOT / "model_repository" / model / "1" / "model.onnx"
-        ort_dir = repo / f"{model}_onnxruntime"
-        (ort_dir / "1").mkdir(parents=True)
-        shutil.copyfile(source, ort_dir / "1" / "model.onnx")
-        (ort_dir / "config.pbtxt").write_text(
-            CONFIG.format(name=ort_dir.name, backend_line='platform: "onnxruntime_onnx"')
-        )
-        ov_dir = repo / f"{model}_openvino"
-        (ov_dir / "1").mkdir(parents=True)
-        ov.save_model(ov.convert_model(str(source)), str(ov_dir / "1" / "model.xml"), compress_to_fp16=False)
-        (ov_dir / "config.pbtxt").write_text(
-            CONFIG.format(name=ov_dir.name, backend_line='backend: "openvino"')
-        )
+        for variant in variants:
+            backend_line, more, openvino_properties = VARIANTS[variant]
+            folder = repo / f"{model}_{variant}"
+            (folder / "1").mkdir(parents=True)
+            if openvino_properties is None:
+                shutil.copyfile(source, folder / "1" / "model.onnx")
+            else:
+                ir = ov.convert_model(str(source))
+                ov.save_model(ir, str(folder / "1" / "model.xml"), compress_to_fp16=False)
+            text = CONFIG.format(name=folder.name, backend_line=backend_line) + more
+            (folder / "config.pbtxt").write_text(text)
 
 
 def start_server(repo: Path) -> tuple[subprocess.Popen[bytes], int]:
@@ -125,12 +136,13 @@ def served(
     }
 
 
-def in_process(model: str, backend: str, batch: int, seconds: float) -> float:
+def in_process(model: str, variant: str, batch: int, seconds: float) -> float:
     """Inferences per second of the runtime alone, two threads, one call at a time."""
     name, _, shape = MODELS[model]
     source = ROOT / "model_repository" / model / "1" / "model.onnx"
     data = np.random.default_rng(4).standard_normal((batch, *shape)).astype(np.float32)
-    if backend == "onnxruntime":
+    openvino_properties = VARIANTS[variant][2]
+    if openvino_properties is None:
         options = ort.SessionOptions()
         options.intra_op_num_threads = 2
         session = ort.InferenceSession(str(source), options, providers=["CPUExecutionProvider"])
@@ -139,7 +151,7 @@ def in_process(model: str, backend: str, batch: int, seconds: float) -> float:
             session.run(None, {name: data})
 
     else:
-        compiled = ov.Core().compile_model(ov.convert_model(str(source)), "CPU", {"NUM_STREAMS": "1"})
+        compiled = ov.Core().compile_model(ov.convert_model(str(source)), "CPU", openvino_properties)
         request = compiled.create_infer_request()
 
         def call() -> None:
@@ -154,92 +166,93 @@ def in_process(model: str, backend: str, batch: int, seconds: float) -> float:
     return calls * batch / (time.perf_counter() - started)
 
 
-def _median(rows: list[dict[str, float]], key: str) -> float:
-    return statistics.median(row[key] for row in rows)
+def measure(
+    server: subprocess.Popen[bytes], port: int, variants: list[str], model: str, level: int, args: Any
+) -> dict[str, Any]:
+    """One row: every variant at one concurrency, ``--rounds`` times in turn; medians."""
+    runs: dict[str, list[dict[str, float]]] = {variant: [] for variant in variants}
+    for round_index in range(args.rounds):
+        shift = round_index % len(variants)  # each round starts with the next variant
+        for variant in variants[shift:] + variants[:shift]:
+            runs[variant].append(served(server, port, f"{model}_{variant}", model, level, args.seconds))
+    row: dict[str, Any] = {"model": model, "concurrency": level}
+    for variant in variants:
+        for key in RATIO_KEYS:
+            row[f"{variant}_{key}"] = statistics.median(run[key] for run in runs[variant])
+        row[f"{variant}_errors"] = sum(run["errors"] for run in runs[variant])
+    return row
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=4.0, help="measurement window per row")
-    parser.add_argument("--rounds", type=int, default=2, help="times each pair is measured, in turn")
+    parser.add_argument("--rounds", type=int, default=3, help="times each variant is measured, in turn")
     parser.add_argument("--concurrency", default="1,4,16")
+    parser.add_argument("--variants", default=",".join(VARIANTS), help=f"of {', '.join(VARIANTS)}")
     parser.add_argument(
         "--out", type=Path, default=ROOT / "reports" / "benchmarks" / "openvino_vs_onnxruntime"
     )
     args = parser.parse_args()
     levels = [int(level) for level in args.concurrency.split(",")]
+    variants = [BASE, *(v for v in args.variants.split(",") if v != BASE)]
     console = Console()
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
-        repo = Path(tmp)
-        build_repository(repo)
-        server, port = start_server(repo)
+        build_repository(Path(tmp), variants)
+        server, port = start_server(Path(tmp))
         try:
             for model in MODELS:
-                for concurrency in levels:
-                    runs: dict[str, list[dict[str, float]]] = {backend: [] for backend in BACKENDS}
-                    for round_index in range(args.rounds):
-                        # Alternate which backend goes first, so neither always follows the other.
-                        order = BACKENDS if round_index % 2 == 0 else BACKENDS[::-1]
-                        for backend in order:
-                            runs[backend].append(
-                                served(server, port, f"{model}_{backend}", model, concurrency, args.seconds)
-                            )
-                    row: dict[str, Any] = {"model": model, "concurrency": concurrency}
-                    for backend in BACKENDS:
-                        for key in RATIO_KEYS:
-                            row[f"{backend}_{key}"] = _median(runs[backend], key)
-                        row[f"{backend}_errors"] = sum(r["errors"] for r in runs[backend])
-                    rows.append(row)
-                    console.print(
-                        f"{model} c={concurrency}: OpenVINO {row['openvino_throughput']:,.0f}/s, "
-                        f"ONNX Runtime {row['onnxruntime_throughput']:,.0f}/s"
-                    )
+                for level in levels:
+                    rows.append(row := measure(server, port, variants, model, level, args))
+                    figures = ", ".join(f"{v} {row[f'{v}_throughput']:,.0f}/s" for v in variants)
+                    console.print(f"{model} c={level}: {figures}")
         finally:
             server.terminate()
             server.wait(30)
     baselines = []
     for model in MODELS:
         for batch in (1, 16):
-            speeds = {backend: in_process(model, backend, batch, args.seconds / 2) for backend in BACKENDS}
+            speeds = {v: in_process(model, v, batch, args.seconds / 2) for v in variants}
             baselines.append(
-                {"model": model, "batch": batch, **{f"{b}_infer_per_s": s for b, s in speeds.items()}}
+                {"model": model, "batch": batch, **{f"{v}_infer_per_s": s for v, s in speeds.items()}}
             )
-    report(console, rows, baselines, args.out)
+    report(console, variants, rows, baselines, args.out)
 
 
-def report(console: Console, rows: list[dict[str, Any]], baselines: list[dict[str, Any]], out: Path) -> None:
-    table = Table(title="OpenVINO / ONNX Runtime, served by trt (batch-1 HTTP requests, one instance each)")
+def report(
+    console: Console,
+    variants: list[str],
+    rows: list[dict[str, Any]],
+    baselines: list[dict[str, Any]],
+    out: Path,
+) -> None:
+    table = Table(title="Served by trt: batch-1 HTTP requests, one instance each; ratios to ONNX Runtime")
     for column in (
         "model",
         "concurrency",
+        "variant",
         "throughput",
         "p50",
         "p99",
         "server CPU/request",
-        "OV infer/s",
-        "ORT infer/s",
+        "infer/s",
     ):
-        table.add_column(column, justify="left" if column == "model" else "right")
+        table.add_column(column, justify="left" if column in ("model", "variant") else "right")
     for row in rows:
-        ratios = {key: row[f"openvino_{key}"] / row[f"onnxruntime_{key}"] for key in RATIO_KEYS}
-        table.add_row(
-            row["model"], str(row["concurrency"]), *(f"{ratios[key]:.2f}" for key in RATIO_KEYS),
-            f"{row['openvino_throughput']:,.0f}", f"{row['onnxruntime_throughput']:,.0f}",
-        )  # fmt: skip
+        base = f"{row[f'{BASE}_throughput']:,.0f}"
+        table.add_row(row["model"], str(row["concurrency"]), BASE, "1", "1", "1", "1", base)
+        for variant in variants[1:]:
+            ratios = [row[f"{variant}_{key}"] / row[f"{BASE}_{key}"] for key in RATIO_KEYS]
+            own = f"{row[f'{variant}_throughput']:,.0f}"
+            table.add_row("", "", variant, *(f"{ratio:.2f}" for ratio in ratios), own)
     console.print(table)
-    alone = Table(title="The runtimes alone, in-process, two threads")
-    for column in ("model", "batch", "OpenVINO / ONNX Runtime", "OV infer/s", "ORT infer/s"):
+    alone = Table(title="The runtimes alone, in-process, two threads: ratios to ONNX Runtime")
+    for column in ("model", "batch", f"{BASE} infer/s", *variants[1:]):
         alone.add_column(column, justify="left" if column == "model" else "right")
-    for base in baselines:
-        ov_speed, ort_speed = base["openvino_infer_per_s"], base["onnxruntime_infer_per_s"]
-        alone.add_row(
-            base["model"],
-            str(base["batch"]),
-            f"{ov_speed / ort_speed:.2f}",
-            f"{ov_speed:,.0f}",
-            f"{ort_speed:,.0f}",
-        )
+    for base_row in baselines:
+        speeds = [base_row[f"{variant}_infer_per_s"] for variant in variants]
+        ratios = [f"{speed / speeds[0]:.2f}" for speed in speeds[1:]]
+        alone.add_row(base_row["model"], str(base_row["batch"]), f"{speeds[0]:,.0f}", *ratios)
     console.print(alone)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps({"served": rows, "in_process": baselines}, indent=2))

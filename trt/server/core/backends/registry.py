@@ -122,8 +122,8 @@ def entries() -> tuple[BackendEntry, ...]:
 
 
 def model_filenames() -> tuple[str, ...]:
-    """The default model file of every backend, in detection order (``trt repo validate`` looks for
-    them in the wrong place)."""
+    """The default model file of every backend, in detection order (``trt repo validate`` names one it
+    finds directly in a model folder, outside any version)."""
     return tuple(f.default_filename for e in entries() for f in e.formats if f.default_filename)
 
 

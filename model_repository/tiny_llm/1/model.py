@@ -44,9 +44,19 @@ class TritonPythonModel:
         torch.set_num_threads(int(parameters.get("torch_threads", "1")))
         folder = Path(__file__).resolve().parent
         self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        decoder = engine.LlamaDecoder(folder)
         self.scheduler = engine.Scheduler(
-            engine.LlamaDecoder(folder), self.tokenizer, int(parameters.get("max_num_seqs", "8"))
+            decoder,
+            self.tokenizer,
+            max_num_seqs=int(parameters.get("max_num_seqs", "8")),
+            max_waiting=int(parameters.get("max_waiting", "256")),
         )
+        # A token is at least one byte: a prompt longer than the context times the longest token's
+        # bytes cannot fit, and is refused before the tokenizer spends time on it.
+        vocabulary = range(self.tokenizer.get_vocab_size())
+        longest = max(len(self.tokenizer.decode([token]).encode()) for token in vocabulary)
+        self.context = decoder.shape.max_positions
+        self.max_prompt_bytes = self.context * longest
         self.metrics = None
         if parameters.get("REPORT_CUSTOM_METRICS", "").lower() == "true":
             self.metrics = _VllmMetrics({"model": args["model_name"], "version": args["model_version"]})
@@ -57,14 +67,15 @@ class TritonPythonModel:
             try:
                 self._submit(request, sender)
             except (engine.SamplingError, ValueError) as exc:
-                error = pb_utils.TritonError(str(exc), pb_utils.TritonError.INVALID_ARG)
-                sender.send(
-                    pb_utils.InferenceResponse(error=error), pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
-                )
+                _refuse(sender, str(exc), pb_utils.TritonError.INVALID_ARG)
+            except engine.Overloaded as exc:
+                _refuse(sender, str(exc), pb_utils.TritonError.UNAVAILABLE)
         return None  # the scheduler thread answers, through each request's sender
 
     def _submit(self, request, sender):
         prompt = _text(_input(request, "text_input"))
+        if len(prompt.encode()) > self.max_prompt_bytes:
+            raise ValueError(f"the prompt is longer than this model's context of {self.context} tokens")
         stream = bool(_input(request, "stream", False))
         exclude = _input(request, "exclude_input_in_output")
         # vLLM's defaults: the prompt leads a whole answer, never a stream of deltas.
@@ -116,6 +127,11 @@ class TritonPythonModel:
 
     def finalize(self):
         self.scheduler.stop()
+
+
+def _refuse(sender, message, code):
+    response = pb_utils.InferenceResponse(error=pb_utils.TritonError(message, code))
+    sender.send(response, pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 
 
 def _input(request, name, default=None):

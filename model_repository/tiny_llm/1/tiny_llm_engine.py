@@ -40,7 +40,11 @@ GREEDY_BELOW = 1e-5  # a temperature under this is greedy decoding, as in vLLM
 
 
 class SamplingError(ValueError):
-    """A sampling parameter the engine cannot honour (the message names it)."""
+    """A sampling parameter or a prompt the engine cannot take (the message says which)."""
+
+
+class Overloaded(Exception):
+    """As many sequences wait as the scheduler keeps: the request is refused, not queued."""
 
 
 @dataclass(frozen=True)
@@ -339,10 +343,13 @@ class Scheduler:
 
     CANCEL_CHECK_INTERVAL_S = 0.02
 
-    def __init__(self, decoder: LlamaDecoder, tokenizer: Tokenizer, max_num_seqs: int) -> None:
+    def __init__(
+        self, decoder: LlamaDecoder, tokenizer: Tokenizer, max_num_seqs: int, max_waiting: int
+    ) -> None:
         self.decoder = decoder
         self.tokenizer = tokenizer
         self.max_num_seqs = max_num_seqs
+        self.max_waiting = max_waiting
         self._submitted: queue.SimpleQueue[Sequence | None] = queue.SimpleQueue()
         self._waiting: collections.deque[Sequence] = collections.deque()
         self._running: list[Sequence] = []
@@ -363,6 +370,11 @@ class Scheduler:
                 f"the prompt is {len(sequence.prompt_ids)} tokens; this model's context is {limit} tokens"
             )
         with self._live_lock:
+            if len(self._live) >= self.max_num_seqs + self.max_waiting:
+                raise Overloaded(
+                    f"{len(self._live)} requests are in progress or waiting, as many as this model keeps "
+                    f"(max_num_seqs {self.max_num_seqs} + max_waiting {self.max_waiting}): try again later"
+                )
             self._live.add(sequence)
         self._submitted.put(sequence)
 

@@ -113,3 +113,11 @@ def test_a_restricted_route_needs_its_header(openai_server: OpenAIServer) -> Non
         "param": None,
         "code": "invalid_auth",
     }
+
+
+def test_a_prompt_longer_than_the_models_context_is_a_400(client: openai.OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError, match="this model's context is 1024 tokens"):
+        client.completions.create(model=MODEL, prompt="x " * 1100)
+    # Far longer: refused before it is tokenized.
+    with pytest.raises(openai.BadRequestError, match="longer than this model's context of 1024 tokens"):
+        client.completions.create(model=MODEL, prompt="x" * 600_000)

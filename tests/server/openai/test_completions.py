@@ -53,7 +53,12 @@ def test_the_stream_adds_up_to_the_whole_answer(client: openai.OpenAI) -> None:
 def test_the_stream_ends_with_usage_when_asked(client: openai.OpenAI) -> None:
     chunks = list(
         client.completions.create(
-            model=MODEL, prompt=PROMPT, max_tokens=6, stream=True, stream_options={"include_usage": True}
+            model=MODEL,
+            prompt=PROMPT,
+            max_tokens=6,
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True},
         )
     )
     assert chunks[-1].choices == [] and chunks[-1].usage is not None

@@ -50,9 +50,14 @@ def test_requests_are_counted_by_the_core_and_by_the_model(
     openai_server: OpenAIServer, client: openai.OpenAI
 ) -> None:
     before = metric_samples(openai_server)
-    client.completions.create(model=MODEL, prompt="hello", max_tokens=5)
+    # Greedy: sampled, an end-of-text token could come before max_tokens.
+    client.completions.create(model=MODEL, prompt="hello", max_tokens=5, temperature=0)
     messages = [{"role": "user", "content": "hi"}]
-    list(client.chat.completions.create(model=MODEL, messages=messages, max_tokens=7, stream=True))
+    list(
+        client.chat.completions.create(
+            model=MODEL, messages=messages, max_tokens=7, temperature=0, stream=True
+        )
+    )
     after = metric_samples(openai_server)
 
     def grew(name: str, **labels: str) -> float:

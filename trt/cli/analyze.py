@@ -236,6 +236,12 @@ def analyze_command(
     kind: str | None = typer.Option(None, "--kind", metavar="cpu,gpu"),
     precision: str | None = typer.Option(None, "--precision", metavar="fp32,fp16,int8"),
     threads: str | None = typer.Option(None, "--threads", metavar="N,N", help="Intra-op threads."),
+    streams: str | None = typer.Option(
+        None, "--streams", metavar="N,N", help="OpenVINO NUM_STREAMS; 0 = one per instance."
+    ),
+    hint: str | None = typer.Option(
+        None, "--hint", metavar="none,latency,throughput", help="OpenVINO PERFORMANCE_HINT."
+    ),
     protocol: Protocol = typer.Option(Protocol.HTTP, "-i", "--protocol", case_sensitive=False),
     measurement_interval: int = typer.Option(1000, "-p", "--measurement-interval", help="Window, ms."),
     stability_percentage: float = typer.Option(10.0, "-s", "--stability-percentage"),
@@ -314,6 +320,8 @@ def analyze_command(
             kinds=_choices(kind, "--kind", {"cpu": "KIND_CPU", "gpu": "KIND_GPU"}),  # type: ignore[arg-type]
             precisions=_choices(precision, "--precision", {p: p for p in PRECISIONS}),  # type: ignore[arg-type]
             threads=_ints(threads, "--threads", 1),
+            streams=_ints(streams, "--streams"),
+            hints=_choices(hint, "--hint", {"none": "", "latency": "LATENCY", "throughput": "THROUGHPUT"}),  # type: ignore[arg-type]
             dynamic_batching=_choices(batching, "--dynamic-batching", {"on": True, "off": False}),  # type: ignore[arg-type]
         )
         try:

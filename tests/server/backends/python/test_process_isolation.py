@@ -1,6 +1,6 @@
-"""The shared memory between the server and a Python model's process is reachable by those two
-only: it has no name another process (or a client registering a "system shared memory region")
-could open, and no other child of the server inherits it."""
+"""The shared memory between the server and a Python model's process (arenas, rings, spills) is
+reachable by those two only: it has no name another process (or a client registering a "system
+shared memory region") could open, and no other child of the server inherits it."""
 
 from __future__ import annotations
 
@@ -76,7 +76,9 @@ def test_segments_have_no_name_and_only_their_own_model_process_holds_them(tmp_p
             )
             assert "FileNotFoundError" in opened.stderr
         mine = {link.split(" ")[0] for link in first_files if link.startswith(f"/memfd:{first._tag}")}
-        assert mine == {f"/memfd:{first._tag}_{suffix}" for suffix in ("ctl", "in", "out")}
+        assert mine == {
+            f"/memfd:{first._tag}_{suffix}" for suffix in ("ctl", "in", "out", "spill_s", "spill_m")
+        }
         assert not any(first._tag in link for link in second_files)  # the other model's process
         assert not any(second._tag in link for link in first_files)
 

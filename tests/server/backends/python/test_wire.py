@@ -88,27 +88,29 @@ class _Planted:
         return (Path.touch, (Path(os.environ["TRT_TEST_MARKER"]),))
 
 
-def test_a_pickle_planted_in_a_spill_segment_is_refused_and_never_run(
+def test_a_pickle_in_a_spill_is_refused_and_never_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A spill has a name in /dev/shm while it waits for its reader, so another process could
-    write one. Before, its reader unpickled it: the planted pickle created the marker file."""
+    """Spills were named segments in /dev/shm that another process could write, and their reader
+    unpickled them. Now they have no name; and should a peer write a pickle into one all the same,
+    it is refused, never run."""
     marker = tmp_path / "ran"
     monkeypatch.setenv("TRT_TEST_MARKER", str(marker))
-    prefix = f"trt_test_{os.getpid()}_planted_"
-    with mmap.mmap(-1, _ipc.Ring.bytes_needed(1024)) as buffer:
-        writer = _ipc.Ring(buffer, 0, 1024, prefix)
-        assert writer.put(("big", np.arange(1000, dtype=np.int64)))  # over max_message: a spill
-        [spill] = [name for name in os.listdir("/dev/shm") if name.startswith(prefix)]
-        with open(f"/dev/shm/{spill}", "r+b") as segment:  # the other process's write
-            segment.truncate(0)
-            segment.write(pickle.dumps(("result", _Planted())))
+    spill_fd = _ipc.new_segment("trt_test_spill", 0)
+    with mmap.mmap(-1, _ipc.Ring.bytes_needed(1024) + 8) as buffer:
+        ring = _ipc.Ring(buffer, 0, 1024, _ipc.Spill(spill_fd, buffer, _ipc.Ring.bytes_needed(1024)))
+        before = set(os.listdir("/dev/shm"))
+        assert ring.put(("big", np.arange(1000, dtype=np.int64)))  # over max_message: a spill
+        assert set(os.listdir("/dev/shm")) == before
+        planted = pickle.dumps(("result", _Planted()))
+        os.ftruncate(spill_fd, 0)
+        os.pwrite(spill_fd, planted.ljust(os.fstat(spill_fd).st_size or len(planted), b"\x00"), 0)
         with pytest.raises(WireError):
-            writer.get()
+            ring.get()
         assert not marker.exists()
-        assert os.listdir("/dev/shm").count(spill) == 0  # unlinked all the same
-        assert writer.get() is _ipc.EMPTY
-        writer.close()
+        assert ring.get() is _ipc.EMPTY
+        ring.close()
+    os.close(spill_fd)
 
 
 def test_values_with_no_place_in_a_message_are_refused_when_sent() -> None:

@@ -13,7 +13,6 @@ when to start it again, is decided by its owner (``instance``) through ``on_exit
 from __future__ import annotations
 
 import asyncio
-import glob
 import logging
 import os
 import secrets
@@ -33,7 +32,7 @@ logger = logging.getLogger("trt.backends.python")
 STUB = Path(__file__).resolve().parent / "stub" / "trt_python_stub.py"
 ARENA_BYTES = 16 * 1024 * 1024  # per slot and direction
 EXECUTION_SLOTS = 2
-RING_BYTES = 1 << 20  # per direction; a message over a quarter of it spills into a segment of its own
+RING_BYTES = 1 << 20  # per direction; a message over a quarter of it goes through the ring's spill
 START_TIMEOUT_S = 120.0
 REAP_TIMEOUT_S = 5.0
 
@@ -74,27 +73,26 @@ class ModelProcess:
         self._ring_bytes = ring_bytes
         # After the rings, the number of the last execution the process took off its ring (it
         # writes it before running it): on a death, those after it never started.
-        self._taken_offset = 2 * _ipc.Ring.bytes_needed(ring_bytes)
+        self._taken_offset = _ipc.control_bytes(ring_bytes)
         control_bytes = self._taken_offset + 8
         slots = EXECUTION_SLOTS
         # No names in /dev/shm: only this process and the model processes it hands the file
         # descriptors to can reach them. Shared memory: only the pages written are allocated.
         self._segments: list[int] = []
         try:
-            for suffix, size in (
-                ("in", slots * arena_bytes),
-                ("out", slots * arena_bytes),
-                ("ctl", control_bytes),
-            ):
+            sizes = {"in": slots * arena_bytes, "out": slots * arena_bytes, "ctl": control_bytes}
+            sizes |= {"spill_s": 0, "spill_m": 0}  # messages too big for a ring, one at a time
+            for suffix, size in sizes.items():
                 self._segments.append(_ipc.new_segment(f"{tag}_{suffix}", size))
         except OSError:
             self._close_segments()
             raise
-        self._input_fd, self._output_fd, self._control_fd = self._segments
+        self._input_fd, self._output_fd, self._control_fd, *spills = self._segments
+        self._spills = (spills[0], spills[1])
         self.input_arenas = _ipc.slot_arenas(self._input_fd, arena_bytes, slots)
         self.output_arenas = _ipc.slot_arenas(self._output_fd, arena_bytes, slots)
         self._control = _ipc.map_segment(self._control_fd, control_bytes)
-        self._outbox, self._inbox = _ipc.ring_pair(self._control, ring_bytes, f"{tag}_x")
+        self._outbox, self._inbox = _ipc.ring_pair(self._control, ring_bytes, self._spills)
         self._backlog: list[Message] = []  # messages waiting for room in the outbox (rare)
         self._to_model = self._to_server = -1  # eventfds
         self._popen: subprocess.Popen[bytes] | None = None
@@ -110,8 +108,8 @@ class ModelProcess:
     def start(self) -> None:
         """Start the child and run ``initialize`` (blocking: called from a loader thread). Raises
         ``ModelLoadError`` if it cannot start or its ``initialize()`` fails."""
-        self._outbox.reset()
-        self._inbox.reset()
+        for ring in (self._outbox, self._inbox):
+            ring.reset()
         struct.pack_into("<q", self._control, self._taken_offset, -1)
         to_model, to_server = os.eventfd(0), os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         parent, child = socket.socketpair()
@@ -139,7 +137,7 @@ class ModelProcess:
             "size": self._taken_offset + 8,
             "taken_offset": self._taken_offset,
             "capacity": self._ring_bytes,
-            "spill_prefix": f"{self.tag}_x",
+            "spills": self._spills,
             "wait_fd": to_model,
             "wake_fd": to_server,
         }
@@ -277,17 +275,9 @@ class ModelProcess:
             asyncio.get_running_loop().call_later(0.001, self._flush_backlog)
 
     def discard_unsent(self) -> None:
-        """Drop what was on its way to a process that died: the backlog, and messages that spilled
-        into segments of their own."""
+        """Drop what was on its way to a process that died: the backlog (the rings and their
+        spills are emptied when the next process starts)."""
         self._backlog.clear()
-        self._remove_spills()
-
-    def _remove_spills(self) -> None:
-        for path in glob.glob(f"/dev/shm/{self.tag}_x*"):
-            try:
-                os.unlink(path)
-            except FileNotFoundError:
-                pass
 
     async def stop(self) -> None:
         """Ask the process to run ``finalize()`` and exit (killed after 10 s), read its last
@@ -318,7 +308,6 @@ class ModelProcess:
 
     def release(self) -> None:
         """Free the rings, arenas and segments (once the process no longer uses them)."""
-        self._remove_spills()
         for ring in (self._outbox, self._inbox):
             ring.close()
         for arena in (*self.input_arenas, *self.output_arenas):

@@ -9,8 +9,8 @@ After start-up, messages (pickles) travel through two single-producer single-con
 shared-memory segment, one per direction, and each message is announced by writing to an eventfd:
 one cheap system call per side and message, no socket buffers, and no spurious wake-ups (reading a
 unix socket wakes its writer's waiters). A message too big for its ring travels in a segment of its
-own ("spill", named in /dev/shm: encoded with ``trt_pb_wire``, never pickled, as another process
-could write one), which the reader unlinks. Fixed-size tensors travel through a shared-memory arena
+own ("spill": a memfd per direction, one message at a time, encoded with ``trt_pb_wire``, not
+pickled). Fixed-size tensors travel through a shared-memory arena
 written at offsets; only (name, datatype, shape, offset) cross in the message. BYTES tensors and
 tensors that do not fit the arena are pickled into the message. The socket that started the
 process stays open only so that each side sees the other exit.
@@ -63,7 +63,7 @@ _fence = _no_fence if platform.machine().lower() in ("x86_64", "amd64", "i386", 
 
 _LENGTH = struct.Struct("<I")
 _WRAP = 0xFFFFFFFF  # in a ring: the next message starts at the beginning of the data
-_SPILL = 0xFFFFFFFE  # in a ring: the message is in a segment of its own, named by what follows
+_SPILL = 0xFFFFFFFE  # in a ring: the message is in the ring's spill
 PICKLE_PROTOCOL = 5
 
 # Wire datatype names for numpy dtypes; object arrays are BYTES.
@@ -132,13 +132,13 @@ class Ring:
 
     The head (read position) and tail (write position) count bytes since the start and never
     wrap; each message is a 4-byte length and the pickle, padded to 8 bytes. A message that would
-    cross the end is preceded by a wrap mark; one larger than ``max_message`` is written to a
-    segment of its own (``spill_prefix`` + a counter) and only its name crosses the ring.
+    cross the end is preceded by a wrap mark; one larger than ``max_message`` is written to the
+    ring's ``Spill`` and only a mark crosses the ring.
     """
 
     HEADER = 128  # tail at 0, head at 64: separate cache lines
 
-    def __init__(self, buffer: mmap.mmap, offset: int, capacity: int, spill_prefix: str = "") -> None:
+    def __init__(self, buffer: mmap.mmap, offset: int, capacity: int, spill: Spill | None = None) -> None:
         if capacity & (capacity - 1) or capacity < 64:
             raise ValueError("the ring's capacity must be a power of two")
         self._map = buffer
@@ -148,8 +148,7 @@ class Ring:
         self._capacity = capacity
         self._mask = capacity - 1
         self.max_message = capacity // 4
-        self._spill_prefix = spill_prefix
-        self._spills = 0
+        self._spill = spill
 
     @staticmethod
     def bytes_needed(capacity: int) -> int:
@@ -158,6 +157,8 @@ class Ring:
     def reset(self) -> None:
         self._tail.value = 0
         self._head.value = 0
+        if self._spill is not None:
+            self._spill.reset()
 
     def empty(self) -> bool:
         return self._head.value == self._tail.value
@@ -167,15 +168,14 @@ class Ring:
         payload = pickle.dumps(message, protocol=PICKLE_PROTOCOL)
         if len(payload) <= self.max_message:
             return self._put(len(payload), payload)
-        name = f"{self._spill_prefix}{self._spills + 1}"
-        mark = _LENGTH.pack(len(name)) + name.encode()
-        if not self._room(self._size_on_ring(len(mark))):
+        if self._spill is None:
+            raise ValueError(f"a message of {len(payload)} bytes is too big for this ring")
+        if not self._room(self._size_on_ring(0)):
             return False  # checked first: a spill written must reach the ring
-        self._spills += 1
-        # A spill has a name in /dev/shm until its reader unlinks it: another process could write
-        # one, so it never holds a pickle, but an encoding whose decoder builds only data.
-        _write_spill(name, trt_pb_wire.encode(message))
-        return self._put(_SPILL, mark)
+        # Not a pickle: the spill's reader decodes it with a decoder that builds only data.
+        if not self._spill.write(trt_pb_wire.encode(message)):
+            return False  # the reader has not taken the last one yet
+        return self._put(_SPILL, b"")
 
     @staticmethod
     def _size_on_ring(size: int) -> int:
@@ -220,11 +220,10 @@ class Ring:
             (mark,) = _LENGTH.unpack_from(self._map, self._data)
         start = self._data + 4 + index
         if mark == _SPILL:
-            (size,) = _LENGTH.unpack_from(self._map, start)
-            name = bytes(self._map[start + 4 : start + 4 + size]).decode()
             _fence()
-            self._head.value = head + self._size_on_ring(4 + size)
-            return _read_spill(name)
+            self._head.value = head + self._size_on_ring(0)
+            assert self._spill is not None
+            return trt_pb_wire.decode(self._spill.read())
         with memoryview(self._map) as view:
             message = pickle.loads(view[start : start + mark])
         _fence()  # done with the bytes before handing their space back
@@ -233,37 +232,53 @@ class Ring:
 
     def close(self) -> None:
         del self._tail, self._head
+        if self._spill is not None:
+            self._spill.close()
 
 
-def _write_spill(name: str, payload: bytes) -> None:
-    fd = os.open(f"/dev/shm/{name}", os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
+class Spill:
+    """Where one direction's messages too big for its ring go: a shared-memory file with no name
+    (a memfd both processes hold), one message at a time, and a word in the control segment that
+    holds its size until the reader has taken it (0: free). Read with ``pread``, not mapped: a
+    file truncated under a mapping raises SIGBUS."""
+
+    def __init__(self, fd: int, buffer: mmap.mmap, offset: int) -> None:
+        self._fd = fd
+        self._size = ctypes.c_uint64.from_buffer(buffer, offset)
+
+    def reset(self) -> None:
+        os.ftruncate(self._fd, 0)
+        self._size.value = 0
+
+    def write(self, payload: bytes) -> bool:
+        """Hold ``payload``; False while the reader has not taken the last one."""
+        if self._size.value:
+            return False
+        os.ftruncate(self._fd, len(payload))
         with memoryview(payload) as view:
             written = 0
             while written < len(view):
-                written += os.write(fd, view[written:])
-    finally:
-        os.close(fd)
+                written += os.pwrite(self._fd, view[written:], written)
+        self._size.value = len(payload)  # before the ring's mark, which the ring publishes
+        return True
 
+    def read(self) -> bytes:
+        """The message it holds; then it is free (and its memory given back)."""
+        size = self._size.value
+        chunks = []
+        done = 0
+        while done < size:
+            chunk = os.pread(self._fd, size - done, done)
+            if not chunk:
+                break  # shorter than announced: the decoder says so
+            chunks.append(chunk)
+            done += len(chunk)
+        os.ftruncate(self._fd, 0)
+        self._size.value = 0
+        return b"".join(chunks)
 
-def _read_spill(name: str) -> Any:
-    path = f"/dev/shm/{name}"
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.unlink(path)
-        # Read, not mapped: a file another process truncates under a mapping raises SIGBUS.
-        size = os.fstat(fd).st_size
-        data = bytearray(size)
-        with memoryview(data) as view:
-            done = 0
-            while done < size:
-                read = os.readv(fd, [view[done:]])
-                if read == 0:
-                    raise trt_pb_wire.WireError(f"spill {name} ends early")
-                done += read
-            return trt_pb_wire.decode(view)
-    finally:
-        os.close(fd)
+    def close(self) -> None:
+        del self._size
 
 
 _ONE = (1).to_bytes(8, sys.byteorder)
@@ -299,14 +314,19 @@ def map_segment(fd: int, size: int) -> mmap.mmap:
     return mmap.mmap(fd, size)
 
 
-def ring_pair(buffer: mmap.mmap, capacity: int, spill_prefix: str) -> tuple[Ring, Ring]:
-    """The two rings of a control segment: (server to model, model to server). Each side names its
-    own spills: ``spill_prefix`` + "s" from the server, + "m" from the model."""
+def ring_pair(buffer: mmap.mmap, capacity: int, spills: tuple[int, int]) -> tuple[Ring, Ring]:
+    """The two rings of a control segment, (server to model, model to server), and their spills
+    (memfds, in that order). The segment holds the rings, then two words for the spills' sizes."""
     size = Ring.bytes_needed(capacity)
     return (
-        Ring(buffer, 0, capacity, spill_prefix + "s"),
-        Ring(buffer, size, capacity, spill_prefix + "m"),
+        Ring(buffer, 0, capacity, Spill(spills[0], buffer, 2 * size)),
+        Ring(buffer, size, capacity, Spill(spills[1], buffer, 2 * size + 8)),
     )
+
+
+def control_bytes(capacity: int) -> int:
+    """The size of a control segment: two rings, the two spills' sizes."""
+    return 2 * Ring.bytes_needed(capacity) + 16
 
 
 class _Empty:

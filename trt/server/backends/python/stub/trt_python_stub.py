@@ -425,7 +425,7 @@ def serve(fd: int) -> None:
         runtime.input_arenas = _ipc.slot_arenas(*input_arena)
         runtime.output_arenas = _ipc.slot_arenas(*output_arena)
         segment = _ipc.map_segment(channel["segment"], channel["size"])
-        inbox, outbox = _ipc.ring_pair(segment, channel["capacity"], channel["spill_prefix"])
+        inbox, outbox = _ipc.ring_pair(segment, channel["capacity"], tuple(channel["spills"]))
         model = load_model_class(model_path)()
         if hasattr(model, "initialize"):
             result = model.initialize(args)

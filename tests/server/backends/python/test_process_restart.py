@@ -288,3 +288,29 @@ def test_malformed_request_cancelled_calls_from_the_model_are_answered_as_errors
     assert "no request 99" in out_of_range
     assert out_of_range.startswith("request_cancelled:")
     assert too_few.startswith("request_cancelled:") and unhashable.startswith("request_cancelled:")
+
+
+def test_executions_the_scheduler_hands_over_while_a_failed_restart_is_reported_are_answered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When the last start attempt fails, answering the waiting executions lets the scheduler hand
+    over its next one at once; it is answered too. (Before the state was set first, that one
+    joined the waiting list just emptied, and waited for good.)"""
+    monkeypatch.setattr(instance_module, "RESTART_BACKOFF_S", ())  # one attempt, then FAILED
+    instance = _instance(tmp_path, PID_MODEL)
+    scheduler = RequestScheduler([instance], ModelStatistics("m", "1"))
+    (tmp_path / "broken").touch()
+
+    async def scenario() -> list[tuple[BackendResponse, object] | BaseException]:
+        try:
+            calls = [
+                asyncio.ensure_future(scheduler.schedule(_request(name), 1))
+                for name in ("die", "a", "b", "c")
+            ]
+            return await asyncio.wait_for(asyncio.gather(*calls, return_exceptions=True), 10)
+        finally:
+            await instance.aclose()
+
+    answers = asyncio.run(scenario())
+    assert all(isinstance(answer, ModelProcessDied) for answer in answers), answers
+    assert instance.state is State.CLOSED and _segments(instance) == []

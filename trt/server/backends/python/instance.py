@@ -300,11 +300,12 @@ class PythonModelInstance:
                 )  # fmt: skip
                 if self.state is State.CLOSED:
                     return
+                # The state first: a scheduler starts its next execution from these ``done``
+                # calls, and that one must be answered too, not left waiting.
+                self.state = State.FAILED if attempt + 1 == attempts else State.BACKING_OFF
                 self._fail_waiting(self._unhealthy(f"could not be restarted: {exc}"))
-                if attempt + 1 == attempts:
-                    self.state = State.FAILED
+                if self.state is not State.BACKING_OFF:
                     return
-                self.state = State.BACKING_OFF
                 assert self._wake_restart is not None
                 delay = RESTART_BACKOFF_S[min(attempt, len(RESTART_BACKOFF_S) - 1)]
                 try:

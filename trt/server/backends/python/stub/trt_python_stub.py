@@ -436,8 +436,7 @@ def serve(fd: int) -> None:
         return
     runtime.send(("ready", sys.executable))
     runtime.connect(inbox, outbox, channel["wait_fd"], channel["wake_fd"])
-    # The server reads it if this process dies: executions after it never started, and run again.
-    taken = memoryview(segment)[channel["taken_offset"] : channel["taken_offset"] + 8].cast("q")
+    taken = memoryview(segment)[channel["taken_offset"] :][:8].cast("q")  # see ModelProcess.last_taken
     while True:
         message = runtime.next_command()
         kind = message[0]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import signal
 import socket
@@ -17,6 +18,7 @@ from typing import Any
 
 from trt.server.core.options import CoreOptions
 from trt.server.core.server import InferenceServer, StartupError
+from trt.server.grpc.options import GrpcOptions
 from trt.server.http.app import HttpApp
 from trt.server.http.protocol import HttpServer
 from trt.server.metrics import MetricsApp
@@ -44,6 +46,7 @@ class ServeOptions:
     http_max_input_size: int = 64 * 1024 * 1024
     http_restrictions: Restrictions = field(default_factory=Restrictions)  # --http-restricted-api
     grpc_restrictions: Restrictions = field(default_factory=Restrictions)  # --grpc-restricted-protocol
+    grpc_options: GrpcOptions = field(default_factory=GrpcOptions)  # TLS, keepalive, compression, limits
 
 
 def _bind(endpoint: Endpoint, what: str) -> socket.socket:
@@ -82,11 +85,10 @@ async def serve(options: ServeOptions, on_ready: Callable[[InferenceServer, dict
     grpc_server = None
     try:
         if options.grpc.enabled:
-            from trt.server.grpc.service import start_grpc_server
+            from trt.server.grpc.server import start_grpc_server
 
-            grpc_server = await start_grpc_server(
-                core, options.grpc.address, options.grpc.port, options.grpc_restrictions
-            )
+            grpc_options = dataclasses.replace(options.grpc_options, restrictions=options.grpc_restrictions)
+            grpc_server = await start_grpc_server(core, options.grpc.address, options.grpc.port, grpc_options)
             logger.info("Started GRPCInferenceService at %s:%d", options.grpc.address, options.grpc.port)
         for endpoint, app, what in (
             (
@@ -108,7 +110,7 @@ async def serve(options: ServeOptions, on_ready: Callable[[InferenceServer, dict
             await server.start(sock)
             servers.append(server)
             logger.info("Started %s at %s:%d", what, endpoint.address, endpoint.port)
-    except OSError as exc:
+    except (OSError, ValueError) as exc:  # ValueError: TLS files that cannot be loaded
         logger.error("%s", exc)
         await _shutdown(core, servers, grpc_server, options.exit_timeout_secs)
         return 1

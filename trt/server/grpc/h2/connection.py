@@ -57,6 +57,7 @@ _SETTINGS, _PUSH, _PING, _GOAWAY = (
 _WINDOW, _CONTINUATION = FrameType.WINDOW_UPDATE, FrameType.CONTINUATION
 _EMPTY = memoryview(b"")
 _CACHED_BLOCK_BYTES = 1024
+LINGER_S = 1.0  # after a GOAWAY, how long the client's last bytes are read and dropped
 _CACHED_BLOCKS = 64
 
 
@@ -171,6 +172,8 @@ class H2ServerConnection(ControlFrames, asyncio.Protocol):
             self.fail(failure.code, failure.message)
 
     def eof_received(self) -> bool | None:
+        if self._failed and self._transport is not None:
+            self._transport.close()  # the client saw our GOAWAY and closed its side
         return False
 
     def _preface_timeout(self) -> None:
@@ -201,9 +204,23 @@ class H2ServerConnection(ControlFrames, asyncio.Protocol):
         logger.debug("HTTP/2 connection error %s: %s", code.name, message)
         debug = message.encode("utf-8", "replace")[:256]
         goaway = frame_head(8 + len(debug), _GOAWAY, 0, 0) + struct.pack(">II", self._last_stream_id, code)
+        self.out.write(goaway + debug)
+        self.close_after_goaway()
+
+    def close_after_goaway(self) -> None:
+        """Close so that the client reads our GOAWAY: stop writing, take (and drop) what it still sends
+        for a moment, then close. Closing at once with its bytes unread would reset the connection,
+        and the reset can overtake the GOAWAY."""
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return
         self.out.uncork()
-        self._transport.write(goaway + debug)
-        self._transport.close()
+        self._failed = True  # nothing more is read
+        if transport.can_write_eof():
+            transport.write_eof()
+            self._timers.append(self._loop.call_later(LINGER_S, transport.close))
+        else:
+            transport.close()
 
     def shutdown(self) -> None:
         """Graceful: GOAWAY naming the last stream taken; the connection closes once those finish."""
@@ -212,7 +229,7 @@ class H2ServerConnection(ControlFrames, asyncio.Protocol):
         self._goaway_sent = True
         self.out.write(frame_head(8, _GOAWAY, 0, 0) + struct.pack(">II", self._last_stream_id, 0))
         if not self.streams:
-            self._transport.close()
+            self.close_after_goaway()
 
     def abort(self) -> None:
         if self._transport is not None:

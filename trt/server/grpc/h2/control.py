@@ -56,11 +56,14 @@ class ControlFrames:
     def shutdown(self) -> None:
         raise NotImplementedError
 
+    def close_after_goaway(self) -> None:
+        raise NotImplementedError
+
     def _stream_closed(self, stream: H2Stream, reset: bool) -> None:
         self.streams.pop(stream.id, None)
         self._remember_closed(stream.id, reset)
-        if self._goaway_sent and not self.streams and self._transport is not None:
-            self._transport.close()
+        if self._goaway_sent and not self.streams:
+            self.close_after_goaway()
 
     def _remember_closed(self, stream_id: int, reset: bool) -> None:
         closed = self._closed
@@ -184,5 +187,5 @@ class ControlFrames:
         self._remember_closed(stream_id, False)
         self._spend_reset()
         stream.on_reset(code)
-        if self._goaway_sent and not self.streams and self._transport is not None:
-            self._transport.close()
+        if self._goaway_sent and not self.streams:
+            self.close_after_goaway()

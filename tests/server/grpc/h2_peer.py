@@ -54,6 +54,7 @@ class H2Peer:
         self.buffer = b""
         self.server_settings: dict[int, int] = {}
         self.closed = False
+        self.answer_pings = False  # acknowledge the server's keepalive PINGs as they come
         if handshake:
             self.send_raw(PREFACE)
             self.settings(settings or {})
@@ -99,6 +100,9 @@ class H2Peer:
                     head, self.buffer = self.buffer[:9], self.buffer[9:]
                     payload, self.buffer = self.buffer[:length], self.buffer[length:]
                     stream = int.from_bytes(head[5:9], "big") & 0x7FFFFFFF
+                    if self.answer_pings and head[3] == FrameType.PING and not head[4] & ACK:
+                        self.send(FrameType.PING, ACK, 0, payload)
+                        continue
                     return Frame(head[3], head[4], stream, payload)
             remaining = deadline - time.monotonic()
             if remaining <= 0:

@@ -61,8 +61,6 @@ class GrpcOptions:
     # message that would take the total past it is refused with RESOURCE_EXHAUSTED before any of it
     # is held. One message of the largest size always fits.
     max_receiving_bytes: int = MAX_MESSAGE_SIZE
-    # --grpc-infer-allocation-pool-size: call states kept for reuse once their call ends.
-    infer_allocation_pool_size: int = 8
     # --grpc-max-response-pool-size: responses a stream may hold unsent (the client reads slowly)
     # before the code producing them waits; ``max_unsent_bytes`` bounds their bytes the same way.
     max_response_pool_size: int = 2**31 - 1
@@ -76,5 +74,3 @@ class GrpcOptions:
             )
         if self.max_response_pool_size <= 0:
             raise ValueError("--grpc-max-response-pool-size must be greater than 0")
-        if self.infer_allocation_pool_size < 0:
-            raise ValueError("--grpc-infer-allocation-pool-size must not be negative")

@@ -60,9 +60,7 @@ class GrpcServer:
         app = GrpcApp(self.core, options, self.methods)
 
         def connection() -> H2ServerConnection:
-            made = H2ServerConnection(app, options.http2, options.keepalive, self.connections.discard)
-            self.connections.add(made)
-            return made
+            return H2ServerConnection(app, options.http2, options.keepalive, self.connections)
 
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(connection, sock=sock, ssl=context)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
-from collections.abc import Callable
 from typing import Protocol, cast
 
 from trt.http2.frames import (
@@ -77,12 +76,12 @@ class H2ServerConnection(ControlFrames, asyncio.Protocol):
         opener: StreamOpener,
         settings: H2Settings,
         keepalive: KeepaliveOptions,
-        on_close: Callable[[H2ServerConnection], None],
+        registry: set[H2ServerConnection],
     ) -> None:
         self._opener = opener
         self._settings = settings
         self._keepalive = keepalive
-        self._on_close = on_close
+        self._registry = registry  # the open connections of the endpoint (for its graceful stop)
         self._loop = asyncio.get_running_loop()
         self._transport: asyncio.Transport | None = None
         self.out: Outbound
@@ -116,6 +115,7 @@ class H2ServerConnection(ControlFrames, asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         transport = cast(asyncio.Transport, transport)  # uvloop's transports do not subclass it
         self._transport = transport
+        self._registry.add(self)  # here, not when made: a failed TLS handshake never gets this far
         ssl_object = transport.get_extra_info("ssl_object")
         self.out = Outbound(transport, self._settings, self._stream_closed)
         if ssl_object is not None and ssl_object.selected_alpn_protocol() != "h2":
@@ -160,7 +160,7 @@ class H2ServerConnection(ControlFrames, asyncio.Protocol):
         for stream in streams:
             stream.closed = True
             stream.on_reset(ErrorCode.CANCEL)
-        self._on_close(self)
+        self._registry.discard(self)
 
     def pause_writing(self) -> None:
         self.out.pause()

@@ -51,7 +51,7 @@ class H2Peer:
         self.sock = socket.create_connection((host, int(port)), timeout=10)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.decoder = HpackDecoder()
-        self.buffer = b""
+        self.buffer = bytearray()
         self.server_settings: dict[int, int] = {}
         self.closed = False
         self.answer_pings = False  # acknowledge the server's keepalive PINGs as they come
@@ -97,8 +97,8 @@ class H2Peer:
             if len(self.buffer) >= 9:
                 length = int.from_bytes(self.buffer[:3], "big")
                 if len(self.buffer) >= 9 + length:
-                    head, self.buffer = self.buffer[:9], self.buffer[9:]
-                    payload, self.buffer = self.buffer[:length], self.buffer[length:]
+                    head, payload = bytes(self.buffer[:9]), bytes(self.buffer[9 : 9 + length])
+                    del self.buffer[: 9 + length]
                     stream = int.from_bytes(head[5:9], "big") & 0x7FFFFFFF
                     if self.answer_pings and head[3] == FrameType.PING and not head[4] & ACK:
                         self.send(FrameType.PING, ACK, 0, payload)
@@ -153,7 +153,7 @@ class H2Peer:
         """A call's answer: its headers, its DATA bytes and its trailers (empty for trailers-only)."""
         headers: dict[str, str] = {}
         trailers: dict[str, str] = {}
-        data = b""
+        data = bytearray()
         while True:
             frame = self.until({FrameType.HEADERS, FrameType.DATA, FrameType.RST_STREAM}, stream, timeout)
             assert frame is not None, "the connection closed before the response ended"
@@ -165,7 +165,7 @@ class H2Peer:
             else:
                 trailers = dict(self.last_headers)
             if frame.flags & END_STREAM:
-                return headers, data, trailers
+                return headers, bytes(data), trailers
 
     def ping_works(self, opaque: bytes = b"12345678") -> bool:
         """The connection still answers: a PING comes back acknowledged."""

@@ -2,8 +2,10 @@
 
 Data a stream cannot send yet (no credit on the stream or the connection, or the transport's buffer
 above its high-water mark) waits in that stream's outbox, with the trailers behind it, and goes out
-as WINDOW_UPDATEs arrive or the transport drains, streams in the order they became blocked. While the
-connection handles received bytes, writes are corked into one ``transport.write``. Control frames
+as WINDOW_UPDATEs arrive or the transport drains, streams in the order they became blocked; a large
+payload goes to the transport ``WRITE_BATCH`` bytes at a time, so that the transport's buffer holds
+little more than its high-water mark whatever credit the peer gives. While the connection handles
+received bytes, writes are corked into one ``transport.write`` (up to ``WRITE_BATCH``). Control frames
 (SETTINGS and PING acknowledgements) are refused once the transport holds ``max_write_buffer`` bytes
 the peer has not read: a peer that floods them without reading ends its connection.
 """
@@ -31,6 +33,7 @@ from trt.server.grpc.h2.stream import H2Stream
 _DATA, _HEADERS, _CONTINUATION = FrameType.DATA, FrameType.HEADERS, FrameType.CONTINUATION
 _RST, _WINDOW = FrameType.RST_STREAM, FrameType.WINDOW_UPDATE
 _U32 = struct.Struct(">I")
+WRITE_BATCH = 256 << 10  # data handed to the transport at a time while a stream drains
 
 
 class Outbound:
@@ -51,11 +54,13 @@ class Outbound:
         self.blocked: dict[int, H2Stream] = {}
         self._on_closed = on_closed  # (stream, reset_by_us)
         self._cork: list[bytes | memoryview] | None = None
+        self._cork_bytes = 0
 
     # -- writing ---------------------------------------------------------------------------------
 
     def cork(self) -> None:
         self._cork = []
+        self._cork_bytes = 0
 
     def uncork(self) -> None:
         corked, self._cork = self._cork, None
@@ -65,13 +70,21 @@ class Outbound:
     def write(self, data: bytes) -> None:
         if self._cork is not None:
             self._cork.append(data)
+            self._cork_bytes += len(data)
         else:
             self.transport.write(data)
 
     def _write_all(self, parts: list[bytes | memoryview]) -> None:
-        if self._cork is not None:
-            self._cork.extend(parts)
-        elif len(parts) > 8 or any(len(part) > 65536 for part in parts):
+        corked = self._cork
+        if corked is not None:
+            corked.extend(parts)
+            self._cork_bytes += sum(len(part) for part in parts)
+            if self._cork_bytes < WRITE_BATCH:
+                return
+            # Enough to write now, in order, so that the transport can say it is full (pause_writing).
+            self._cork, self._cork_bytes = [], 0
+            parts = corked
+        if len(parts) > 8 or any(len(part) > 65536 for part in parts):
             self.transport.writelines(parts)  # large payloads: no joined copy
         else:
             self.transport.write(b"".join(parts))
@@ -203,6 +216,7 @@ class Outbound:
     def _drain(self, stream: H2Stream) -> None:
         """Send what credit allows from the stream's outbox; the trailers once it is empty."""
         parts: list[bytes | memoryview] = []
+        batch = 0
         outbox = stream.outbox
         while outbox and not self.paused:
             view = outbox[0]
@@ -219,6 +233,11 @@ class Outbound:
             stream.outbox_bytes -= size
             end = END_STREAM if stream.outbox_end and not outbox and stream.outbox_trailers is None else 0
             parts += [frame_head(size, _DATA, end, stream.id), view]
+            batch += size
+            if batch >= WRITE_BATCH:  # write it: the transport may pause us (its buffer is full)
+                self.data_frames += 1
+                self._write_all(parts)
+                parts, batch = [], 0
         if parts:
             self.data_frames += 1
             self._write_all(parts)

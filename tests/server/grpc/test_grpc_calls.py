@@ -5,6 +5,7 @@ at once (not at a garbage-collection pass)."""
 
 from __future__ import annotations
 
+import struct
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +19,7 @@ from tritonclient.utils import InferenceServerException
 
 from tests.server.grpc.h2_peer import SERVICE, H2Peer, grpc_message, request_block
 from tests.support import ServerProcess, save_onnx, write_identity, write_python_model, write_simple
-from trt.http2.frames import END_STREAM, FrameType
+from trt.http2.frames import END_STREAM, FrameType, Setting
 from trt.http2.hpack import encode_header
 from trt.protos import grpc_service_pb2 as pb
 
@@ -230,3 +231,32 @@ def test_a_refused_bytes_tensor_does_not_hold_memory_until_a_gc_pass(server: Ser
                 infer(request.SerializeToString())
             assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert _rss(server) - before < 100 << 20
+
+
+def test_a_large_response_to_a_slow_reader_waits_in_the_outbox_not_the_write_buffer(
+    server: ServerProcess,
+) -> None:
+    # The client grants all the credit there is, then reads nothing for a while and sends a PING. A
+    # response handed to the transport whole would sit in its write buffer, over the limit that
+    # guards against PING floods, and the PING would end the connection (ENHANCE_YOUR_CALM).
+    size = 96 << 20
+    request = pb.ModelInferRequest(model_name="identity_fp32")
+    request.inputs.add(name="INPUT", datatype="FP32", shape=[1, size // 4])
+    request.raw_input_contents.append(bytes(size))
+    peer = H2Peer(
+        server.grpc_url,
+        settings={Setting.INITIAL_WINDOW_SIZE: (1 << 31) - 1, Setting.MAX_FRAME_SIZE: (1 << 24) - 1},
+    )
+    peer.send(FrameType.WINDOW_UPDATE, 0, 0, struct.pack(">I", (1 << 31) - 1 - 65535))
+    peer.headers(1, request_block(SERVICE + "ModelInfer"))
+    message = memoryview(grpc_message(request.SerializeToString()))
+    frame = peer.server_settings[Setting.MAX_FRAME_SIZE]
+    for at in range(0, len(message), frame):
+        piece = message[at : at + frame]
+        peer.send(FrameType.DATA, END_STREAM if at + frame >= len(message) else 0, 1, bytes(piece))
+    time.sleep(2)  # the response is ready by now, and unread
+    peer.send(FrameType.PING, 0, 0, b"stillok!")
+    _, data, trailers = peer.response(1, timeout=60)
+    assert trailers["grpc-status"] == "0" and len(data) > size
+    assert peer.ping_works(b"after!!!")
+    peer.close()

@@ -117,7 +117,7 @@ class H2ServerConnection(ControlFrames, asyncio.Protocol):
         self._transport = transport
         self._registry.add(self)  # here, not when made: a failed TLS handshake never gets this far
         ssl_object = transport.get_extra_info("ssl_object")
-        self.out = Outbound(transport, self._settings, self._stream_closed)
+        self.out = Outbound(transport, self._settings, self._stream_closed, self.streams)
         if ssl_object is not None and ssl_object.selected_alpn_protocol() != "h2":
             logger.debug("TLS client did not negotiate h2 (ALPN): closing")
             transport.close()

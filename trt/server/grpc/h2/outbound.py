@@ -42,8 +42,10 @@ class Outbound:
         transport: asyncio.Transport,
         settings: H2Settings,
         on_closed: Callable[[H2Stream, bool], None],
+        streams: dict[int, H2Stream],
     ) -> None:
         self.transport = transport
+        self._streams = streams  # the connection's open streams
         self.send_window = DEFAULT_WINDOW  # the connection's
         self.initial_send_window = DEFAULT_WINDOW  # the peer's SETTINGS_INITIAL_WINDOW_SIZE
         self.initial_receive_window = settings.initial_window_size
@@ -55,26 +57,41 @@ class Outbound:
         self._on_closed = on_closed  # (stream, reset_by_us)
         self._cork: list[bytes | memoryview] | None = None
         self._cork_bytes = 0
+        self._loop = asyncio.get_running_loop()
 
     # -- writing ---------------------------------------------------------------------------------
 
     def cork(self) -> None:
-        self._cork = []
-        self._cork_bytes = 0
+        if self._cork is None:
+            self._cork = []
+            self._cork_bytes = 0
 
     def uncork(self) -> None:
         corked, self._cork = self._cork, None
         if corked:
-            self._write_all(corked)
+            self._send(corked)
+
+    def _defer(self) -> bool:
+        """Cork until the end of this turn of the event loop when other streams are in flight: their
+        answers, often due in the same turn, then share one write (one system call)."""
+        if len(self._streams) < 2:
+            return False
+        self._cork = []
+        self._cork_bytes = 0
+        self._loop.call_soon(self.uncork)
+        return True
 
     def write(self, data: bytes) -> None:
-        if self._cork is not None:
+        if self._cork is not None or self._defer():
+            assert self._cork is not None
             self._cork.append(data)
             self._cork_bytes += len(data)
         else:
             self.transport.write(data)
 
     def _write_all(self, parts: list[bytes | memoryview]) -> None:
+        if self._cork is None:
+            self._defer()
         corked = self._cork
         if corked is not None:
             corked.extend(parts)
@@ -84,6 +101,9 @@ class Outbound:
             # Enough to write now, in order, so that the transport can say it is full (pause_writing).
             self._cork, self._cork_bytes = [], 0
             parts = corked
+        self._send(parts)
+
+    def _send(self, parts: list[bytes | memoryview]) -> None:
         if len(parts) > 8 or any(len(part) > 65536 for part in parts):
             self.transport.writelines(parts)  # large payloads: no joined copy
         else:

@@ -48,8 +48,8 @@ def perf_analyzer_run(
         out = Path(tmp) / "out.csv"
         for attempt in range(3):
             result = subprocess.run(
-                [binary, "-m", model, "-u", url, "-i", protocol, "-p", str(interval_ms), "-s", "25", "-r", "10",
-                 "--concurrency-range", f"{concurrency}:{concurrency}", "-f", str(out)],
+                [binary, "-m", model, "-u", url, "-i", protocol, "-p", str(interval_ms), "-s", "25",
+                 "-r", "10", "--concurrency-range", f"{concurrency}:{concurrency}", "-f", str(out)],
                 capture_output=True, text=True, timeout=300,
             )  # fmt: skip
             unstable = "Failed to obtain stable measurement" in result.stdout + result.stderr

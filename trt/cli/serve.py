@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -23,6 +24,7 @@ from trt.cli.flags import (
     parse_trace_config,
 )
 from trt.cli.grpc_flags import GrpcFlags
+from trt.cli.hosted_flags import ListeningService, check_port_collisions, resolve_hosted_flags
 from trt.server.core.extensions.log_settings import LOG_FORMATS, LogOptions, LogSettings
 from trt.server.core.models.object_store import is_remote
 from trt.server.core.options import CoreOptions, ModelControlMode
@@ -144,6 +146,19 @@ def serve_command(
         help="Request tracing: level=TIMESTAMPS, rate=N, count=N, triton,file=PATH, triton,log-frequency=N.",
     ),
     json_output: bool = typer.Option(False, "--json", help="Print the start-up summary as one JSON line."),
+    # SageMaker and Vertex AI front ends (trt.cli.hosted_flags resolves them with the environment).
+    allow_sagemaker: str = typer.Option("false", "--allow-sagemaker", metavar="BOOL"),
+    sagemaker_port: int = typer.Option(8080, "--sagemaker-port"),
+    sagemaker_safe_port_range: str = typer.Option("", "--sagemaker-safe-port-range", metavar="LOW-HIGH"),
+    sagemaker_thread_count: int = typer.Option(8, "--sagemaker-thread-count", help="Taken, no effect."),
+    allow_vertex_ai: str = typer.Option(
+        "", "--allow-vertex-ai", metavar="BOOL", help="Default: true when AIP_MODE=PREDICTION."
+    ),
+    vertex_ai_port: int | None = typer.Option(
+        None, "--vertex-ai-port", help="Default: $AIP_HTTP_PORT or 8080."
+    ),
+    vertex_ai_thread_count: int = typer.Option(8, "--vertex-ai-thread-count", help="Taken, no effect."),
+    vertex_ai_default_model: str = typer.Option("", "--vertex-ai-default-model"),
 ) -> None:
     """Serve a Triton model repository over HTTP (8000), gRPC (8001) and metrics (8002)."""
     ignored = _ignored_flags(context.args)
@@ -165,6 +180,12 @@ def serve_command(
     if strict_model_config:
         auto_complete = auto_complete and not parse_bool(strict_model_config, "--strict-model-config")
     default_batch = backend_settings.get("", {}).get("default-max-batch-size", "4")
+    hosted = resolve_hosted_flags(
+        context, os.environ, http_address, allow_sagemaker, sagemaker_port, sagemaker_safe_port_range,
+        allow_vertex_ai, vertex_ai_port, vertex_ai_default_model,
+    )  # fmt: skip
+    if not model_repository and hosted.storage_uri:
+        model_repository = [hosted.storage_uri]
     core = CoreOptions(
         model_repositories=tuple(_repository(p) for p in (model_repository or ["model_repository"])),
         model_control_mode=model_control_mode,
@@ -190,8 +211,12 @@ def serve_command(
     )
     options = ServeOptions(
         core=core,
-        http=Endpoint(parse_bool(allow_http, "--allow-http"), http_address, http_port),
-        grpc=Endpoint(parse_bool(allow_grpc, "--allow-grpc"), grpc_address, grpc_port),
+        http=Endpoint(
+            hosted.http_on_by_default and parse_bool(allow_http, "--allow-http"), http_address, http_port
+        ),
+        grpc=Endpoint(
+            hosted.grpc_on_by_default and parse_bool(allow_grpc, "--allow-grpc"), grpc_address, grpc_port
+        ),
         metrics=Endpoint(
             parse_bool(allow_metrics, "--allow-metrics"), metrics_address or http_address, metrics_port
         ),
@@ -223,7 +248,10 @@ def serve_command(
                 reuse_grpc_port,
             ).options
         ),
+        sagemaker=hosted.sagemaker,
+        vertex_ai=hosted.vertex_ai,
     )
+    check_port_collisions(_listening_services(options))
 
     def on_ready(server: InferenceServer, failures: dict[str, str]) -> None:
         _print_summary(server, options, json_output)
@@ -244,6 +272,22 @@ def _ignored_flags(args: list[str]) -> list[tuple[str, str]]:
         ignored.append((flag, IGNORED_TRITON_FLAGS[flag]))
         index += 1
     return ignored
+
+
+def _listening_services(options: ServeOptions) -> list[ListeningService]:
+    services = [
+        ListeningService(name, endpoint.address, endpoint.port)
+        for name, endpoint in (("HTTP", options.http), ("GRPC", options.grpc), ("metrics", options.metrics))
+        if endpoint.enabled
+    ]
+    if options.sagemaker is not None:
+        sagemaker = options.sagemaker
+        services.append(
+            ListeningService("SageMaker", sagemaker.address, sagemaker.port, sagemaker.safe_port_range)
+        )
+    if options.vertex_ai is not None:
+        services.append(ListeningService("Vertex AI", options.vertex_ai.address, options.vertex_ai.port))
+    return services
 
 
 def _repository(location: str) -> str | Path:
@@ -297,6 +341,9 @@ def _print_summary(server: InferenceServer, options: ServeOptions, as_json: bool
         for name, endpoint in (("http", options.http), ("grpc", options.grpc), ("metrics", options.metrics))
         if endpoint.enabled
     }
+    for name, hosted in (("sagemaker", options.sagemaker), ("vertex_ai", options.vertex_ai)):
+        if hosted is not None:
+            endpoints[name] = f"{hosted.address}:{hosted.port}"
     if as_json:
         summary = {
             "endpoints": endpoints,

@@ -19,10 +19,13 @@ from typing import Any
 from trt.server.core.options import CoreOptions
 from trt.server.core.server import InferenceServer, StartupError
 from trt.server.grpc.options import GrpcOptions
+from trt.server.hosted_front_ends import hosted_front_ends
 from trt.server.http.app import HttpApp
 from trt.server.http.protocol import HttpServer
 from trt.server.metrics import MetricsApp
 from trt.server.restrictions import Restrictions
+from trt.server.sagemaker import SageMakerOptions
+from trt.server.vertex_ai import VertexAiOptions, VertexAiSetupError
 
 logger = logging.getLogger("trt.runtime")
 
@@ -47,6 +50,8 @@ class ServeOptions:
     http_restrictions: Restrictions = field(default_factory=Restrictions)  # --http-restricted-api
     grpc_restrictions: Restrictions = field(default_factory=Restrictions)  # --grpc-restricted-protocol
     grpc_options: GrpcOptions = field(default_factory=GrpcOptions)  # TLS, keepalive, compression, limits
+    sagemaker: SageMakerOptions | None = None  # --allow-sagemaker=true
+    vertex_ai: VertexAiOptions | None = None  # --allow-vertex-ai=true (or AIP_MODE=PREDICTION)
 
 
 def _bind(endpoint: Endpoint, what: str) -> socket.socket:
@@ -110,7 +115,8 @@ async def serve(options: ServeOptions, on_ready: Callable[[InferenceServer, dict
             await server.start(sock)
             servers.append(server)
             logger.info("Started %s at %s:%d", what, endpoint.address, endpoint.port)
-    except (OSError, ValueError) as exc:  # ValueError: TLS files that cannot be loaded
+        servers += await _start_hosted_front_ends(core, options)
+    except (OSError, ValueError, VertexAiSetupError) as exc:  # ValueError: TLS files that cannot be loaded
         logger.error("%s", exc)
         await _shutdown(core, servers, grpc_server, options.exit_timeout_secs)
         return 1
@@ -120,6 +126,31 @@ async def serve(options: ServeOptions, on_ready: Callable[[InferenceServer, dict
     logger.info("shutting down: finishing in-flight requests")
     await _shutdown(core, servers, grpc_server, options.exit_timeout_secs)
     return 0
+
+
+async def _start_hosted_front_ends(core: InferenceServer, options: ServeOptions) -> list[HttpServer]:
+    """SageMaker and Vertex AI, when asked for (a Vertex AI that cannot start stops the server, as in
+    Triton: its message says why)."""
+    if options.sagemaker is None and options.vertex_ai is None:
+        return []
+    metrics = (
+        MetricsApp(core, options.gpu_metrics, options.cpu_metrics).render if options.metrics.enabled else None
+    )
+    try:
+        front_ends = hosted_front_ends(
+            core, options.sagemaker, options.vertex_ai, options.http_max_input_size,
+            options.http_restrictions, metrics,
+        )  # fmt: skip
+    except VertexAiSetupError as exc:
+        raise VertexAiSetupError(f"failed to start Vertex AI service: {exc}") from None
+    started = []
+    for front_end in front_ends:
+        sock = _bind(Endpoint(True, front_end.address, front_end.port), front_end.name)
+        server = HttpServer(front_end.handler, options.http_max_input_size, cancellable=front_end.cancellable)
+        await server.start(sock)
+        started.append(server)
+        logger.info("Started %s at %s:%d", front_end.name, front_end.address, front_end.port)
+    return started
 
 
 async def _shutdown(

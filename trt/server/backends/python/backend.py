@@ -20,7 +20,8 @@ import tempfile
 from pathlib import Path
 
 from trt.protos import model_config_pb2
-from trt.server.backends.python.instance import STUB, PythonModelInstance
+from trt.server.backends.python.instance import PythonModelInstance
+from trt.server.backends.python.process import STUB
 from trt.server.core.backends.base import InstanceSpec, ModelFiles
 from trt.server.core.errors import ModelConfigError
 from trt.server.core.models.config import config_from_json, config_to_dict, config_to_json

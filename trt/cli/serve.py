@@ -29,6 +29,7 @@ from trt.server.core.extensions.log_settings import LOG_FORMATS, LogOptions, Log
 from trt.server.core.models.object_store import is_remote
 from trt.server.core.options import CoreOptions, ModelControlMode
 from trt.server.core.server import InferenceServer
+from trt.server.openai.options import OPENAI_CATEGORIES, OpenAIOptions
 from trt.server.restrictions import Restrictions
 from trt.server.runtime import Endpoint, ServeOptions, serve
 
@@ -159,6 +160,29 @@ def serve_command(
     ),
     vertex_ai_thread_count: int = typer.Option(8, "--vertex-ai-thread-count", help="Taken, no effect."),
     vertex_ai_default_model: str = typer.Option("", "--vertex-ai-default-model"),
+    # The OpenAI-compatible front end, with the flags of Triton's (python/openai/openai_frontend/main.py).
+    allow_openai: str = typer.Option(
+        "false", "--allow-openai", metavar="BOOL", help="Serve the OpenAI-compatible API (/v1/...)."
+    ),
+    openai_port: int = typer.Option(9000, "--openai-port"),
+    openai_address: str = typer.Option("", "--openai-address", help="Defaults to --http-address."),
+    openai_restricted_api: list[str] = typer.Option(
+        None,
+        "--openai-restricted-api",
+        metavar="CATEGORY[,CATEGORY...]:HEADER=VALUE",
+        help="OpenAI routes of these categories (inference, model-repository, metrics, health) need it.",
+    ),
+    tokenizer: str = typer.Option(
+        "",
+        "--tokenizer",
+        help="Tokenizer folder (or tokenizer.json) for every model; default: the model's own.",
+    ),
+    chat_template: str = typer.Option(
+        "", "--chat-template", help="A Jinja chat template file to use instead."
+    ),
+    default_max_tokens: int = typer.Option(
+        16, "--default-max-tokens", min=1, help="max_tokens of OpenAI requests that set none."
+    ),
 ) -> None:
     """Serve a Triton model repository over HTTP (8000), gRPC (8001) and metrics (8002)."""
     ignored = _ignored_flags(context.args)
@@ -250,6 +274,12 @@ def serve_command(
         ),
         sagemaker=hosted.sagemaker,
         vertex_ai=hosted.vertex_ai,
+        openai=Endpoint(
+            parse_bool(allow_openai, "--allow-openai"), openai_address or http_address, openai_port
+        ),
+        openai_options=_openai_options(
+            tokenizer, chat_template, default_max_tokens, http_max_input_size, openai_restricted_api or []
+        ),
     )
     check_port_collisions(_listening_services(options))
 
@@ -258,6 +288,26 @@ def serve_command(
 
     code = _run(serve(options, on_ready))
     raise typer.Exit(code)
+
+
+def _openai_options(
+    tokenizer: str, chat_template: str, default_max_tokens: int, max_input_size: int, restricted: list[str]
+) -> OpenAIOptions:
+    """The OpenAI front end's settings; its files must be local (nothing is downloaded)."""
+    for flag, value in (("--tokenizer", tokenizer), ("--chat-template", chat_template)):
+        if value and not Path(value).exists():
+            raise typer.BadParameter(
+                f"{flag}: {value} does not exist (give a local path; nothing is downloaded)"
+            )
+    if chat_template and not Path(chat_template).is_file():
+        raise typer.BadParameter(f"--chat-template: {chat_template} is not a file")
+    return OpenAIOptions(
+        tokenizer=Path(tokenizer) if tokenizer else None,
+        chat_template=Path(chat_template) if chat_template else None,
+        default_max_tokens=default_max_tokens,
+        max_input_size=max_input_size,
+        restrictions=_parsed(Restrictions.parse, restricted, "--openai-restricted-api", OPENAI_CATEGORIES),
+    )
 
 
 def _ignored_flags(args: list[str]) -> list[tuple[str, str]]:
@@ -287,6 +337,8 @@ def _listening_services(options: ServeOptions) -> list[ListeningService]:
         )
     if options.vertex_ai is not None:
         services.append(ListeningService("Vertex AI", options.vertex_ai.address, options.vertex_ai.port))
+    if options.openai.enabled:
+        services.append(ListeningService("OpenAI", options.openai.address, options.openai.port))
     return services
 
 
@@ -338,7 +390,12 @@ def _print_summary(server: InferenceServer, options: ServeOptions, as_json: bool
     rows = server.repository_index()
     endpoints = {
         name: f"{endpoint.address}:{endpoint.port}"
-        for name, endpoint in (("http", options.http), ("grpc", options.grpc), ("metrics", options.metrics))
+        for name, endpoint in (
+            ("http", options.http),
+            ("grpc", options.grpc),
+            ("metrics", options.metrics),
+            ("openai", options.openai),
+        )
         if endpoint.enabled
     }
     for name, hosted in (("sagemaker", options.sagemaker), ("vertex_ai", options.vertex_ai)):

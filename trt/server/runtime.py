@@ -23,6 +23,7 @@ from trt.server.hosted_front_ends import hosted_front_ends
 from trt.server.http.app import HttpApp
 from trt.server.http.protocol import HttpServer
 from trt.server.metrics import MetricsApp
+from trt.server.openai.options import OpenAIOptions
 from trt.server.restrictions import Restrictions
 from trt.server.sagemaker import SageMakerOptions
 from trt.server.vertex_ai import VertexAiOptions, VertexAiSetupError
@@ -52,6 +53,8 @@ class ServeOptions:
     grpc_options: GrpcOptions = field(default_factory=GrpcOptions)  # TLS, keepalive, compression, limits
     sagemaker: SageMakerOptions | None = None  # --allow-sagemaker=true
     vertex_ai: VertexAiOptions | None = None  # --allow-vertex-ai=true (or AIP_MODE=PREDICTION)
+    openai: Endpoint = Endpoint(False, "0.0.0.0", 9000)  # --allow-openai, --openai-address/-port
+    openai_options: OpenAIOptions = field(default_factory=OpenAIOptions)
 
 
 def _bind(endpoint: Endpoint, what: str) -> socket.socket:
@@ -95,13 +98,14 @@ async def serve(options: ServeOptions, on_ready: Callable[[InferenceServer, dict
             grpc_options = dataclasses.replace(options.grpc_options, restrictions=options.grpc_restrictions)
             grpc_server = await start_grpc_server(core, options.grpc.address, options.grpc.port, grpc_options)
             logger.info("Started GRPCInferenceService at %s:%d", options.grpc.address, options.grpc.port)
+        metrics = MetricsApp(core, options.gpu_metrics, options.cpu_metrics)
         for endpoint, app, what in (
             (
                 options.http,
                 HttpApp(core, options.http_max_input_size, options.http_restrictions),
                 "HTTPService",
             ),
-            (options.metrics, MetricsApp(core, options.gpu_metrics, options.cpu_metrics), "Metrics Service"),
+            (options.metrics, metrics, "Metrics Service"),
         ):
             if not endpoint.enabled:
                 continue
@@ -116,6 +120,8 @@ async def serve(options: ServeOptions, on_ready: Callable[[InferenceServer, dict
             servers.append(server)
             logger.info("Started %s at %s:%d", what, endpoint.address, endpoint.port)
         servers += await _start_hosted_front_ends(core, options)
+        if options.openai.enabled:
+            servers.append(await _start_openai(core, options, metrics if options.metrics.enabled else None))
     except (OSError, ValueError, VertexAiSetupError) as exc:  # ValueError: TLS files that cannot be loaded
         logger.error("%s", exc)
         await _shutdown(core, servers, grpc_server, options.exit_timeout_secs)
@@ -151,6 +157,22 @@ async def _start_hosted_front_ends(core: InferenceServer, options: ServeOptions)
         started.append(server)
         logger.info("Started %s at %s:%d", front_end.name, front_end.address, front_end.port)
     return started
+
+
+async def _start_openai(
+    core: InferenceServer, options: ServeOptions, metrics: MetricsApp | None
+) -> HttpServer:
+    """The OpenAI-compatible front end (--allow-openai), on its own port as in Triton."""
+    from trt.server.openai.app import OpenAIApp
+
+    app = OpenAIApp(core, options.openai_options, metrics.render if metrics is not None else None)
+    sock = _bind(options.openai, "OpenAI-Compatible Frontend")
+    server = HttpServer(
+        app, options.openai_options.max_input_size, cancellable=app.cancellable, too_large=app.too_large
+    )
+    await server.start(sock)
+    logger.info("Started OpenAI-Compatible Frontend at %s:%d", options.openai.address, options.openai.port)
+    return server
 
 
 async def _shutdown(

@@ -1,9 +1,8 @@
 """TensorFlow SavedModels and GraphDefs written by TensorFlow in the test, served by trt serve and
 checked with tritonclient; sessions shared between instances in-process.
 
-TensorFlow is heavy (about 600 MB, seconds to import), so these tests are a suite of their own,
-left out of the default run: ``pytest -m tensorflow`` with the tensorflow extra installed (see the
-README and ``.ci/run-tensorflow``).
+TensorFlow is heavy (about 600 MB, seconds to import): CI installs the tensorflow extra and runs
+these; ``pytest -m 'not tensorflow'`` leaves them out where it is not installed.
 """
 
 from __future__ import annotations

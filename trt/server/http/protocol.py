@@ -220,7 +220,7 @@ class HttpProtocol(asyncio.Protocol):
                 self._current = request
                 try:
                     if request.body_too_large:
-                        response = _too_large(self._server.max_body_size)
+                        response = self._server.too_large(self._server.max_body_size)
                     else:
                         response = await self._handler(request)
                 except Exception:
@@ -313,8 +313,11 @@ class HttpServer:
         max_body_size: int,
         idle_timeout: float = 75.0,
         cancellable: Callable[[str], bool] = lambda path: False,
+        too_large: Callable[[int], HttpResponse] | None = None,
     ) -> None:
         self.handler = handler
+        # The answer to a body over ``max_body_size``, given the limit: each API words it its own way.
+        self.too_large = too_large or _too_large
         self.max_body_size = max_body_size
         self.idle_timeout = idle_timeout
         # Paths whose handling stops when the client disconnects (inference); others run to the end.

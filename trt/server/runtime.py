@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import signal
 import socket
@@ -17,6 +18,7 @@ from typing import Any
 
 from trt.server.core.options import CoreOptions
 from trt.server.core.server import InferenceServer, StartupError
+from trt.server.grpc.options import GrpcOptions
 from trt.server.hosted_front_ends import hosted_front_ends
 from trt.server.http.app import HttpApp
 from trt.server.http.protocol import HttpServer
@@ -48,6 +50,7 @@ class ServeOptions:
     http_max_input_size: int = 64 * 1024 * 1024
     http_restrictions: Restrictions = field(default_factory=Restrictions)  # --http-restricted-api
     grpc_restrictions: Restrictions = field(default_factory=Restrictions)  # --grpc-restricted-protocol
+    grpc_options: GrpcOptions = field(default_factory=GrpcOptions)  # TLS, keepalive, compression, limits
     sagemaker: SageMakerOptions | None = None  # --allow-sagemaker=true
     vertex_ai: VertexAiOptions | None = None  # --allow-vertex-ai=true (or AIP_MODE=PREDICTION)
     openai: Endpoint = Endpoint(False, "0.0.0.0", 9000)  # --allow-openai, --openai-address/-port
@@ -90,11 +93,10 @@ async def serve(options: ServeOptions, on_ready: Callable[[InferenceServer, dict
     grpc_server = None
     try:
         if options.grpc.enabled:
-            from trt.server.grpc.service import start_grpc_server
+            from trt.server.grpc.server import start_grpc_server
 
-            grpc_server = await start_grpc_server(
-                core, options.grpc.address, options.grpc.port, options.grpc_restrictions
-            )
+            grpc_options = dataclasses.replace(options.grpc_options, restrictions=options.grpc_restrictions)
+            grpc_server = await start_grpc_server(core, options.grpc.address, options.grpc.port, grpc_options)
             logger.info("Started GRPCInferenceService at %s:%d", options.grpc.address, options.grpc.port)
         metrics = MetricsApp(core, options.gpu_metrics, options.cpu_metrics)
         for endpoint, app, what in (
@@ -120,7 +122,7 @@ async def serve(options: ServeOptions, on_ready: Callable[[InferenceServer, dict
         servers += await _start_hosted_front_ends(core, options)
         if options.openai.enabled:
             servers.append(await _start_openai(core, options, metrics if options.metrics.enabled else None))
-    except (OSError, VertexAiSetupError) as exc:
+    except (OSError, ValueError, VertexAiSetupError) as exc:  # ValueError: TLS files that cannot be loaded
         logger.error("%s", exc)
         await _shutdown(core, servers, grpc_server, options.exit_timeout_secs)
         return 1

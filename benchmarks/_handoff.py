@@ -10,7 +10,6 @@ can announce several messages (the reader drains the ring), as under concurrent 
 
 from __future__ import annotations
 
-import mmap
 import multiprocessing as mp
 import os
 import resource
@@ -48,9 +47,17 @@ def _drain_and_answer(
             answered += replies
 
 
-def _core_side(segment: str, size: int, wake_in: int, wake_out: int, count: int, report: Connection) -> None:
+def _core_side(
+    segment: int,
+    size: int,
+    spills: tuple[int, int],
+    wake_in: int,
+    wake_out: int,
+    count: int,
+    report: Connection,
+) -> None:
     buffer = _ipc.map_segment(segment, size)
-    to_core, to_worker = _ipc.ring_pair(buffer, _CAPACITY, f"{segment}-")
+    to_core, to_worker = _ipc.ring_pair(buffer, _CAPACITY, spills)
     start = resource.getrusage(resource.RUSAGE_SELF)
     _drain_and_answer(to_core, to_worker, wake_in, wake_out, count)
     end = resource.getrusage(resource.RUSAGE_SELF)
@@ -70,21 +77,18 @@ class HandoffCost:
 
 def measure_handoff(in_flight: int, count: int = 40_000) -> HandoffCost:
     """Round trips of ``count`` request-sized messages with ``in_flight`` outstanding."""
-    segment = f"trt-bench-handoff-{os.getpid()}-{in_flight}"
-    size = 2 * _ipc.Ring.bytes_needed(_CAPACITY)
-    fd = os.open(f"/dev/shm/{segment}", os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        os.ftruncate(fd, size)
-        buffer = mmap.mmap(fd, size)
-    finally:
-        os.close(fd)
+    name = f"trt-bench-handoff-{os.getpid()}-{in_flight}"
+    size = _ipc.control_bytes(_CAPACITY)
+    segment = _ipc.new_segment(name, size)  # memfds, as the backend's: the forked side inherits them
+    spills = (_ipc.new_segment(f"{name}-s", 0), _ipc.new_segment(f"{name}-m", 0))
+    buffer = _ipc.map_segment(segment, size)
     to_core_wake, to_worker_wake = os.eventfd(0), os.eventfd(0)
     receive, send = mp.Pipe(duplex=False)
     core = mp.get_context("fork").Process(
-        target=_core_side, args=(segment, size, to_core_wake, to_worker_wake, count, send)
+        target=_core_side, args=(segment, size, spills, to_core_wake, to_worker_wake, count, send)
     )
     core.start()
-    to_core, to_worker = _ipc.ring_pair(buffer, _CAPACITY, f"{segment}-")
+    to_core, to_worker = _ipc.ring_pair(buffer, _CAPACITY, spills)
     try:
         start_cpu = resource.getrusage(resource.RUSAGE_SELF)
         started = time.perf_counter()
@@ -109,7 +113,8 @@ def measure_handoff(in_flight: int, count: int = 40_000) -> HandoffCost:
         to_core.close()
         to_worker.close()
         buffer.close()
-        os.unlink(f"/dev/shm/{segment}")
+        for fd in (segment, *spills):
+            os.close(fd)
         os.close(to_core_wake)
         os.close(to_worker_wake)
     worker_cpu = (end_cpu.ru_utime + end_cpu.ru_stime) - (start_cpu.ru_utime + start_cpu.ru_stime)

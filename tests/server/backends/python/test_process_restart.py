@@ -314,3 +314,61 @@ def test_executions_the_scheduler_hands_over_while_a_failed_restart_is_reported_
     answers = asyncio.run(scenario())
     assert all(isinstance(answer, ModelProcessDied) for answer in answers), answers
     assert instance.state is State.CLOSED and _segments(instance) == []
+
+
+# Answers "plant" with a BYTES tensor holding an object whose pickle names a callable (it would
+# create the file named by its request's id in the server, were the server to unpickle it).
+PLANTS_A_CALLABLE = """
+import os
+import pathlib
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class Planted:
+    def __reduce__(self):
+        return (pathlib.Path.touch, (pathlib.Path(os.environ["TRT_TEST_MARKER"]),))
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        if requests[0].request_id() == "plant":
+            values = np.array([Planted()], dtype=np.object_)
+        else:
+            values = np.array([os.getpid()], dtype=np.int64)
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("PID", values)]) for _ in requests]
+"""
+
+
+def test_a_message_naming_a_callable_is_never_run_its_process_is_replaced_and_its_request_answered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A model process that writes a pickle naming a function (what a pickle runs code with) gets
+    the message refused: the server calls nothing, stops that process, answers its request with
+    Triton's "Stub process is not healthy", and serves the next one from a new process."""
+    marker = tmp_path / "ran"
+    monkeypatch.setenv("TRT_TEST_MARKER", str(marker))
+    instance = _instance(tmp_path, PLANTS_A_CALLABLE)
+    scheduler = RequestScheduler([instance], ModelStatistics("m", "1"))
+    first = instance.pid
+
+    async def scenario() -> tuple[
+        BaseException | tuple[BackendResponse, object], tuple[BackendResponse, object]
+    ]:
+        try:
+            planted = await asyncio.wait_for(
+                asyncio.gather(scheduler.schedule(_request("plant"), 1), return_exceptions=True), 10
+            )
+            await _serving(instance, 5)
+            after = await asyncio.wait_for(scheduler.schedule(_request(), 1), 10)
+            return planted[0], after
+        finally:
+            await instance.aclose()
+
+    with caplog.at_level(logging.ERROR, logger="trt.backends.python"):
+        planted, after = asyncio.run(scenario())
+    assert not marker.exists()
+    assert isinstance(planted, ModelProcessDied), planted
+    assert "may not name pathlib.Path.touch" in caplog.text
+    assert int(after[0].outputs["PID"][0]) not in (first, 0)

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from trt.server.backends.python.stub import _ipc, trt_pb_wire
+from trt.server.backends.python.stub import _ipc
 from trt.server.core.errors import ModelLoadError
 from trt.server.core.scheduling.cpu_colocation import CpuColocation
 
@@ -203,9 +203,16 @@ class ModelProcess:
         while True:
             try:
                 message = inbox.get()
-            except trt_pb_wire.WireError as exc:  # a spill that is not one of ours: skipped
-                logger.error("a message from the process of %s was dropped: %s", self.model_py, exc)
-                continue
+            except Exception as exc:  # whatever it sent, it no longer speaks our protocol
+                # Skipping the message would leave the execution it answered waiting for good; the
+                # process is stopped instead, and its death answers what it held and restarts it.
+                logger.error(
+                    "the process of %s sent a message that was refused (%s: %s): stopping it",
+                    self.model_py, type(exc).__name__, exc,
+                )  # fmt: skip
+                if self._popen is not None and self._popen.poll() is None:
+                    self._popen.kill()
+                return
             if message is empty:
                 return
             on_message(message)

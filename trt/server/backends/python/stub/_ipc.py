@@ -12,8 +12,9 @@ unix socket wakes its writer's waiters). A message too big for its ring travels 
 own ("spill": a memfd per direction, one message at a time, encoded with ``trt_pb_wire``, not
 pickled). Fixed-size tensors travel through a shared-memory arena
 written at offsets; only (name, datatype, shape, offset) cross in the message. BYTES tensors and
-tensors that do not fit the arena are pickled into the message. The socket that started the
-process stays open only so that each side sees the other exit.
+tensors that do not fit the arena are pickled into the message; every pickle is read by ``loads``,
+which admits only the globals of plain data, so no bytes on a ring can make their reader call
+anything. The socket that started the process stays open only so that each side sees the other exit.
 
 The rings need a reader that sees the new tail to see the bytes before it, and a writer that sees
 the new head to find the reader done with the bytes behind it. x86 orders stores (and loads) that
@@ -25,6 +26,7 @@ stores of the head and tail are atomic on both. Only the x86 path has run here.
 from __future__ import annotations
 
 import ctypes
+import io
 import math
 import mmap
 import os
@@ -82,6 +84,48 @@ def wire_datatype(array: np.ndarray) -> str:
     return _NUMPY_TO_WIRE[array.dtype]
 
 
+# Messages carry data only: containers, numbers, strings, numpy arrays and dtypes. A pickle that names
+# any other global (the way a pickle runs code) is refused, so bytes on a ring or the start-up socket
+# cannot make the reader call anything, whoever wrote them.
+_DATA_GLOBALS = frozenset(
+    {
+        ("numpy._core.numeric", "_frombuffer"),
+        ("numpy.core.numeric", "_frombuffer"),
+        ("numpy._core.multiarray", "_reconstruct"),
+        ("numpy.core.multiarray", "_reconstruct"),
+        ("numpy._core.multiarray", "scalar"),
+        ("numpy.core.multiarray", "scalar"),
+        ("numpy", "ndarray"),
+        ("numpy", "dtype"),
+        ("builtins", "bytearray"),
+        ("builtins", "complex"),
+        ("builtins", "frozenset"),
+        ("builtins", "set"),
+        ("builtins", "slice"),
+        ("builtins", "range"),
+    }
+)
+
+_RESOLVED: dict[tuple[str, str], Any] = {}
+
+
+class _DataUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) not in _DATA_GLOBALS:
+            raise pickle.UnpicklingError(f"a message may not name {module}.{name}")
+        found = _RESOLVED.get((module, name))
+        if found is None:
+            found = _RESOLVED[(module, name)] = super().find_class(module, name)
+        return found
+
+
+def loads(data: bytes | bytearray | memoryview) -> Any:
+    """A message from its pickle, refusing any pickle that names a global outside plain data."""
+    stream = io.BytesIO(data)  # a copy: no frame of a failed load holds on to the ring's memory
+    del data
+    return _DataUnpickler(stream).load()
+
+
 def encode_frame(message: Any) -> bytes:
     payload = pickle.dumps(message, protocol=PICKLE_PROTOCOL)
     return _LENGTH.pack(len(payload)) + payload
@@ -97,14 +141,14 @@ class FrameReader:
         if not self._buffer and len(data) >= 4:  # the common case: exactly one whole frame
             (length,) = _LENGTH.unpack_from(data)
             if len(data) == 4 + length:
-                return [pickle.loads(memoryview(data)[4:])]
+                return [loads(memoryview(data)[4:])]
         self._buffer += data
         messages = []
         while len(self._buffer) >= 4:
             (length,) = _LENGTH.unpack_from(self._buffer)
             if len(self._buffer) < 4 + length:
                 break
-            messages.append(pickle.loads(bytes(self._buffer[4 : 4 + length])))
+            messages.append(loads(bytes(self._buffer[4 : 4 + length])))
             del self._buffer[: 4 + length]
         return messages
 
@@ -224,11 +268,12 @@ class Ring:
             self._head.value = head + self._size_on_ring(0)
             assert self._spill is not None
             return trt_pb_wire.decode(self._spill.read())
-        with memoryview(self._map) as view:
-            message = pickle.loads(view[start : start + mark])
-        _fence()  # done with the bytes before handing their space back
-        self._head.value = head + self._size_on_ring(mark)
-        return message
+        try:
+            with memoryview(self._map) as view:
+                return loads(view[start : start + mark])
+        finally:  # a refused message is consumed all the same: the next one is readable
+            _fence()  # done with the bytes before handing their space back
+            self._head.value = head + self._size_on_ring(mark)
 
     def close(self) -> None:
         del self._tail, self._head

@@ -17,6 +17,7 @@ import numpy as np
 
 from trt.protos import model_config_pb2
 from trt.server.core.errors import ModelLoadError
+from trt.server.core.paths import inside
 
 if TYPE_CHECKING:
     from trt.server.core.errors import ServerError
@@ -74,7 +75,8 @@ class ModelFiles:
     version_dir: Path  # <repo>/<model>/<version>
 
     def artifact(self, config: model_config_pb2.ModelConfig, default_filename: str) -> Path:
-        return self.version_dir / (config.default_model_filename or default_filename)
+        filename = config.default_model_filename or default_filename
+        return inside(self.version_dir, filename, "default_model_filename")
 
     def require_artifact(self, config: model_config_pb2.ModelConfig, default_filename: str) -> Path:
         """The model file, which must exist (a folder is accepted where a backend takes one)."""

@@ -18,7 +18,9 @@ from typing import Any
 from trt.server.core.options import CoreOptions
 from trt.server.core.server import InferenceServer, StartupError
 from trt.server.http.app import HttpApp
-from trt.server.http.protocol import HttpServer
+from trt.server.http.codec import DEFAULT_HEADER_CACHE_BYTES
+from trt.server.http.protocol import HttpLimits, HttpServer
+from trt.server.http.tls import TlsOptions, TlsSetupError, server_context
 from trt.server.metrics import MetricsApp
 from trt.server.restrictions import Restrictions
 
@@ -41,7 +43,9 @@ class ServeOptions:
     gpu_metrics: bool = True
     cpu_metrics: bool = True
     exit_timeout_secs: float = 30.0
-    http_max_input_size: int = 64 * 1024 * 1024
+    http_limits: HttpLimits = field(default_factory=HttpLimits)  # --http-max-input-size, -header-*
+    http_header_cache_bytes: int = DEFAULT_HEADER_CACHE_BYTES  # --http-infer-header-cache-size
+    http_tls: TlsOptions | None = None  # --http-use-ssl and its certificates
     http_restrictions: Restrictions = field(default_factory=Restrictions)  # --http-restricted-api
     grpc_restrictions: Restrictions = field(default_factory=Restrictions)  # --grpc-restricted-protocol
 
@@ -88,27 +92,27 @@ async def serve(options: ServeOptions, on_ready: Callable[[InferenceServer, dict
                 core, options.grpc.address, options.grpc.port, options.grpc_restrictions
             )
             logger.info("Started GRPCInferenceService at %s:%d", options.grpc.address, options.grpc.port)
-        for endpoint, app, what in (
-            (
-                options.http,
-                HttpApp(core, options.http_max_input_size, options.http_restrictions),
-                "HTTPService",
-            ),
-            (options.metrics, MetricsApp(core, options.gpu_metrics, options.cpu_metrics), "Metrics Service"),
-        ):
-            if not endpoint.enabled:
-                continue
-            sock = _bind(endpoint, what)
-            max_body = options.http_max_input_size if isinstance(app, HttpApp) else 1 << 16
-            server = HttpServer(
-                app,
-                max_body,
-                cancellable=HttpApp.cancellable if isinstance(app, HttpApp) else lambda path: False,
-            )
-            await server.start(sock)
-            servers.append(server)
-            logger.info("Started %s at %s:%d", what, endpoint.address, endpoint.port)
-    except OSError as exc:
+        if options.http.enabled:
+            http_app = HttpApp(
+                core, options.http_limits.max_body_size, options.http_restrictions,
+                options.http_header_cache_bytes,
+            )  # fmt: skip
+            tls = server_context(options.http_tls) if options.http_tls is not None else None
+            http_server = HttpServer(
+                http_app, options.http_limits, cancellable=HttpApp.cancellable,
+                queued_bytes=core.queued_bytes, ssl_context=tls,
+            )  # fmt: skip
+            await http_server.start(_bind(options.http, "HTTPService"))
+            servers.append(http_server)
+            secure = " (HTTPS)" if tls is not None else ""
+            logger.info("Started HTTPService at %s:%d%s", options.http.address, options.http.port, secure)
+        if options.metrics.enabled:
+            metrics_app = MetricsApp(core, options.gpu_metrics, options.cpu_metrics)
+            metrics_server = HttpServer(metrics_app, HttpLimits(max_body_size=1 << 16))
+            await metrics_server.start(_bind(options.metrics, "Metrics Service"))
+            servers.append(metrics_server)
+            logger.info("Started Metrics Service at %s:%d", options.metrics.address, options.metrics.port)
+    except (OSError, TlsSetupError) as exc:
         logger.error("%s", exc)
         await _shutdown(core, servers, grpc_server, options.exit_timeout_secs)
         return 1

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import select
 import socket
+import time
 
-from tests.server.http.test_protocol import _connect, _read_response
+from tests.server.http.test_protocol import INFER_BODY, _connect, _read_response
 from tests.support import ServerProcess
 
 DEFAULT_MAX_HEADER_SIZE = 64 * 1024
@@ -115,3 +116,16 @@ def _assert_serving(server: ServerProcess) -> None:
     with _connect(server) as sock:
         sock.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n")
         assert _read_response(sock, bytearray())[0] == 200
+
+
+def test_a_head_whose_end_straddles_two_reads_is_not_counted_with_the_body(server: ServerProcess) -> None:
+    """The blank line ending the head split across reads ("\\r\\n\\r" | "\\n" + a large body): the
+    body must not count as head bytes."""
+    body = INFER_BODY + b" " * (2 * DEFAULT_MAX_HEADER_SIZE)  # JSON allows trailing blanks
+    head = f"POST /v2/models/simple/infer HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r".encode()
+    with _connect(server) as sock:
+        sock.sendall(head)
+        time.sleep(0.2)  # two reads on the server's side
+        sock.sendall(b"\n" + body)
+        status, _, payload = _read_response(sock, bytearray())
+    assert status == 200, payload

@@ -112,6 +112,7 @@ class HttpProtocol(asyncio.Protocol):
         self._in_head = True  # the parser is reading a request line and headers (or waits for one)
         self._head_size = 0
         self._line_ended = False  # the request line is complete (a head over its limit before: 414)
+        self._head_tail = b""  # the last bytes of the previous chunk, for an end of head across two
         self._body: list[bytes] = []
         self._body_size = 0
         self._too_large = False
@@ -157,10 +158,17 @@ class HttpProtocol(asyncio.Protocol):
         if self._in_head:
             if not self._line_ended and b"\n" in data:
                 self._line_ended = True
-            end = data.find(_HEAD_END)
-            # Bytes of a head, whole chunks until its end is seen; a few bytes of a next pipelined head
-            # in the same chunk go uncounted, so the bound is exact to within one read.
-            self._head_size += len(data) if end < 0 else end + len(_HEAD_END)
+            # Bytes of a head, whole chunks until its end is seen (which may straddle two chunks); a
+            # few bytes of a next pipelined head in the same chunk go uncounted, so the bound is exact
+            # to within one read.
+            tail = self._head_tail
+            across = (tail + data[:3]).find(_HEAD_END) if tail else -1
+            if across >= 0:
+                self._head_size += across + len(_HEAD_END) - len(tail)
+            else:
+                end = data.find(_HEAD_END)
+                self._head_size += len(data) if end < 0 else end + len(_HEAD_END)
+            self._head_tail = data[-3:]
             if self._head_size > self._server.limits.max_header_size:
                 self._reject_head()
                 return
@@ -233,6 +241,7 @@ class HttpProtocol(asyncio.Protocol):
     def on_headers_complete(self) -> None:
         self._in_head = False
         self._head_size = 0
+        self._head_tail = b""
         self._line_ended = False  # for the next request on this connection
         if self._headers.get("expect", "").lower() == "100-continue" and self._transport is not None:
             self._transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")

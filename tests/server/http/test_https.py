@@ -23,6 +23,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from tests.support import ServerProcess, int_inputs, simple_inputs, write_simple
+from trt.server.http.tls import TlsOptions, TlsSetupError, server_context
 
 
 def _key() -> ec.EllipticCurvePrivateKey:
@@ -187,25 +188,34 @@ def _gevent_context(certificates: dict[str, str]) -> gevent.ssl.SSLContext:
     return context
 
 
-@pytest.mark.parametrize(
-    ("flags", "message"),
-    [
-        (["--http-use-ssl=true"], "needs --http-server-cert and --http-server-key"),
-        (["--http-server-cert=/nonexistent.pem"], "need --http-use-ssl=true"),
-        (
-            [
-                "--http-use-ssl=true",
-                "--http-server-cert=/nonexistent.pem",
-                "--http-server-key=/nonexistent.key",
-            ],
-            "cannot use '/nonexistent.pem'",
-        ),
-    ],
-)
-def test_bad_tls_flags_stop_the_server_before_it_loads_anything(
-    tmp_path: Path, flags: list[str], message: str
-) -> None:
-    server = _start(tmp_path, flags)
+def test_bad_tls_flags_stop_the_server_before_it_loads_anything(tmp_path: Path) -> None:
+    server = _start(
+        tmp_path, ["--http-use-ssl=true", "--http-server-cert=/nonexistent.pem", "--http-server-key=/x"]
+    )
     assert server.process is not None and server.process.wait(60) == 2
     usage_error = " ".join(re.sub("[│╭╮╰╯─]", " ", server.log()).split())  # typer's box, unwrapped
-    assert message in usage_error, usage_error
+    assert "--http-server-cert / --http-server-key: cannot use '/nonexistent.pem'" in usage_error, usage_error
+    assert "loaded" not in server.log()
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (TlsOptions("", ""), "--http-use-ssl=true needs --http-server-cert and --http-server-key"),
+        (TlsOptions("a.pem", "a.key", mutual=True), "--http-use-ssl-mutual=true needs --http-root-cert"),
+        (TlsOptions("/nonexistent.pem", "/nonexistent.key"), "No such file or directory"),
+    ],
+)
+def test_tls_settings_that_cannot_work_say_which_flag(options: TlsOptions, message: str) -> None:
+    with pytest.raises(TlsSetupError, match=re.escape(message)):
+        server_context(options)
+
+
+def test_a_key_that_does_not_match_its_certificate_is_refused(certificates: dict[str, str]) -> None:
+    mismatched = TlsOptions(certificates["server_cert"], certificates["client_key"])
+    with pytest.raises(TlsSetupError, match="cannot use"):
+        server_context(mismatched)
+    assert (
+        server_context(TlsOptions(certificates["server_cert"], certificates["server_key"])).verify_mode
+        == ssl.CERT_NONE
+    )

@@ -29,7 +29,7 @@ from trt.server.core.options import CoreOptions, ModelControlMode
 from trt.server.core.scheduling.queued_bytes import DEFAULT_LIMIT as DEFAULT_QUEUED_BYTES
 from trt.server.core.server import InferenceServer
 from trt.server.http.codec import DEFAULT_HEADER_CACHE_BYTES
-from trt.server.http.protocol import DEFAULT_MAX_HEADER_COUNT, DEFAULT_MAX_HEADER_SIZE, HttpLimits
+from trt.server.http.limits import DEFAULT_MAX_HEADER_COUNT, DEFAULT_MAX_HEADER_SIZE, HttpLimits
 from trt.server.http.tls import TlsOptions, server_context
 from trt.server.restrictions import Restrictions
 from trt.server.runtime import Endpoint, ServeOptions, serve

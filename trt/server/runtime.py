@@ -19,7 +19,8 @@ from trt.server.core.options import CoreOptions
 from trt.server.core.server import InferenceServer, StartupError
 from trt.server.http.app import HttpApp
 from trt.server.http.codec import DEFAULT_HEADER_CACHE_BYTES
-from trt.server.http.protocol import HttpLimits, HttpServer
+from trt.server.http.limits import HttpLimits
+from trt.server.http.protocol import HttpServer
 from trt.server.http.tls import TlsOptions, TlsSetupError, server_context
 from trt.server.metrics import MetricsApp
 from trt.server.restrictions import Restrictions

@@ -31,26 +31,13 @@ from typing import Any
 import httptools
 
 from trt.server.core.scheduling.queued_bytes import QueuedBytes
+from trt.server.http.limits import HttpLimits, over_budget, too_large
 
 logger = logging.getLogger("trt.http")
 
 _REASONS = {status.value: status.phrase.encode() for status in HTTPStatus}
 _MAX_PIPELINED = 32  # stop reading from a client that queues more than this
 _HEAD_END = b"\r\n\r\n"
-
-
-DEFAULT_MAX_BODY_SIZE = 64 * 1024 * 1024  # --http-max-input-size, as Triton's
-DEFAULT_MAX_HEADER_SIZE = 64 * 1024  # --http-max-header-size: request line and headers together
-DEFAULT_MAX_HEADER_COUNT = 100  # --http-max-header-count
-
-
-@dataclass(frozen=True, slots=True)
-class HttpLimits:
-    """What one request may make the server hold."""
-
-    max_body_size: int = DEFAULT_MAX_BODY_SIZE
-    max_header_size: int = DEFAULT_MAX_HEADER_SIZE
-    max_header_count: int = DEFAULT_MAX_HEADER_COUNT
 
 
 class _HeadTooLarge(Exception):
@@ -334,9 +321,9 @@ class HttpProtocol(asyncio.Protocol):
                 request.reserved = 0
                 try:
                     if request.body_too_large:
-                        response = _too_large(self._server.limits.max_body_size)
+                        response = HttpResponse(*too_large(self._server.limits.max_body_size))
                     elif request.over_budget:
-                        response = _over_budget(self._server.queued_bytes)
+                        response = HttpResponse(*over_budget(self._server.queued_bytes))
                     else:
                         response = await self._handler(request)
                 except Exception:
@@ -399,20 +386,6 @@ class HttpProtocol(asyncio.Protocol):
                 transport.write(b"0\r\n\r\n")
         finally:
             await close_stream(response.stream)
-
-
-def _too_large(limit: int) -> HttpResponse:
-    message = f'{{"error":"request body exceeds the {limit}-byte limit (--http-max-input-size)"}}'
-    return HttpResponse(413, message.encode(), [(b"content-type", b"application/json")])
-
-
-def _over_budget(queued_bytes: QueuedBytes | None) -> HttpResponse:
-    limit = queued_bytes.limit if queued_bytes is not None else 0
-    message = (
-        f'{{"error":"the server holds its limit of {limit} bytes of requests not yet answered '
-        f'(--max-queued-bytes); try again later"}}'
-    )
-    return HttpResponse(503, message.encode(), [(b"content-type", b"application/json")])
 
 
 async def close_stream(stream: AsyncIterator[Any]) -> None:

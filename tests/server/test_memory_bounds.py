@@ -214,3 +214,17 @@ def test_the_flags_refuse_nonsense(tmp_path: Path) -> None:
     server.start(tmp_path, wait=False)
     assert server.process is not None and server.process.wait(60) == 2
     assert "--max-queued-bytes" in server.log()
+
+
+def test_bytes_of_refused_and_failed_requests_are_let_go(bounded_server: ServerProcess) -> None:
+    """Requests the model refuses (a wrong datatype, 400) hold their bytes only while they are handled:
+    ten of 4 MiB, more than the 32 MiB bound together, leave room for one of 30 MiB afterwards."""
+    client = httpclient.InferenceServerClient(bounded_server.http_url, network_timeout=60)
+    wrong = httpclient.InferInput("IN", [4 * MIB], "INT8")
+    wrong.set_data_from_numpy(np.zeros(4 * MIB, dtype=np.int8))
+    for _ in range(10):
+        with pytest.raises(Exception, match="expects 'UINT8'"):
+            client.infer("slow", [wrong])
+    tensor = httpclient.InferInput("IN", [30 * MIB], "UINT8")
+    tensor.set_data_from_numpy(np.zeros(30 * MIB, dtype=np.uint8))
+    assert client.infer("slow", [tensor]).as_numpy("OUT").tolist() == [30 * MIB]

@@ -180,8 +180,12 @@ class InferenceServer:
             self.shared_memory.resolve_inputs(request)
         if uses_shm_outputs:
             self.shared_memory.check_outputs(request)
-        with self.queued_bytes.holding(request_bytes(request)):
+        held = request_bytes(request)
+        self.queued_bytes.admit(held)
+        try:
             response = await model.infer(request)
+        finally:
+            self.queued_bytes.release(held)
         if uses_shm_outputs:
             self.shared_memory.write_outputs(request, response)
         return response
@@ -224,9 +228,13 @@ class InferenceServer:
             return
         if any(tensor.data is None for tensor in request.inputs):
             self.shared_memory.resolve_inputs(request)
-        with self.queued_bytes.holding(request_bytes(request)):
+        held = request_bytes(request)
+        self.queued_bytes.admit(held)
+        try:
             async for item in model.infer_decoupled(request):
                 yield item
+        finally:
+            self.queued_bytes.release(held)
 
     # -- repository ---------------------------------------------------------------------------
 

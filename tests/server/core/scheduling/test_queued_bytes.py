@@ -15,19 +15,13 @@ def test_a_request_that_would_pass_the_bound_is_refused_and_counts_nothing() -> 
     assert queued.reserve(60)
     assert not queued.reserve(41)
     assert queued.held == 60
-    with queued.holding(40):
-        assert queued.held == 100
-        with pytest.raises(OverLimit, match="--max-queued-bytes") as refused, queued.holding(1):
-            pass
-        assert refused.value.http_status == 503 and refused.value.grpc_code_name == "UNAVAILABLE"
-    queued.release(60)
-    assert queued.held == 0
-
-
-def test_bytes_held_are_released_when_the_request_fails() -> None:
-    queued = QueuedBytes(100)
-    with pytest.raises(RuntimeError), queued.holding(80):
-        raise RuntimeError("the model failed")
+    queued.admit(40)
+    assert queued.held == 100
+    with pytest.raises(OverLimit, match="--max-queued-bytes") as refused:
+        queued.admit(1)
+    assert refused.value.http_status == 503 and refused.value.grpc_code_name == "UNAVAILABLE"
+    assert queued.held == 100
+    queued.release(100)
     assert queued.held == 0
 
 

@@ -11,11 +11,6 @@ Everything that counts runs on the event loop, so the count needs no lock.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-
-import numpy as np
-
 from trt.server.core.errors import OverLimit
 from trt.server.core.types import InferenceRequest
 
@@ -39,28 +34,24 @@ class QueuedBytes:
     def release(self, size: int) -> None:
         self.held -= size
 
-    @contextmanager
-    def holding(self, size: int) -> Iterator[None]:
-        """Count ``size`` bytes for the duration of the block; OverLimit if they do not fit."""
+    def admit(self, size: int) -> None:
+        """Count ``size`` bytes (the caller releases them once answered); OverLimit if they do not fit."""
         if not self.reserve(size):
             raise OverLimit(
                 f"the server holds {self.held} bytes of requests not yet answered and this one needs "
                 f"{size} more, past the limit of {self.limit} (--max-queued-bytes); try again later"
             )
-        try:
-            yield
-        finally:
-            self.release(size)
 
 
 def request_bytes(request: InferenceRequest) -> int:
-    """The bytes ``request``'s input tensors hold (BYTES elements by their lengths)."""
+    """The bytes ``request``'s input tensors hold (BYTES elements by their lengths). Plain loops: this
+    runs for every request."""
     total = 0
     for tensor in request.inputs:
         data = tensor.data
         if data is None:
             continue
         total += data.nbytes
-        if data.dtype == np.object_:
+        if data.dtype.hasobject:
             total += sum(len(item) for item in data.flat if isinstance(item, bytes | bytearray | str))
     return total

@@ -269,6 +269,7 @@ class HttpProtocol(asyncio.Protocol):
             headers=self._headers,
             body=self._body[0] if len(self._body) == 1 else b"".join(self._body),
         )
+        self._body = []  # the pieces, once joined, must not live on beside the request until the next
         request.body_too_large, request.over_budget = self._too_large, self._over_budget
         request.reserved, self._reserved = self._reserved, 0
         request.started_ns, request.received_ns = self._started, time.perf_counter_ns()

@@ -14,7 +14,7 @@ from __future__ import annotations
 from trt.server.core.errors import OverLimit
 from trt.server.core.types import InferenceRequest
 
-DEFAULT_LIMIT = 1 << 30  # 1 GiB
+DEFAULT_LIMIT = 512 * 1024 * 1024  # 512 MiB: about 1 GB of RSS once copies and slack are counted
 
 
 class QueuedBytes:

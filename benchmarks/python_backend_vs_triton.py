@@ -37,7 +37,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from _common import answered_requests, free_port, measured_with_perf_analyzer  # noqa: E402
-from tests.backends.python_models import ADD_SUB, ADD_SUB_CONFIG  # noqa: E402
+
+from tests.server.backends.python.python_models import ADD_SUB, ADD_SUB_CONFIG  # noqa: E402
 
 
 def write_repository(folder: Path) -> Path:

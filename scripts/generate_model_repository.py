@@ -30,9 +30,16 @@ The models, and what each one is for:
     ``OUTPUT0`` FP32 ``[batch, 10]``. A realistic target for the load generator and the config
     analyzer (dynamic batching and instance counts make a measurable difference).
 
+``tiny_llm``
+    A small generative model (a Llama decoder and a BPE tokenizer trained on text in this
+    repository) with the I/O contract of Triton's vLLM backend, for the OpenAI front end. Built in
+    ``tiny_llm.py`` beside this script; it needs the ``genai`` extra (torch, transformers,
+    tokenizers) and is skipped without it.
+
 ``simple``, ``simple_fp32`` and ``mlp_onnx`` are byte-for-byte reproducible: producer, IR version,
 opset and doc strings are fixed, weights come from a seeded numpy generator, and protobuf
-serialization is deterministic. ``cnn_onnx`` is reproducible for a given torch version.
+serialization is deterministic. ``cnn_onnx`` is reproducible for a given torch version. ``tiny_llm``'s
+files are byte-for-byte reproducible too (weights from a seeded numpy generator, JSON written sorted).
 """
 
 from __future__ import annotations
@@ -51,6 +58,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
+from tiny_llm import generate_tiny_llm  # beside this script, which Python puts first on sys.path
 
 if TYPE_CHECKING:
     from torch import nn
@@ -444,6 +452,7 @@ GENERATORS: dict[str, Callable[[Path], Path | None]] = {
     "mlp_onnx": generate_mlp_onnx,
     "cnn_onnx": generate_cnn_onnx,
     "torch_mlp": generate_torch_mlp,
+    "tiny_llm": generate_tiny_llm,
 }
 
 

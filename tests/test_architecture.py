@@ -49,6 +49,8 @@ FORBIDDEN = {
     ),
     "trt.server.http": ("trt.server.backends", "trt.server.grpc", "trt.cli"),
     "trt.server.grpc": ("trt.server.backends", "trt.server.http", "trt.cli"),
+    # It serves its routes through trt.server.http's HTTP/1.1 server, like the metrics endpoint.
+    "trt.server.openai": ("trt.server.backends", "trt.server.grpc", "trt.cli"),
     "trt.perf": ("trt.server", "trt.cli", "trt.analyzer"),
 }
 

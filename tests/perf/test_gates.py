@@ -27,6 +27,8 @@ def test_gates_pass_and_fail_with_clear_messages(perf_server: ServerProcess, tmp
     level = document["results"][0]
     level["throughput"] *= 100  # a baseline this run cannot match...
     level["latency_us"] = {k: v * 100 for k, v in level["latency_us"].items()}  # ...only there
+    for window in level["windows"]:  # the figures --baseline tests, window by window
+        window.update({k: v * 100 for k, v in window.items() if k != "count"})
     inflated = tmp_path / "inflated.json"
     inflated.write_bytes(orjson.dumps(document))
     failing = run_perf(*args, "--gate", "p99<1us", "--gate", "throughput>10", "--baseline", str(inflated))

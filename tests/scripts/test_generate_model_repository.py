@@ -143,3 +143,35 @@ def test_torch_mlp(generated: Path) -> None:
     with torch.inference_mode():
         logits = fresh(torch.ones(3, 64))
     assert logits.shape == (3, 10) and logits.dtype == torch.float32
+
+
+# tiny_llm: what the generator writes (model.py, its engine and config.pbtxt are sources it copies).
+TINY_LLM_FILES = [
+    f"tiny_llm/1/{name}"
+    for name in (
+        "config.json",
+        "generation_config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+    )
+]
+
+
+@pytest.mark.parametrize("relative", TINY_LLM_FILES)
+def test_tiny_llm_is_reproducible_and_committed_as_generated(
+    generated: Path, generated_again: Path, relative: str
+) -> None:
+    fresh = (generated / relative).read_bytes()
+    assert fresh == (generated_again / relative).read_bytes()
+    stale = (
+        f"{COMMITTED / relative} differs from a fresh generation: run scripts/generate_model_repository.py"
+    )
+    assert (COMMITTED / relative).read_bytes() == fresh, stale
+
+
+def test_tiny_llm_is_small_enough_to_commit_and_complete_where_generated(generated: Path) -> None:
+    model_dir = generated / "tiny_llm"
+    assert sum(path.stat().st_size for path in model_dir.rglob("*") if path.is_file()) < 2 * 1024 * 1024
+    for source in ("config.pbtxt", "1/model.py", "1/tiny_llm_engine.py"):
+        assert (model_dir / source).read_bytes() == (COMMITTED / "tiny_llm" / source).read_bytes()

@@ -11,8 +11,16 @@ from pathlib import Path
 
 from trt.analyzer.deployment import Deployment, ScratchServer
 from trt.analyzer.errors import AnalyzeError
+from trt.analyzer.generative import is_generative
 from trt.analyzer.goals import Goals, Measurement
-from trt.analyzer.precision import PrecisionCheck, available_precisions, check_precisions
+from trt.analyzer.precision import (
+    PrecisionCheck,
+    available_precisions,
+    check_precisions,
+    copy_model_file,
+    served_by_config,
+    unavailable_reason,
+)
 from trt.analyzer.report import (
     Outcome,
     recommendation_text,
@@ -84,6 +92,11 @@ def _prepare_scratch(
     except AnalyzeError as exc:
         raise AnalyzeError(f"'{request.model}' does not load: {exc}") from None
     config = effective_config(server, request.model)
+    if is_generative(config):
+        raise AnalyzeError(
+            f"'{request.model}' is a generative model (decoupled, text_input): tune it for output tokens/s "
+            "with --target-ttft and/or --target-itl"
+        )
     if config.platform == "ensemble":
         raise AnalyzeError(
             "ensembles are tuned through their composing models: run trt analyze on each step's model"
@@ -101,12 +114,12 @@ def _prepare_scratch(
     for precision in wanted:
         if precision not in usable:
             checks[precision] = PrecisionCheck(
-                precision, None, float("nan"), False, f"no {precision} conversion for {platform} models"
+                precision, None, float("nan"), False, unavailable_reason(platform, precision)
             )
     names = {"fp32": request.model}
     for precision, check in checks.items():
-        if precision == "trt_fp16":
-            names[precision] = request.model  # the FP32 file, with the accelerator in its config
+        if served_by_config(platform, precision):
+            names[precision] = request.model  # the FP32 file, with a setting in its config
             continue
         if precision == "fp32" or not check.accepted or check.path is None:
             continue
@@ -209,11 +222,11 @@ def apply_recommendation(outcome: Outcome, model_dir: Path, model_file: Path | N
         shutil.copyfile(config_path, model_dir / "config.pbtxt.orig")
     precision = outcome.chosen.candidate.precision
     variant = outcome.precisions[precision].path
-    if precision not in ("fp32", "trt_fp16") and variant is not None and model_file is not None:
+    if variant is not None and model_file is not None and variant != model_file:
         versions = [int(p.name) for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit()]
         new_version = model_dir / str(max(versions, default=0) + 1)
         new_version.mkdir()
-        shutil.copyfile(variant, new_version / model_file.name)
+        copy_model_file(variant, new_version / model_file.name)
     config_path.write_text(recommendation_text(outcome))
 
 

@@ -20,6 +20,7 @@ from typing import Any
 import psutil
 
 from trt.analyzer.errors import AnalyzeError
+from trt.analyzer.precision import copy_model_file
 
 _STARTUP_S = 120.0
 
@@ -174,7 +175,7 @@ class ScratchServer(Deployment):
         if model_file is not None:
             for version in destination.iterdir():
                 if version.is_dir() and version.name.isdigit():
-                    shutil.copyfile(model_file, version / model_file.name)
+                    copy_model_file(model_file, version / model_file.name)
         return destination
 
     def close(self) -> None:

@@ -2,7 +2,8 @@
 
 ONNX models: FP16 through ONNX Runtime's float16 converter (inputs and outputs stay FP32, so the config
 and clients do not change) and INT8 through its dynamic quantization (weights INT8, activations quantized
-at run time). TorchScript models: FP16 (see ``analyzer.torch_precision``).
+at run time). TorchScript models: FP16 (see ``analyzer.torch_precision``). OpenVINO models: INT8 by NNCF
+and FP16 as a compile-time hint where the CPU computes in it (see ``analyzer.openvino_precision``).
 
 Each variant's outputs on the same sample inputs are compared with FP32's; the error is the largest
 absolute difference relative to the largest FP32 magnitude of that output, so values near zero do not
@@ -12,6 +13,7 @@ inflate it.
 from __future__ import annotations
 
 import logging
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,20 @@ logger = logging.getLogger("trt.analyze")
 
 ONNX_PLATFORM = "onnxruntime_onnx"
 TORCH_PLATFORM = "pytorch_libtorch"
+OPENVINO = "openvino"  # no platform: the backend's name stands for it
+
+
+def copy_model_file(source: Path, destination: Path) -> None:
+    """A model file and what belongs with it: an OpenVINO IR's weights (``.bin``) beside its ``.xml``."""
+    shutil.copyfile(source, destination)
+    if source.suffix == ".xml" and source.with_suffix(".bin").is_file():
+        shutil.copyfile(source.with_suffix(".bin"), destination.with_suffix(".bin"))
+
+
+def served_by_config(platform: str, precision: str) -> bool:
+    """Precisions served from the FP32 model file with a config setting, not from a file of their own:
+    ONNX Runtime's TensorRT provider in FP16, OpenVINO's FP16 hint."""
+    return precision == "trt_fp16" or (platform == OPENVINO and precision == "fp16")
 
 
 @dataclass(frozen=True)
@@ -53,6 +69,10 @@ def available_precisions(platform: str) -> tuple[str, ...]:
         except ImportError:
             return ("fp32",)
         return ("fp32", "fp16")
+    if platform == OPENVINO:
+        from trt.analyzer.openvino_precision import available
+
+        return available()
     if platform != ONNX_PLATFORM:
         return ("fp32",)
     # The TensorRT execution provider needs no converted file: FP32 served with precision_mode FP16.
@@ -64,9 +84,29 @@ def available_precisions(platform: str) -> tuple[str, ...]:
     return ("fp32", "fp16", "int8", *tensorrt)
 
 
-def make_variant(source: Path, precision: str, destination: Path) -> None:
-    """Write ``source`` (an FP32 ONNX file) converted to ``precision`` at ``destination``."""
+def unavailable_reason(platform: str, precision: str) -> str:
+    """Why ``available_precisions`` leaves ``precision`` out for ``platform`` on this machine."""
+    if platform == OPENVINO:
+        from trt.analyzer.openvino_precision import unavailable_reason as openvino_reason
+
+        return openvino_reason(precision)
+    return f"no {precision} conversion for {platform} models"
+
+
+def make_variant(
+    source: Path, precision: str, destination: Path, config: model_config_pb2.ModelConfig | None = None
+) -> None:
+    """Write ``source`` (an FP32 model file) converted to ``precision`` at ``destination`` (an OpenVINO
+    IR's INT8 is calibrated on sample inputs of ``config``)."""
     destination.parent.mkdir(parents=True, exist_ok=True)
+    if source.suffix == ".xml":
+        if precision != "int8" or config is None:
+            raise ValueError(f"no {precision} conversion for OpenVINO IR files")
+        from trt.analyzer.openvino_precision import CALIBRATION_SAMPLES, make_int8_variant
+
+        samples = [sample_inputs(config, batch=1, seed=seed) for seed in range(CALIBRATION_SAMPLES)]
+        make_int8_variant(source, destination, samples)
+        return
     if source.suffix == ".pt":
         if precision != "fp16":
             raise ValueError(f"no {precision} conversion for TorchScript")
@@ -139,8 +179,13 @@ def _run_torch(
 
 
 def _run(
-    path: Path, config: model_config_pb2.ModelConfig, inputs: dict[str, np.ndarray]
+    path: Path, config: model_config_pb2.ModelConfig, inputs: dict[str, np.ndarray], precision: str = "fp32"
 ) -> dict[str, np.ndarray]:
+    if path.suffix == ".xml":
+        from trt.analyzer import openvino_precision
+
+        hint = dict([openvino_precision.FP16_PARAMETER]) if precision == "fp16" else None
+        return openvino_precision.run(path, config, inputs, hint)
     if path.suffix == ".pt":
         return _run_torch(path, config, inputs)
     import onnxruntime
@@ -184,11 +229,13 @@ def check_precisions(
         for precision in wanted:
             checks[precision] = PrecisionCheck(precision, None, float("nan"), False, f"no reference: {exc}")
         return checks
+    platform = config.platform or config.backend
     for precision in wanted:
-        destination = workdir / precision / source.name
+        destination = source if served_by_config(platform, precision) else workdir / precision / source.name
         try:
-            make_variant(source, precision, destination)
-            error = relative_error(reference, _run(destination, config, inputs))
+            if destination != source:
+                make_variant(source, precision, destination, config)
+            error = relative_error(reference, _run(destination, config, inputs, precision))
         except Exception as exc:
             logger.info("%s variant failed: %s", precision, exc)
             checks[precision] = PrecisionCheck(

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from trt.analyzer.goals import Goals, Measurement
-from trt.analyzer.precision import PrecisionCheck
+from trt.analyzer.precision import PrecisionCheck, copy_model_file
 from trt.analyzer.search import Reading, SearchResult
 from trt.analyzer.space import Candidate, SearchSpace
 from trt.protos import model_config_pb2
@@ -20,9 +20,9 @@ from trt.server.core.models.config import config_to_text
 
 CSV_COLUMNS = (
     "candidate", "precision", "max_batch_size", "dynamic_batching", "max_queue_delay_us",
-    "preferred_batch_sizes", "instances", "kind", "threads", "concurrency", "throughput", "avg_us", "p50_us",
-    "p90_us", "p95_us", "p99_us", "errors", "memory_mb", "gpu_memory_mb", "stable", "meets_goals",
-    "server_queue_us", "server_compute_us", "average_batch", "seconds",
+    "preferred_batch_sizes", "instances", "kind", "threads", "streams", "hint", "concurrency", "throughput",
+    "avg_us", "p50_us", "p90_us", "p95_us", "p99_us", "errors", "memory_mb", "gpu_memory_mb", "stable",
+    "meets_goals", "server_queue_us", "server_compute_us", "average_batch", "seconds",
 )  # fmt: skip
 
 
@@ -81,6 +81,8 @@ def _row(candidate: Candidate, m: Measurement, goals: Goals) -> dict[str, object
         "instances": candidate.instances,
         "kind": candidate.kind,
         "threads": candidate.threads,
+        "streams": candidate.streams,
+        "hint": candidate.hint,
         "concurrency": m.concurrency,
         "throughput": round(m.throughput, 2),
         **{
@@ -153,6 +155,8 @@ def summary(outcome: Outcome) -> dict[str, object]:
             "kinds": list(outcome.space.kinds),
             "precisions": list(outcome.space.precisions),
             "threads": list(outcome.space.threads),
+            "streams": list(outcome.space.streams),
+            "hints": list(outcome.space.hints),
             "notes": list(outcome.space.notes),
         },
         "pareto": [m.as_dict() for m in pareto_front(all_measurements, outcome.goals)],
@@ -195,7 +199,7 @@ def write_recommendation(outcome: Outcome, model_file: Path | None, directory: P
     (folder / "config.pbtxt").write_text(text)
     variant = outcome.precisions[outcome.chosen.candidate.precision].path or model_file
     if variant is not None and model_file is not None:
-        shutil.copyfile(variant, folder / "1" / model_file.name)
+        copy_model_file(variant, folder / "1" / model_file.name)
     return folder
 
 

@@ -27,7 +27,11 @@ MAX_PASSES = 3
 # Both modes bisect the concurrency of this many leading candidates before naming the winner.
 REFINED = 3
 # The order quick tries dimensions in: the large wins (device, batching, parallelism) first.
-QUICK_DIMENSIONS = ("kind", "batching", "instances", "threads", "queue_delay", "preferred", "precision")
+QUICK_DIMENSIONS = (
+    "kind", "batching", "instances", "threads", "streams", "hint", "queue_delay", "preferred", "precision",
+)  # fmt: skip
+# Dimensions whose values have no order to stop along: each value is tried.
+UNORDERED = ("batching", "kind", "precision", "streams", "hint")
 
 
 class Mode(StrEnum):
@@ -196,9 +200,7 @@ def quick(session: AnalysisSession, space: SearchSpace, goals: Goals, levels: li
                     readings[candidate.key] = reading
                     if _better(goals, reading, incumbent, MIN_GAIN):
                         incumbent = reading
-                    elif dimension not in ("batching", "kind", "precision") and _past(
-                        candidate, incumbent, dimension
-                    ):
+                    elif dimension not in UNORDERED and _past(candidate, incumbent, dimension):
                         break  # an ordered dimension that stopped paying: larger values will not either
             if incumbent is start_of_pass:
                 break

@@ -17,8 +17,9 @@ from typing import Any
 from trt.analyzer.deployment import Deployment, ScratchServer
 from trt.analyzer.errors import AnalyzeError
 from trt.analyzer.goals import Measurement
+from trt.analyzer.openvino_precision import FP16_PARAMETER
 from trt.analyzer.precision import PrecisionCheck
-from trt.analyzer.space import TENSORRT_FP16, THREAD_PARAMETER, Candidate
+from trt.analyzer.space import OPENVINO, TENSORRT_FP16, THREAD_PARAMETER, Candidate
 from trt.perf.errors import PerfError
 from trt.perf.options import PerfOptions, Protocol
 from trt.perf.profiler import SilentProgress, run_profile
@@ -167,6 +168,8 @@ class AnalysisSession:
                 config.parameters[parameter].string_value = str(candidate.threads)
             elif parameter in config.parameters:
                 del config.parameters[parameter]
+        if (config.platform or config.backend) == OPENVINO:
+            _set_openvino_knobs(config, candidate)
         return config
 
     def _deploy(self, candidate: Candidate) -> str:
@@ -257,6 +260,22 @@ class AnalysisSession:
         self.deployment.close()
 
 
+def _set_openvino_knobs(config: model_config_pb2.ModelConfig, candidate: Candidate) -> None:
+    """Streams, hint and the FP16 hint as OpenVINO parameters; a knob the candidate leaves at its
+    default is taken out of the config, as threads are."""
+    key, value = FP16_PARAMETER
+    wanted = {
+        "NUM_STREAMS": str(candidate.streams) if candidate.streams else "",
+        "PERFORMANCE_HINT": candidate.hint,
+        key: value if candidate.precision == "fp16" else "",
+    }
+    for name, setting in wanted.items():
+        if setting:
+            config.parameters[name].string_value = setting
+        elif name in config.parameters:
+            del config.parameters[name]
+
+
 def effective_config(deployment: Deployment, name: str) -> model_config_pb2.ModelConfig:
     """The config the server runs ``name`` with, after auto-complete: what candidates start from."""
     document: Any = deployment.model_config(name)
@@ -274,6 +293,7 @@ def model_file_of(model_dir: Path, config: model_config_pb2.ModelConfig) -> Path
         "onnxruntime_onnx": "model.onnx",
         "pytorch_libtorch": "model.pt",
         "tensorrt_plan": "model.plan",
+        "openvino": "model.xml",  # OpenVINO has no platform: keyed by backend
     }.get(config.platform or config.backend, "")
     filename = config.default_model_filename or default
     if not filename:

@@ -8,11 +8,20 @@ from dataclasses import dataclass, field, replace
 
 from trt.protos import model_config_pb2
 
-# Config parameter that sets a backend's intra-op thread pool, by platform (Triton's spellings).
+# Config parameter that sets a backend's intra-op thread pool, by platform (OpenVINO, which has none,
+# by backend name); Triton's spellings.
 THREAD_PARAMETER = {
     "onnxruntime_onnx": "intra_op_thread_count",
     "pytorch_libtorch": "INTRA_OP_THREAD_COUNT",
+    "openvino": "INFERENCE_NUM_THREADS",
+    "tensorflow_savedmodel": "TF_NUM_INTRA_THREADS",
+    "tensorflow_graphdef": "TF_NUM_INTRA_THREADS",
 }
+# Where the thread count is for the whole compiled model, shared by its instances, not per instance.
+SHARED_THREADS = ("openvino",)
+# OpenVINO's own knobs: streams (0 = one per instance, trt's default) and the performance hint.
+OPENVINO = "openvino"
+HINTS = ("", "LATENCY", "THROUGHPUT")
 PRECISIONS = ("fp32", "fp16", "int8", "trt_fp16")
 # Served from the FP32 file through ONNX Runtime's TensorRT execution provider in FP16 (GPU only).
 TENSORRT_FP16 = "trt_fp16"
@@ -30,6 +39,8 @@ class Candidate:
     instances: int = 1
     kind: str = "KIND_CPU"
     threads: int = 0
+    streams: int = 0  # OpenVINO's NUM_STREAMS; 0 leaves the backend's default
+    hint: str = ""  # OpenVINO's PERFORMANCE_HINT; "" sets none
 
     @property
     def key(self) -> str:
@@ -41,7 +52,8 @@ class Candidate:
             else f"nb{self.max_batch_size}"
         )
         kind = "gpu" if self.kind == "KIND_GPU" else "cpu"
-        return f"{self.precision}_{batching}_{kind}x{self.instances}_t{self.threads}"
+        knobs = (f"_s{self.streams}" if self.streams else "") + (f"_{self.hint.lower()}" if self.hint else "")
+        return f"{self.precision}_{batching}_{kind}x{self.instances}_t{self.threads}{knobs}"
 
     @property
     def label(self) -> str:
@@ -57,6 +69,10 @@ class Candidate:
         parts.append(f"{self.instances}x{'GPU' if self.kind == 'KIND_GPU' else 'CPU'}")
         if self.threads:
             parts.append(f"{self.threads} thread{'s' if self.threads > 1 else ''}")
+        if self.streams:
+            parts.append(f"{self.streams} stream{'s' if self.streams > 1 else ''}")
+        if self.hint:
+            parts.append(self.hint.lower())
         return ", ".join(parts)
 
     def as_dict(self) -> dict[str, object]:
@@ -70,6 +86,8 @@ class Candidate:
             "instances": self.instances,
             "kind": self.kind,
             "threads": self.threads,
+            "streams": self.streams,
+            "hint": self.hint,
         }
 
     @classmethod
@@ -83,6 +101,8 @@ class Candidate:
             instances=int(data["instances"]),  # type: ignore[call-overload]
             kind=str(data["kind"]),
             threads=int(data["threads"]),  # type: ignore[call-overload]
+            streams=int(data.get("streams", 0)),  # type: ignore[call-overload]
+            hint=str(data.get("hint", "")),
         )
 
 
@@ -98,6 +118,8 @@ class SpaceLimits:
     precisions: tuple[str, ...] | None = None
     threads: tuple[int, ...] | None = None
     dynamic_batching: tuple[bool, ...] | None = None
+    streams: tuple[int, ...] | None = None
+    hints: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -116,6 +138,8 @@ class SearchSpace:
     threads: tuple[int, ...]
     cores: int
     notes: tuple[str, ...] = field(default_factory=tuple)
+    streams: tuple[int, ...] = (0,)  # OpenVINO only; (0,) elsewhere
+    hints: tuple[str, ...] = ("",)
 
     @property
     def baseline(self) -> Candidate:
@@ -129,6 +153,8 @@ class SearchSpace:
             instances=self.instances[0],
             kind=self.kinds[0],
             threads=self.threads[0],
+            streams=self.streams[0],
+            hint=self.hints[0],
         )
 
     def allows(self, candidate: Candidate) -> bool:
@@ -136,7 +162,10 @@ class SearchSpace:
         the TensorRT execution provider exists on GPU instances only."""
         if candidate.precision == TENSORRT_FP16 and candidate.kind != "KIND_GPU":
             return False
-        return not (candidate.kind == "KIND_CPU" and candidate.threads * candidate.instances > self.cores)
+        if candidate.hint and candidate.streams:
+            return False  # a hint picks the streams; explicit streams are swept without one
+        threads = candidate.threads * (1 if self.platform in SHARED_THREADS else candidate.instances)
+        return not (candidate.kind == "KIND_CPU" and threads > self.cores)
 
     def all(self) -> list[Candidate]:
         """Every distinct candidate (brute force). Batching settings only vary where batching is on."""
@@ -154,10 +183,17 @@ class SearchSpace:
                 if all(p <= size for p in preferred):
                     batching.append((True, size, delay, preferred))
         found: dict[str, Candidate] = {}
-        for precision, (enabled, size, delay, preferred), instances, kind, threads in itertools.product(
-            self.precisions, batching, self.instances, self.kinds, self.threads
+        for precision, (
+            enabled,
+            size,
+            delay,
+            preferred,
+        ), instances, kind, threads, streams, hint in itertools.product(
+            self.precisions, batching, self.instances, self.kinds, self.threads, self.streams, self.hints
         ):
-            candidate = Candidate(precision, size, enabled, delay, preferred, instances, kind, threads)
+            candidate = Candidate(
+                precision, size, enabled, delay, preferred, instances, kind, threads, streams, hint
+            )
             if self.allows(candidate):
                 found.setdefault(candidate.key, candidate)
         return list(found.values())
@@ -194,6 +230,10 @@ class SearchSpace:
             options = [replace(candidate, kind=k) for k in self.kinds]
         elif dimension == "precision":
             options = [replace(candidate, precision=p) for p in self.precisions]
+        elif dimension == "streams":
+            options = [replace(candidate, streams=n) for n in self.streams]
+        elif dimension == "hint":
+            options = [replace(candidate, hint=h, streams=0 if h else candidate.streams) for h in self.hints]
         return [c for c in options if self.allows(c) and c != candidate]
 
 
@@ -240,6 +280,14 @@ def build_space(
         threads = tuple(sorted({1, cores}))
     else:
         threads = (0,)
+    streams: tuple[int, ...] = (0,)
+    hints: tuple[str, ...] = ("",)
+    if platform == OPENVINO:
+        # 0 (one stream per instance) first: the plain config; then one stream, and one per core.
+        streams = limits.streams or tuple(dict.fromkeys((0, 1, cores)))
+        hints = limits.hints or HINTS
+    elif limits.streams or limits.hints:
+        notes.append(f"{platform} has no streams or performance hint (OpenVINO's); --streams/--hint ignored")
     return SearchSpace(
         platform=platform,
         batchable=batchable and not sequence,
@@ -253,4 +301,6 @@ def build_space(
         threads=threads,
         cores=cores,
         notes=tuple(notes),
+        streams=streams,
+        hints=hints,
     )

@@ -33,6 +33,7 @@ from trt.analyzer.report import Outcome, summary
 from trt.analyzer.search import Mode
 from trt.analyzer.session import MeasureSettings
 from trt.analyzer.space import PRECISIONS, Candidate, SearchSpace, SpaceLimits
+from trt.cli.analyze_generative import GenerativeArguments, run_generative_analysis
 from trt.cli.console import make_console
 from trt.perf.errors import OptionError
 from trt.perf.options import Protocol
@@ -235,14 +236,64 @@ def analyze_command(
     kind: str | None = typer.Option(None, "--kind", metavar="cpu,gpu"),
     precision: str | None = typer.Option(None, "--precision", metavar="fp32,fp16,int8"),
     threads: str | None = typer.Option(None, "--threads", metavar="N,N", help="Intra-op threads."),
+    streams: str | None = typer.Option(
+        None, "--streams", metavar="N,N", help="OpenVINO NUM_STREAMS; 0 = one per instance."
+    ),
+    hint: str | None = typer.Option(
+        None, "--hint", metavar="none,latency,throughput", help="OpenVINO PERFORMANCE_HINT."
+    ),
     protocol: Protocol = typer.Option(Protocol.HTTP, "-i", "--protocol", case_sensitive=False),
     measurement_interval: int = typer.Option(1000, "-p", "--measurement-interval", help="Window, ms."),
     stability_percentage: float = typer.Option(10.0, "-s", "--stability-percentage"),
     max_trials: int = typer.Option(6, "--max-trials"),
     quiet: bool = typer.Option(False, "-q", "--quiet", help="No line per measurement."),
+    target_ttft: str | None = typer.Option(
+        None, "--target-ttft", metavar="DURATION", help="Generative: time to first token, e.g. 500ms."
+    ),
+    target_itl: str | None = typer.Option(
+        None, "--target-itl", metavar="DURATION", help="Generative: inter-token latency, e.g. 50ms."
+    ),
+    target_statistic: str = typer.Option(
+        "p99", "--target-statistic", help="Generative: what the targets bound: avg, p50, p90, p95, p99."
+    ),
+    tokenizer: Path | None = typer.Option(
+        None,
+        "--tokenizer",
+        help="Generative: the model's tokenizer.json (default: the one in its folder).",
+    ),
+    parameter: list[str] = typer.Option(
+        None, "--parameter", metavar="NAME=V,V", help="Generative: a config parameter to sweep; repeatable."
+    ),
+    input_tokens: int = typer.Option(128, "--synthetic-input-tokens-mean"),
+    output_tokens: int = typer.Option(32, "--output-tokens-mean"),
+    request_count: int = typer.Option(0, "--request-count", help="Generative: requests a level."),
 ) -> None:
-    """Find the config.pbtxt that serves MODEL best on this machine within the latency target."""
+    """Find the config.pbtxt that serves MODEL best on this machine within the latency target; for a
+    generative model (--target-ttft / --target-itl), the most output tokens/s within them."""
     err, out = make_console(stderr=True), make_console(stderr=json_output)
+    if target_ttft or target_itl:
+        run_generative_analysis(
+            GenerativeArguments(
+                model=model,
+                repository=model_repository,
+                target_ttft=target_ttft,
+                target_itl=target_itl,
+                statistic=target_statistic,
+                tokenizer=tokenizer,
+                instances=instances,
+                parameters=tuple(parameter or ()),
+                concurrency=concurrency,
+                input_tokens=input_tokens,
+                output_tokens=output_tokens,
+                request_count=request_count,
+                output_dir=output_dir,
+                json_output=json_output,
+                quiet=quiet,
+            ),
+            out,
+            err,
+        )
+        return
     observer = ConsoleObserver(err, quiet or json_output)
     try:
         goals = _goals(
@@ -269,6 +320,8 @@ def analyze_command(
             kinds=_choices(kind, "--kind", {"cpu": "KIND_CPU", "gpu": "KIND_GPU"}),  # type: ignore[arg-type]
             precisions=_choices(precision, "--precision", {p: p for p in PRECISIONS}),  # type: ignore[arg-type]
             threads=_ints(threads, "--threads", 1),
+            streams=_ints(streams, "--streams"),
+            hints=_choices(hint, "--hint", {"none": "", "latency": "LATENCY", "throughput": "THROUGHPUT"}),  # type: ignore[arg-type]
             dynamic_batching=_choices(batching, "--dynamic-batching", {"on": True, "off": False}),  # type: ignore[arg-type]
         )
         try:

@@ -16,9 +16,10 @@ these run as written::
     trt perf -m simple --concurrency 1:16 -p 1000 --plot
 
 ``--concurrency 1:64`` doubles (1, 2, 4, ... 64); ``--concurrency-range 1:64`` steps by 1 as perf_analyzer
-does; give a step (``1:64:8``) for either. Exit status: 0 measured (and every gate passed), 1 a gate or the
-baseline failed, 2 a bad option or input data, 3 a level did not stabilize (``--allow-unstable`` to accept),
-4 the server or the measurement failed.
+does; give a step (``1:64:8``) for either. Exit status: 0 measured (and every gate passed; a level that did
+not settle is reported, marked unstable), 1 a gate or the baseline failed on every measurement of its
+level, 2 a bad option or input data, 3 a level did not stabilize and ``--require-stable`` was given, 4 the
+server or the measurement failed.
 """
 
 from __future__ import annotations
@@ -29,7 +30,10 @@ from pathlib import Path
 import typer
 
 from trt.cli.console import make_console
+from trt.cli.perf_genai import GenAIOutputs, build_options, run_genai_command
 from trt.perf.errors import OptionError, PerfError
+from trt.perf.gating import GateSettings, judge, options_for_levels
+from trt.perf.genai.options import EndpointType
 from trt.perf.options import (
     Distribution,
     LoadKind,
@@ -45,6 +49,7 @@ from trt.perf.ranges import concurrency_levels, parse_id_range, parse_shapes, ra
 from trt.perf.report import csv_report, gates, json_report
 from trt.perf.report.console import ConsoleProgress, print_gates, print_summary
 from trt.perf.report.plot import default_plot_path, write_plot
+from trt.perf.results import ProfileReport
 from trt.perf.schedule import read_intervals
 
 EXIT_GATE_FAILED = 1
@@ -91,7 +96,38 @@ def perf_command(
     url: str = typer.Option("", "-u", "--url", help="HOST:PORT (default localhost:8000, gRPC :8001)."),
     protocol: Protocol = typer.Option(Protocol.HTTP, "-i", "--protocol", case_sensitive=False),
     service_kind: str = typer.Option(
-        "triton", "--service-kind", help="Only 'triton' (the KServe v2 protocol)."
+        "triton",
+        "--service-kind",
+        help="'triton' (KServe v2), or 'openai' (generative: --endpoint-type chat).",
+    ),
+    endpoint_type: EndpointType | None = typer.Option(
+        None,
+        "--endpoint-type",
+        case_sensitive=False,
+        help="Generative: chat, completions (OpenAI routes), generate (Triton's), kserve (gRPC stream).",
+    ),
+    endpoint: str = typer.Option("", "--endpoint", help="Generative: a path instead of the default route."),
+    tokenizer: Path | None = typer.Option(
+        None, "--tokenizer", help="Generative: the model's tokenizer.json (or its folder) to count tokens."
+    ),
+    input_tokens_mean: int = typer.Option(550, "--synthetic-input-tokens-mean"),
+    input_tokens_stddev: int = typer.Option(0, "--synthetic-input-tokens-stddev"),
+    output_tokens_mean: int = typer.Option(0, "--output-tokens-mean", help="0: as many as the server gives."),
+    output_tokens_stddev: int = typer.Option(0, "--output-tokens-stddev"),
+    output_tokens_deterministic: bool = typer.Option(
+        False, "--output-tokens-mean-deterministic", help="Ask for exactly that many (min_tokens)."
+    ),
+    num_prompts: int = typer.Option(100, "--num-prompts"),
+    request_count: int = typer.Option(
+        0, "--request-count", help="Generative: requests a level (0: 4 per slot)."
+    ),
+    warmup_request_count: int = typer.Option(0, "--warmup-request-count"),
+    goal: list[str] = typer.Option(
+        None, "--goal", metavar="SLO", help='Generative goodput objective, e.g. "ttft<200ms"; repeatable.'
+    ),
+    extra_input: list[str] = typer.Option(None, "--extra-inputs", metavar="NAME:VALUE"),
+    artifact_dir: Path | None = typer.Option(
+        None, "--artifact-dir", help="Generative: write genai-perf's CSV/JSON for each level there."
     ),
     concurrency: str | None = typer.Option(
         None, "--concurrency", metavar="START[:END[:STEP]]", help="Closed loop; without STEP doubles: 1:64."
@@ -112,7 +148,9 @@ def perf_command(
     async_mode: bool | None = typer.Option(
         None, "--async/--sync", "-a/ ", help="asyncio clients, or one blocking request per slot (default)."
     ),
-    streaming: bool = typer.Option(False, "--streaming", help="gRPC ModelStreamInfer (decoupled models)."),
+    streaming: bool = typer.Option(
+        False, "--streaming", help="gRPC ModelStreamInfer (decoupled models); generative: stream tokens."
+    ),
     batch_size: int = typer.Option(1, "-b", "--batch-size"),
     shape: list[str] = typer.Option(None, "--shape", metavar="NAME:D1,D2", help="Variable dims; repeatable."),
     input_data: list[str] = typer.Option(
@@ -159,13 +197,75 @@ def perf_command(
         None, "--baseline", help="A previous --json report to compare with."
     ),
     max_regression: str = typer.Option("10%", "--max-regression"),
+    confidence: str = typer.Option(
+        "95%", "--confidence", help="How sure --baseline must be that a change exceeds the limit."
+    ),
+    confirm: int = typer.Option(
+        1, "--confirm", help="Re-measures of a level that fails a gate before the run fails (0: none)."
+    ),
+    require_stable: bool = typer.Option(
+        False, "--require-stable", help="Exit 3 when a level did not settle (perf_analyzer's strictness)."
+    ),
     allow_unstable: bool = typer.Option(
-        False, "--allow-unstable", help="Exit 0 when a level did not settle."
+        False, "--allow-unstable", help="Accepted for older scripts: an unsettled level no longer fails."
     ),
     verbose: bool = typer.Option(False, "-v", "--verbose", help="Print every measurement window."),
 ) -> None:
-    """Measure throughput and latency of a model at increasing load, as perf_analyzer does."""
+    """Measure throughput and latency of a model at increasing load, as perf_analyzer does; with
+    --endpoint-type, a generative model's TTFT, inter-token latency and token throughput, as genai-perf."""
     out, err = make_console(stderr=json_output), make_console(stderr=True)
+    if service_kind == "openai" and endpoint_type is None:
+        endpoint_type = EndpointType.CHAT
+    if endpoint_type is not None:
+        try:
+            load, levels, rates, _ = _load(
+                concurrency, concurrency_range, request_rate_range, request_intervals
+            )
+            refused = [
+                name
+                for name, given in (
+                    ("--baseline", baseline),
+                    ("--input-data", input_data),
+                    ("--shape", shape),
+                    ("-b", batch_size != 1),
+                    ("--shared-memory", shared_memory is not SharedMemoryKind.NONE),
+                )
+                if given
+            ]
+            if refused:
+                raise OptionError(f"{', '.join(refused)}: not for generative runs (--endpoint-type)")
+            generative = build_options(
+                model=model,
+                model_version=model_version,
+                endpoint_type=endpoint_type,
+                endpoint=endpoint,
+                tokenizer=tokenizer,
+                url=url,
+                streaming=streaming,
+                load=load,
+                concurrency=levels,
+                rates=rates,
+                distribution=request_distribution,
+                request_count=request_count,
+                warmup_request_count=warmup_request_count,
+                input_tokens_mean=input_tokens_mean,
+                input_tokens_stddev=input_tokens_stddev,
+                output_tokens_mean=output_tokens_mean,
+                output_tokens_stddev=output_tokens_stddev,
+                output_tokens_deterministic=output_tokens_deterministic,
+                num_prompts=num_prompts,
+                goals=goal or [],
+                extras=extra_input or [],
+                headers=_headers(header or []),
+                request_timeout_s=request_timeout,
+                seed=seed,
+            )
+        except PerfError as error:
+            err.print(f"[bold red]error:[/] {error}", highlight=False)
+            raise typer.Exit(error.exit_code) from None
+        outputs = GenAIOutputs(json_output, csv_file, plot, plot_file, artifact_dir, tuple(gate or []))
+        run_genai_command(generative, outputs, out, err)
+        return
     try:
         if service_kind != "triton":
             raise OptionError(
@@ -178,9 +278,17 @@ def perf_command(
         count_mode = measurement_mode or (
             MeasurementMode.COUNT_WINDOWS if measurement_request_count else MeasurementMode.TIME_WINDOWS
         )
-        gate_list = [gates.parse_gate(g) for g in gate or []]
-        regression = gates.parse_regression(max_regression)
-        baseline_doc = json_report.load_baseline(baseline) if baseline else None
+        if require_stable and allow_unstable:
+            raise OptionError("--require-stable and --allow-unstable contradict each other: give one")
+        if confirm < 0:
+            raise OptionError("--confirm must be 0 or more")
+        settings = GateSettings(
+            thresholds=tuple(gates.parse_gate(g) for g in gate or []),
+            baseline=json_report.load_baseline(baseline) if baseline else None,
+            max_regression=gates.parse_regression(max_regression),
+            confidence=gates.parse_confidence(confidence),
+            confirm=confirm,
+        )
         options = PerfOptions(
             model=model,
             model_version=model_version,
@@ -229,6 +337,17 @@ def perf_command(
             report = run_profile(options, progress)
         finally:
             progress.close()
+
+        def remeasure(levels: tuple[float, ...]) -> ProfileReport:
+            again = ConsoleProgress(err, load, percentile, verbose)
+            try:
+                return run_profile(options_for_levels(options, levels), again)
+            finally:
+                again.close()
+
+        report, outcomes = judge(
+            settings, report, remeasure, lambda note: err.print(f"[yellow]note:[/] {note}", highlight=False)
+        )
     except PerfError as error:
         err.print(f"[bold red]error:[/] {error}", highlight=False)
         raise typer.Exit(error.exit_code) from None
@@ -236,9 +355,6 @@ def perf_command(
         err.print("interrupted")
         raise typer.Exit(130) from None
 
-    outcomes = gates.evaluate(gate_list, report)
-    if baseline_doc is not None:
-        outcomes += gates.compare_baseline(baseline_doc, report, regression)
     if csv_file is not None:
         csv_report.write_csv(report, csv_file, verbose_csv)
     if plot or plot_file:
@@ -254,5 +370,13 @@ def perf_command(
         failed = sum(not o.passed for o in outcomes)
         err.print(f"[bold red]{failed} gate(s) failed[/]")
         raise typer.Exit(EXIT_GATE_FAILED)
-    if not report.stable and not allow_unstable:
-        raise typer.Exit(EXIT_UNSTABLE)
+    if not report.stable:
+        unsettled = ", ".join(f"{r.level:g}" for r in report.results if not r.stable)
+        err.print(
+            f"[yellow]unstable:[/] {report.level_name.lower()} {unsettled} did not settle within "
+            f"-s {report.stability_percentage:g}%; its figures are reported all the same"
+            + (" (--require-stable: exit 3)" if require_stable else ""),
+            highlight=False,
+        )
+        if require_stable:
+            raise typer.Exit(EXIT_UNSTABLE)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -22,6 +23,7 @@ from trt.cli.flags import (
     parse_rate_limit_resources,
     parse_trace_config,
 )
+from trt.cli.hosted_flags import ListeningService, check_port_collisions, resolve_hosted_flags
 from trt.server.core.datatypes import DEFAULT_MAX_BYTES_ELEMENTS
 from trt.server.core.extensions.log_settings import LOG_FORMATS, LogOptions, LogSettings
 from trt.server.core.models.object_store import is_remote
@@ -31,6 +33,7 @@ from trt.server.core.server import InferenceServer
 from trt.server.http.codec import DEFAULT_HEADER_CACHE_BYTES
 from trt.server.http.limits import DEFAULT_MAX_HEADER_COUNT, DEFAULT_MAX_HEADER_SIZE, HttpLimits
 from trt.server.http.tls import TlsOptions, server_context
+from trt.server.openai.options import OPENAI_CATEGORIES, OpenAIOptions
 from trt.server.restrictions import Restrictions
 from trt.server.runtime import Endpoint, ServeOptions, serve
 
@@ -160,6 +163,42 @@ def serve_command(
     http_use_ssl_mutual: str = typer.Option(
         "false", "--http-use-ssl-mutual", metavar="BOOL", help="Require client certificates (mutual TLS)."
     ),
+    # SageMaker and Vertex AI front ends (trt.cli.hosted_flags resolves them with the environment).
+    allow_sagemaker: str = typer.Option("false", "--allow-sagemaker", metavar="BOOL"),
+    sagemaker_port: int = typer.Option(8080, "--sagemaker-port"),
+    sagemaker_safe_port_range: str = typer.Option("", "--sagemaker-safe-port-range", metavar="LOW-HIGH"),
+    sagemaker_thread_count: int = typer.Option(8, "--sagemaker-thread-count", help="Taken, no effect."),
+    allow_vertex_ai: str = typer.Option(
+        "", "--allow-vertex-ai", metavar="BOOL", help="Default: true when AIP_MODE=PREDICTION."
+    ),
+    vertex_ai_port: int | None = typer.Option(
+        None, "--vertex-ai-port", help="Default: $AIP_HTTP_PORT or 8080."
+    ),
+    vertex_ai_thread_count: int = typer.Option(8, "--vertex-ai-thread-count", help="Taken, no effect."),
+    vertex_ai_default_model: str = typer.Option("", "--vertex-ai-default-model"),
+    # The OpenAI-compatible front end, with the flags of Triton's (python/openai/openai_frontend/main.py).
+    allow_openai: str = typer.Option(
+        "false", "--allow-openai", metavar="BOOL", help="Serve the OpenAI-compatible API (/v1/...)."
+    ),
+    openai_port: int = typer.Option(9000, "--openai-port"),
+    openai_address: str = typer.Option("", "--openai-address", help="Defaults to --http-address."),
+    openai_restricted_api: list[str] = typer.Option(
+        None,
+        "--openai-restricted-api",
+        metavar="CATEGORY[,CATEGORY...]:HEADER=VALUE",
+        help="OpenAI routes of these categories (inference, model-repository, metrics, health) need it.",
+    ),
+    tokenizer: str = typer.Option(
+        "",
+        "--tokenizer",
+        help="Tokenizer folder (or tokenizer.json) for every model; default: the model's own.",
+    ),
+    chat_template: str = typer.Option(
+        "", "--chat-template", help="A Jinja chat template file to use instead."
+    ),
+    default_max_tokens: int = typer.Option(
+        16, "--default-max-tokens", min=1, help="max_tokens of OpenAI requests that set none."
+    ),
 ) -> None:
     """Serve a Triton model repository over HTTP (8000), gRPC (8001) and metrics (8002)."""
     ignored = _ignored_flags(context.args)
@@ -181,6 +220,12 @@ def serve_command(
     if strict_model_config:
         auto_complete = auto_complete and not parse_bool(strict_model_config, "--strict-model-config")
     default_batch = backend_settings.get("", {}).get("default-max-batch-size", "4")
+    hosted = resolve_hosted_flags(
+        context, os.environ, http_address, allow_sagemaker, sagemaker_port, sagemaker_safe_port_range,
+        allow_vertex_ai, vertex_ai_port, vertex_ai_default_model,
+    )  # fmt: skip
+    if not model_repository and hosted.storage_uri:
+        model_repository = [hosted.storage_uri]
     core = CoreOptions(
         model_repositories=tuple(_repository(p) for p in (model_repository or ["model_repository"])),
         model_control_mode=model_control_mode,
@@ -212,8 +257,12 @@ def serve_command(
     )  # fmt: skip
     options = ServeOptions(
         core=core,
-        http=Endpoint(parse_bool(allow_http, "--allow-http"), http_address, http_port),
-        grpc=Endpoint(parse_bool(allow_grpc, "--allow-grpc"), grpc_address, grpc_port),
+        http=Endpoint(
+            hosted.http_on_by_default and parse_bool(allow_http, "--allow-http"), http_address, http_port
+        ),
+        grpc=Endpoint(
+            hosted.grpc_on_by_default and parse_bool(allow_grpc, "--allow-grpc"), grpc_address, grpc_port
+        ),
         metrics=Endpoint(
             parse_bool(allow_metrics, "--allow-metrics"), metrics_address or http_address, metrics_port
         ),
@@ -227,13 +276,42 @@ def serve_command(
         grpc_restrictions=_parsed(
             Restrictions.parse, grpc_restricted_protocol or [], "--grpc-restricted-protocol"
         ),
+        sagemaker=hosted.sagemaker,
+        vertex_ai=hosted.vertex_ai,
+        openai=Endpoint(
+            parse_bool(allow_openai, "--allow-openai"), openai_address or http_address, openai_port
+        ),
+        openai_options=_openai_options(
+            tokenizer, chat_template, default_max_tokens, http_max_input_size, openai_restricted_api or []
+        ),
     )
+    check_port_collisions(_listening_services(options))
 
     def on_ready(server: InferenceServer, failures: dict[str, str]) -> None:
         _print_summary(server, options, json_output)
 
     code = _run(serve(options, on_ready))
     raise typer.Exit(code)
+
+
+def _openai_options(
+    tokenizer: str, chat_template: str, default_max_tokens: int, max_input_size: int, restricted: list[str]
+) -> OpenAIOptions:
+    """The OpenAI front end's settings; its files must be local (nothing is downloaded)."""
+    for flag, value in (("--tokenizer", tokenizer), ("--chat-template", chat_template)):
+        if value and not Path(value).exists():
+            raise typer.BadParameter(
+                f"{flag}: {value} does not exist (give a local path; nothing is downloaded)"
+            )
+    if chat_template and not Path(chat_template).is_file():
+        raise typer.BadParameter(f"--chat-template: {chat_template} is not a file")
+    return OpenAIOptions(
+        tokenizer=Path(tokenizer) if tokenizer else None,
+        chat_template=Path(chat_template) if chat_template else None,
+        default_max_tokens=default_max_tokens,
+        max_input_size=max_input_size,
+        restrictions=_parsed(Restrictions.parse, restricted, "--openai-restricted-api", OPENAI_CATEGORIES),
+    )
 
 
 def _ignored_flags(args: list[str]) -> list[tuple[str, str]]:
@@ -261,6 +339,24 @@ def _http_tls(use_ssl: bool, cert: str, key: str, root_cert: str, mutual: bool) 
     options = TlsOptions(cert, key, root_cert, mutual)
     _parsed(server_context, options)  # TlsSetupError is a ValueError: a usage error naming the flag
     return options
+
+
+def _listening_services(options: ServeOptions) -> list[ListeningService]:
+    services = [
+        ListeningService(name, endpoint.address, endpoint.port)
+        for name, endpoint in (("HTTP", options.http), ("GRPC", options.grpc), ("metrics", options.metrics))
+        if endpoint.enabled
+    ]
+    if options.sagemaker is not None:
+        sagemaker = options.sagemaker
+        services.append(
+            ListeningService("SageMaker", sagemaker.address, sagemaker.port, sagemaker.safe_port_range)
+        )
+    if options.vertex_ai is not None:
+        services.append(ListeningService("Vertex AI", options.vertex_ai.address, options.vertex_ai.port))
+    if options.openai.enabled:
+        services.append(ListeningService("OpenAI", options.openai.address, options.openai.port))
+    return services
 
 
 def _repository(location: str) -> str | Path:
@@ -311,9 +407,17 @@ def _print_summary(server: InferenceServer, options: ServeOptions, as_json: bool
     rows = server.repository_index()
     endpoints = {
         name: f"{endpoint.address}:{endpoint.port}"
-        for name, endpoint in (("http", options.http), ("grpc", options.grpc), ("metrics", options.metrics))
+        for name, endpoint in (
+            ("http", options.http),
+            ("grpc", options.grpc),
+            ("metrics", options.metrics),
+            ("openai", options.openai),
+        )
         if endpoint.enabled
     }
+    for name, hosted in (("sagemaker", options.sagemaker), ("vertex_ai", options.vertex_ai)):
+        if hosted is not None:
+            endpoints[name] = f"{hosted.address}:{hosted.port}"
     if as_json:
         summary = {
             "endpoints": endpoints,

@@ -108,6 +108,21 @@ def window_from_parts(previous: list[WindowPart], current: list[WindowPart]) -> 
 
 
 @dataclass(frozen=True)
+class WindowFigures:
+    """One measurement window's own figures: what a baseline comparison tests the noise of."""
+
+    throughput: float
+    count: int
+    avg_us: float
+    percentiles_us: dict[int, int]
+
+
+def window_figures(window: Window, batch_size: int, percentile: int | None = None) -> WindowFigures:
+    stats = latency_stats(window.latencies_us, percentile)
+    return WindowFigures(window.throughput(batch_size), stats.count, stats.avg_us, stats.percentiles)
+
+
+@dataclass(frozen=True)
 class LevelResult:
     """One concurrency or request-rate level, measured over its last (stable) windows."""
 
@@ -131,6 +146,16 @@ class LevelResult:
     window_throughputs: tuple[float, ...] = ()
     window_latencies_us: tuple[float, ...] = ()
     error_samples: tuple[str, ...] = field(default_factory=tuple)
+    windows: tuple[WindowFigures, ...] = ()  # every window measured at this level, in order
+    result_windows: int = 0  # how many of the last windows the level's figures come from
+
+    @property
+    def tested_windows(self) -> tuple[WindowFigures, ...]:
+        """The windows a baseline comparison tests: those the figures come from when the level settled,
+        every window when it did not (their spread is the noise it ran under)."""
+        if self.stable and self.result_windows:
+            return self.windows[-self.result_windows :]
+        return self.windows
 
     @property
     def error_rate(self) -> float:
@@ -185,6 +210,8 @@ def summarize(
         window_throughputs=tuple(w.throughput(batch_size) for w in all_windows),
         window_latencies_us=tuple(_stabilizing(w, percentile) for w in all_windows),
         error_samples=tuple(samples[:3]),
+        windows=tuple(window_figures(w, batch_size, percentile) for w in all_windows),
+        result_windows=len(windows),
     )
 
 

@@ -39,19 +39,20 @@ class Restrictions:
         return bool(self.by_category)
 
     @classmethod
-    def parse(cls, values: list[str], flag: str) -> Restrictions:
-        """``<category>[,<category>...]:<header>=<value>`` per value; ValueError says what is wrong."""
+    def parse(cls, values: list[str], flag: str, categories: tuple[str, ...] = CATEGORIES) -> Restrictions:
+        """``<category>[,<category>...]:<header>=<value>`` per value; ValueError says what is wrong.
+        ``categories`` are the transport's own (the OpenAI front end has fewer, and ``metrics``)."""
         by_category: dict[str, Restriction] = {}
         for text in values:
-            categories, separator, pair = text.partition(":")
+            listed, separator, pair = text.partition(":")
             header, equals, value = pair.partition("=")
-            if not separator or not equals or not categories or not header.strip():
+            if not separator or not equals or not listed or not header.strip():
                 raise ValueError(f"{flag} takes <category>[,<category>...]:<header>=<value>, got '{text}'")
             restriction = Restriction(header.strip().lower(), value)
-            for category in (c.strip() for c in categories.split(",")):
-                if category not in CATEGORIES:
+            for category in (c.strip() for c in listed.split(",")):
+                if category not in categories:
                     raise ValueError(
-                        f"{flag}: unknown category '{category}' (categories: {', '.join(CATEGORIES)})"
+                        f"{flag}: unknown category '{category}' (categories: {', '.join(categories)})"
                     )
                 if category in by_category:
                     raise ValueError(f"{flag}: category '{category}' is restricted more than once")

@@ -12,18 +12,22 @@ import logging
 import signal
 import socket
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from trt.server.core.options import CoreOptions
 from trt.server.core.server import InferenceServer, StartupError
+from trt.server.hosted_front_ends import hosted_front_ends
 from trt.server.http.app import HttpApp
 from trt.server.http.codec import DEFAULT_HEADER_CACHE_BYTES
 from trt.server.http.limits import HttpLimits
 from trt.server.http.protocol import HttpServer
 from trt.server.http.tls import TlsOptions, TlsSetupError, server_context
 from trt.server.metrics import MetricsApp
+from trt.server.openai.options import OpenAIOptions
 from trt.server.restrictions import Restrictions
+from trt.server.sagemaker import SageMakerOptions
+from trt.server.vertex_ai import VertexAiOptions, VertexAiSetupError
 
 logger = logging.getLogger("trt.runtime")
 
@@ -49,6 +53,10 @@ class ServeOptions:
     http_tls: TlsOptions | None = None  # --http-use-ssl and its certificates
     http_restrictions: Restrictions = field(default_factory=Restrictions)  # --http-restricted-api
     grpc_restrictions: Restrictions = field(default_factory=Restrictions)  # --grpc-restricted-protocol
+    sagemaker: SageMakerOptions | None = None  # --allow-sagemaker=true
+    vertex_ai: VertexAiOptions | None = None  # --allow-vertex-ai=true (or AIP_MODE=PREDICTION)
+    openai: Endpoint = Endpoint(False, "0.0.0.0", 9000)  # --allow-openai, --openai-address/-port
+    openai_options: OpenAIOptions = field(default_factory=OpenAIOptions)
 
 
 def _bind(endpoint: Endpoint, what: str) -> socket.socket:
@@ -93,6 +101,7 @@ async def serve(options: ServeOptions, on_ready: Callable[[InferenceServer, dict
                 core, options.grpc.address, options.grpc.port, options.grpc_restrictions
             )
             logger.info("Started GRPCInferenceService at %s:%d", options.grpc.address, options.grpc.port)
+        metrics = MetricsApp(core, options.gpu_metrics, options.cpu_metrics)
         if options.http.enabled:
             http_app = HttpApp(
                 core, options.http_limits.max_body_size, options.http_restrictions,
@@ -108,12 +117,14 @@ async def serve(options: ServeOptions, on_ready: Callable[[InferenceServer, dict
             secure = " (HTTPS)" if tls is not None else ""
             logger.info("Started HTTPService at %s:%d%s", options.http.address, options.http.port, secure)
         if options.metrics.enabled:
-            metrics_app = MetricsApp(core, options.gpu_metrics, options.cpu_metrics)
-            metrics_server = HttpServer(metrics_app, HttpLimits(max_body_size=1 << 16))
+            metrics_server = HttpServer(metrics, HttpLimits(max_body_size=1 << 16))
             await metrics_server.start(_bind(options.metrics, "Metrics Service"))
             servers.append(metrics_server)
             logger.info("Started Metrics Service at %s:%d", options.metrics.address, options.metrics.port)
-    except (OSError, TlsSetupError) as exc:
+        servers += await _start_hosted_front_ends(core, options)
+        if options.openai.enabled:
+            servers.append(await _start_openai(core, options, metrics if options.metrics.enabled else None))
+    except (OSError, TlsSetupError, VertexAiSetupError) as exc:
         logger.error("%s", exc)
         await _shutdown(core, servers, grpc_server, options.exit_timeout_secs)
         return 1
@@ -123,6 +134,51 @@ async def serve(options: ServeOptions, on_ready: Callable[[InferenceServer, dict
     logger.info("shutting down: finishing in-flight requests")
     await _shutdown(core, servers, grpc_server, options.exit_timeout_secs)
     return 0
+
+
+async def _start_hosted_front_ends(core: InferenceServer, options: ServeOptions) -> list[HttpServer]:
+    """SageMaker and Vertex AI, when asked for (a Vertex AI that cannot start stops the server, as in
+    Triton: its message says why)."""
+    if options.sagemaker is None and options.vertex_ai is None:
+        return []
+    metrics = (
+        MetricsApp(core, options.gpu_metrics, options.cpu_metrics).render if options.metrics.enabled else None
+    )
+    try:
+        front_ends = hosted_front_ends(
+            core, options.sagemaker, options.vertex_ai, options.http_limits.max_body_size,
+            options.http_restrictions, metrics,
+        )  # fmt: skip
+    except VertexAiSetupError as exc:
+        raise VertexAiSetupError(f"failed to start Vertex AI service: {exc}") from None
+    started = []
+    for front_end in front_ends:
+        sock = _bind(Endpoint(True, front_end.address, front_end.port), front_end.name)
+        server = HttpServer(
+            front_end.handler, options.http_limits, cancellable=front_end.cancellable,
+            queued_bytes=core.queued_bytes,
+        )  # fmt: skip
+        await server.start(sock)
+        started.append(server)
+        logger.info("Started %s at %s:%d", front_end.name, front_end.address, front_end.port)
+    return started
+
+
+async def _start_openai(
+    core: InferenceServer, options: ServeOptions, metrics: MetricsApp | None
+) -> HttpServer:
+    """The OpenAI-compatible front end (--allow-openai), on its own port as in Triton."""
+    from trt.server.openai.app import OpenAIApp
+
+    app = OpenAIApp(core, options.openai_options, metrics.render if metrics is not None else None)
+    sock = _bind(options.openai, "OpenAI-Compatible Frontend")
+    limits = replace(options.http_limits, max_body_size=options.openai_options.max_input_size)
+    server = HttpServer(
+        app, limits, cancellable=app.cancellable, too_large=app.too_large, queued_bytes=core.queued_bytes
+    )
+    await server.start(sock)
+    logger.info("Started OpenAI-Compatible Frontend at %s:%d", options.openai.address, options.openai.port)
+    return server
 
 
 async def _shutdown(

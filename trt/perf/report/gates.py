@@ -10,7 +10,7 @@ import math
 import operator
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from trt.perf.errors import OptionError
@@ -47,9 +47,18 @@ class GateResult:
     passed: bool
     observed: float | None
     message: str
+    levels: tuple[float, ...] = ()  # the levels whose figures decided it: what a re-measure repeats
+    details: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"gate": self.name, "passed": self.passed, "observed": self.observed, "message": self.message}
+        return {
+            "gate": self.name,
+            "passed": self.passed,
+            "observed": self.observed,
+            "message": self.message,
+            "levels": list(self.levels),
+            **self.details,
+        }
 
 
 def parse_gate(text: str) -> Gate:
@@ -96,16 +105,19 @@ def _latency(result: LevelResult, metric: str) -> float:
     return float(result.latency.percentiles[p])
 
 
-def _observe(gate: Gate, results: list[LevelResult]) -> float:
+def _observe(gate: Gate, results: list[LevelResult]) -> tuple[float, tuple[float, ...]]:
+    """The figure a gate judges, and the levels it comes from."""
+    every = tuple(r.level for r in results)
     if gate.metric == "throughput":
-        return max(r.throughput for r in results)
+        return max(r.throughput for r in results), every
     if gate.metric == "errors":
-        return float(sum(r.error_count for r in results))
+        return float(sum(r.error_count for r in results)), every
     if gate.metric == "error_rate":
         errors = sum(r.error_count for r in results)
         total = errors + sum(r.request_count for r in results)
-        return errors / total if total else 0.0
-    return max(_latency(r, gate.metric) for r in results)
+        return (errors / total if total else 0.0), every
+    worst = max(results, key=lambda r: _latency(r, gate.metric))
+    return _latency(worst, gate.metric), (worst.level,)
 
 
 def _show(metric: str, value: float) -> str:
@@ -136,7 +148,7 @@ def evaluate(gates: list[Gate], report: ProfileReport) -> list[GateResult]:
         if not results:
             outcomes.append(GateResult(gate.text, False, None, f"gate '{gate.text}': nothing was measured"))
             continue
-        observed = _observe(gate, results)
+        observed, levels = _observe(gate, results)
         passed = _OPS[gate.op](observed, gate.threshold)
         verdict = "passed" if passed else "FAILED"
         outcomes.append(
@@ -145,6 +157,7 @@ def evaluate(gates: list[Gate], report: ProfileReport) -> list[GateResult]:
                 passed,
                 round(observed, 3),
                 f"gate '{gate.text}' {verdict}: {gate.metric} {where} is {_show(gate.metric, observed)}",
+                levels,
             )
         )
     return outcomes
@@ -158,51 +171,12 @@ def parse_regression(text: str) -> float:
     return float(match[1])
 
 
-def compare_baseline(
-    baseline: dict[str, Any], report: ProfileReport, max_regression: float
-) -> list[GateResult]:
-    """Throughput may not drop, nor p99 (and the --percentile latency) rise, by more than the limit."""
-    old_levels = {float(r["level"]): r for r in baseline.get("results", [])}
-    outcomes: list[GateResult] = []
-    limit = max_regression / 100
-    label = report.level_name.lower()
-    keys = ["p99"] + ([f"p{report.percentile}"] if report.percentile and report.percentile != 99 else [])
-    for result in report.results:
-        old = next((v for k, v in old_levels.items() if math.isclose(k, result.level)), None)
-        if old is None:
-            continue
-        name = f"baseline {label} {result.level:g}"
-        before = float(old.get("throughput", 0))
-        if before > 0:
-            change = (result.throughput - before) / before
-            ok = change >= -limit
-            outcomes.append(
-                GateResult(
-                    f"{name} throughput",
-                    ok,
-                    round(change * 100, 2),
-                    f"{name}: throughput {before:,.1f} -> {result.throughput:,.1f} infer/s ({change:+.1%}; "
-                    f"limit -{max_regression:g}%) {'ok' if ok else 'REGRESSED'}",
-                )
-            )
-        for key in keys:
-            old_value = (old.get("latency_us") or {}).get(key)
-            new_value = result.latency.percentiles.get(int(key[1:]))
-            if not old_value or new_value is None:
-                continue
-            change = (new_value - float(old_value)) / float(old_value)
-            ok = change <= limit
-            outcomes.append(
-                GateResult(
-                    f"{name} {key}",
-                    ok,
-                    round(change * 100, 2),
-                    f"{name}: {key} {float(old_value) / 1000:.3f} -> {new_value / 1000:.3f} ms "
-                    f"({change:+.1%}; limit +{max_regression:g}%) {'ok' if ok else 'REGRESSED'}",
-                )
-            )
-    if not outcomes:
-        outcomes.append(
-            GateResult("baseline", False, None, f"the baseline has no {label} level in common with this run")
-        )
-    return outcomes
+def parse_confidence(text: str) -> float:
+    """``95%``, ``95`` or ``0.95`` as a fraction strictly between 0.5 and 1."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(%?)\s*", text)
+    value = float(match[1]) if match else math.nan
+    if match and (match[2] or value > 1):
+        value /= 100
+    if not 0.5 <= value < 1:
+        raise OptionError(f"--confidence '{text}': expected a level such as 95% (from 50% to below 100%)")
+    return value

@@ -12,7 +12,8 @@ from trt.perf.errors import OptionError
 from trt.perf.measurement import LevelResult
 from trt.perf.results import ProfileReport
 
-SCHEMA = "trt-perf/1"
+# 2 adds each window's own figures ("windows"), which --baseline tests the noise of; 1 still reads.
+SCHEMA = "trt-perf/2"
 
 
 def _finite(value: float) -> float | None:
@@ -55,6 +56,16 @@ def level_dict(result: LevelResult) -> dict[str, Any]:
         "trials": result.trials,
         "window_throughputs": [round(t, 2) for t in result.window_throughputs],
         "window_latencies_us": [_finite(x) for x in result.window_latencies_us],
+        "windows": [
+            {
+                "throughput": round(w.throughput, 2),
+                "count": w.count,
+                "avg_us": _finite(w.avg_us),
+                **{f"p{p}_us": v for p, v in sorted(w.percentiles_us.items())},
+            }
+            for w in result.windows
+        ],
+        "result_windows": result.result_windows,
     }
 
 

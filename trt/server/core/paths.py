@@ -7,10 +7,16 @@ inside the folder it is relative to. The check is on the text, not on the file s
 ``.`` or empty segment, not absolute, no backslash, no NUL, no segment longer than a file name may
 be. Resolving symlinks is not needed for what clients send (the folders they write into are new and
 hold only regular files) and would refuse repositories that an operator links together on purpose.
+
+A name an operator wrote in the repository's own config.pbtxt (and a file a backend opens by a
+config's name) is judged by ``escape_problem``/``contained``: the same containment after ``.`` and
+``..`` are resolved in the text, so that an existing ``weights/./model.onnx`` still loads. What a
+client sends (a pushed model's files, a load request's config) meets the strict rule.
 """
 
 from __future__ import annotations
 
+import posixpath
 from pathlib import Path, PurePosixPath
 
 from trt.server.core.errors import UnsafePath
@@ -67,6 +73,27 @@ def safe_relative_path(value: str, what: str) -> PurePosixPath:
 def inside(folder: Path, relative: str, what: str) -> Path:
     """``folder`` joined with ``relative``, which must be a safe relative path."""
     return folder.joinpath(*safe_relative_path(relative, what).parts)
+
+
+def escape_problem(value: str) -> str | None:
+    """Why ``value``, once its ``.`` and ``..`` are resolved, leaves its folder (None when it does
+    not): the rule for names an operator wrote in the repository."""
+    if "\x00" in value:
+        return "a NUL byte"
+    normal = posixpath.normpath(value)
+    if normal.startswith("/"):
+        return "an absolute path"
+    if normal == ".." or normal.startswith("../"):
+        return "'..' climbing out of it"
+    return None
+
+
+def contained(folder: Path, relative: str) -> Path | None:
+    """``folder`` joined with ``relative`` once ``.`` and ``..`` in it are resolved; None when the
+    result would leave ``folder``."""
+    if escape_problem(relative) is not None:
+        return None
+    return folder / posixpath.normpath(relative)
 
 
 def shown(value: str) -> str:

@@ -11,12 +11,14 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import TypeVar
 
 from trt import __version__
 from trt.protos import model_config_pb2
 from trt.server.core.datatypes import set_max_bytes_elements
 from trt.server.core.errors import (
+    AlreadyExists,
     DecoupledModelNeedsStream,
     InvalidArgument,
     ModelConfigError,
@@ -28,7 +30,7 @@ from trt.server.core.extensions.log_settings import LogSettings
 from trt.server.core.extensions.shared_memory import SharedMemoryRegistry
 from trt.server.core.extensions.statistics import ModelStatistics
 from trt.server.core.extensions.tracing import Trace, Tracer, TransportPoints
-from trt.server.core.models.config import config_from_json
+from trt.server.core.models.config import config_from_json, read_config_file
 from trt.server.core.models.config_paths import check_config_paths
 from trt.server.core.models.lifecycle import ModelManager, parse_version
 from trt.server.core.models.pushed_models import PushedModels, check_model_name, poll_failure
@@ -274,6 +276,21 @@ class InferenceServer:
                 self.pushed.discard(folder)
             raise
         self.pushed.adopt(name, folder)
+
+    async def load_model_folder(self, name: str, folder: Path) -> None:
+        """Load the model in ``folder``, outside the repository, and serve it as ``name`` (Triton's
+        register-a-repository-with-a-name-mapping, which SageMaker's multi-model endpoints use)."""
+        self.models.require_explicit_mode()
+        override = None
+        config_file = folder / "config.pbtxt"
+        if config_file.is_file():
+            config = read_config_file(config_file)
+            if config.name and config.name != name:  # the mapping names the model, not its config
+                config.name = name
+                override = config
+        if self.models.is_ready(name):
+            raise AlreadyExists(f"model '{name}' is already loaded")
+        await self.models.load(name, override, folder)
 
     async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
         self.models.require_explicit_mode()

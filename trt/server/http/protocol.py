@@ -322,7 +322,7 @@ class HttpProtocol(asyncio.Protocol):
                 request.reserved = 0
                 try:
                     if request.body_too_large:
-                        response = HttpResponse(*too_large(self._server.limits.max_body_size))
+                        response = self._server.too_large(self._server.limits.max_body_size)
                     elif request.over_budget:
                         response = HttpResponse(*over_budget(self._server.queued_bytes))
                     else:
@@ -389,6 +389,10 @@ class HttpProtocol(asyncio.Protocol):
             await close_stream(response.stream)
 
 
+def _too_large(limit: int) -> HttpResponse:
+    return HttpResponse(*too_large(limit))
+
+
 async def close_stream(stream: AsyncIterator[Any]) -> None:
     """Close an async generator early (a consumer that stops reading); other iterators need nothing."""
     close = getattr(stream, "aclose", None)
@@ -419,9 +423,12 @@ class HttpServer:
         cancellable: Callable[[str], bool] = lambda path: False,
         queued_bytes: QueuedBytes | None = None,
         ssl_context: ssl.SSLContext | None = None,
+        too_large: Callable[[int], HttpResponse] | None = None,
     ) -> None:
         self.handler = handler
         self.limits = limits or HttpLimits()
+        # The answer to a body over ``limits.max_body_size``, given the limit: each API words it its own way.
+        self.too_large = too_large or _too_large
         self.idle_timeout = idle_timeout
         # Paths whose handling stops when the client disconnects (inference); others run to the end.
         self.cancellable = cancellable

@@ -20,7 +20,7 @@ from pathlib import Path
 from trt.protos import model_config_pb2
 from trt.server.core import devices
 from trt.server.core.backends.base import ModelFiles
-from trt.server.core.backends.registry import ENSEMBLE_PLATFORM, get_backend, resolve_entry
+from trt.server.core.backends.registry import ENSEMBLE_PLATFORM, get_backend, model_filenames, resolve_entry
 from trt.server.core.errors import ModelConfigError, ModelLoadError, ServerError
 from trt.server.core.models.config import parse_config_text
 from trt.server.core.models.config_rules import config_problems
@@ -36,7 +36,6 @@ from trt.server.repo.load_check import load_and_infer
 
 Config = model_config_pb2.ModelConfig
 _LOOKS_LIKE_VERSION = re.compile(r"^(v|version)?[-_]?\d+([._-]\d+)*$", re.IGNORECASE)
-_MODEL_FILES = ("model.onnx", "model.pt", "model.plan", "model.py")
 
 
 def validate_repository(
@@ -199,7 +198,7 @@ class ModelCheck:
                 )
         if version_folders(model_dir):
             return True
-        stray = [name for name in _MODEL_FILES if (model_dir / name).exists()]
+        stray = [name for name in model_filenames() if (model_dir / name).exists()]
         hint = (
             f"; {stray[0]} is directly in the model folder: move it into {self.location.name}/1/"
             if stray

@@ -2,7 +2,13 @@
 
 A backend turns a model's files into running instances. It knows nothing about transports,
 scheduling or statistics: the core hands an instance a dict of named numpy arrays and takes a dict
-back. Adding a backend means adding a module here and one line in ``server.backends.registry``.
+back, from a worker thread (``execute`` may block; release the GIL where the library allows).
+
+A backend is a class with Triton's ``name`` (and ``platform``, ``default_filename``) and the three
+methods of ``Backend``; ``create_instance`` returns a ``ModelInstance`` (tensors in, tensors out,
+batched by the core) or a ``RequestLevelInstance`` (whole requests). It is registered under the
+``trt.backends`` entry points, as a ``BackendEntry`` or as the class itself (see
+``core.backends.registry``): that is how trt's own backends register too.
 """
 
 from __future__ import annotations
@@ -16,8 +22,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 import numpy as np
 
 from trt.protos import model_config_pb2
-from trt.server.core.errors import ModelLoadError
-from trt.server.core.paths import inside
+from trt.server.core.errors import ModelConfigError, ModelLoadError
+from trt.server.core.paths import contained, shown
 
 if TYPE_CHECKING:
     from trt.server.core.errors import ServerError
@@ -75,8 +81,20 @@ class ModelFiles:
     version_dir: Path  # <repo>/<model>/<version>
 
     def artifact(self, config: model_config_pb2.ModelConfig, default_filename: str) -> Path:
-        filename = config.default_model_filename or default_filename
-        return inside(self.version_dir, filename, "default_model_filename")
+        """The model file in this version's folder; a name that leads out of it is refused (a config
+        sent with a load request could otherwise point a backend at any file on the host)."""
+        return self.inside(config.default_model_filename or default_filename, "default_model_filename")
+
+    def inside(self, name: str, field: str) -> Path:
+        """``name`` (a config value) as a path in the version folder, which it must not leave."""
+        path = contained(self.version_dir, name)
+        if path is None:
+            raise ModelConfigError(
+                f"{field} '{shown(name)}' leads outside the version folder {self.version_dir}; "
+                "name a file inside it",
+                field,
+            )
+        return path
 
     def require_artifact(self, config: model_config_pb2.ModelConfig, default_filename: str) -> Path:
         """The model file, which must exist (a folder is accepted where a backend takes one)."""

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 from trt.protos import model_config_pb2
 from trt.server.core.errors import ModelConfigError
-from trt.server.core.paths import relative_path_problem, shown
+from trt.server.core.paths import escape_problem, relative_path_problem, shown
 
 MODEL_DIRECTORY_TOKEN = "$$TRITON_MODEL_DIRECTORY"
 
@@ -28,12 +28,14 @@ def check_config_paths(config: model_config_pb2.ModelConfig, from_client: bool =
 def config_path_problems(
     config: model_config_pb2.ModelConfig, from_client: bool = False
 ) -> Iterator[ModelConfigError]:
+    # A client's config meets the strict rule; the operator's own, containment after '.' and '..'.
+    problem = relative_path_problem if from_client else escape_problem
     for field, value, folder in _named_files(config, from_client):
-        reason = relative_path_problem(value)
+        reason = problem(value)
         if reason is not None:
             yield ModelConfigError(
-                f"{field} '{shown(value)}' must be inside {folder} "
-                f"(found {reason}; no absolute path, no '..' or empty segments)",
+                f"{field} '{shown(value)}' leads outside {folder} (found {reason}); it must be inside "
+                f"{folder}",
                 field,
             )
 

@@ -121,14 +121,14 @@ def effective_config(
     if options.auto_complete_config:
         backend.auto_complete(config, files, options.default_max_batch_size)
         _hide_sequence_tensors(config)
-    if config.model_transaction_policy.decoupled and entry.name not in ("python", ENSEMBLE_PLATFORM):
+    if config.model_transaction_policy.decoupled and not entry.decoupled:
         raise ModelConfigError(
             f"model_transaction_policy decoupled needs a backend that can send many responses per request "
             f"(python, or an ensemble); '{entry.name}' answers each request once",
             "model_transaction_policy",
         )
     if entry.name != ENSEMBLE_PLATFORM:  # an ensemble runs in its steps' instances, not its own
-        fill_instance_groups(config, entry.name)
+        fill_instance_groups(config, entry.gpu)
     return config, versions, available
 
 
@@ -145,12 +145,13 @@ def _hide_sequence_tensors(config: Config) -> None:
             tensors.remove(tensor)
 
 
-def fill_instance_groups(config: Config, backend_name: str) -> None:
-    """Triton's defaults: one group per config entry, named ``<model>_<i>``; KIND_AUTO resolved."""
+def fill_instance_groups(config: Config, gpu_capable: bool) -> None:
+    """Triton's defaults: one group per config entry, named ``<model>_<i>``; KIND_AUTO resolved (to the
+    GPU only for a backend that runs there)."""
     if not config.instance_group:
         group = config.instance_group.add()
         group.kind = KIND_AUTO
-    has_gpu = devices.gpu_count() > 0 and backend_name in ("onnxruntime", "pytorch", "tensorrt")
+    has_gpu = devices.gpu_count() > 0 and gpu_capable
     for index, group in enumerate(config.instance_group):
         if not group.name:
             group.name = f"{config.name}_{index}"

@@ -28,8 +28,9 @@ from typing import Any
 
 import _ipc
 import triton_python_backend_utils as pb_utils
+import trt_pb_runtime
 
-released = pb_utils._released  # messages queued by __del__, sent ahead of the next message
+released = trt_pb_runtime.released  # messages queued by __del__, sent ahead of the next message
 
 
 class Runtime:
@@ -71,7 +72,7 @@ class Runtime:
         self._inbox, self._outbox = inbox, outbox
         self._wait_fd, self._wake_fd = wait_fd, wake_fd
         threading.Thread(target=self._watch_server, name="trt-watch-server", daemon=True).start()
-        signal_read, pb_utils._released_pipe = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        signal_read, trt_pb_runtime.released_pipe = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         os.set_blocking(signal_read, True)
         threading.Thread(
             target=self._send_released, args=(signal_read,), name="trt-send-released", daemon=True
@@ -87,7 +88,7 @@ class Runtime:
         _ipc.wake(self._wait_fd)
 
     def _send_released(self, signal_read: int) -> None:
-        """Send what ``__del__`` queued as soon as it says so (``pb_utils._release``)."""
+        """Send what ``__del__`` queued as soon as it says so (``trt_pb_runtime.release``)."""
         while os.read(signal_read, 4096):
             with self._send_lock:
                 if released:
@@ -411,7 +412,7 @@ def serve(fd: int) -> None:
         pass
     sock = socket.socket(fileno=fd)
     runtime = Runtime(sock)
-    pb_utils._install_runtime(runtime)
+    trt_pb_runtime.install(runtime)
     loop = asyncio.new_event_loop()
     try:
         message = runtime.start_up_message()
@@ -471,7 +472,7 @@ class _StderrRuntime:
 def auto_complete(model_path: str, result_path: str) -> None:
     """Read a config JSON on stdin, let the model complete it, write the result to ``result_path``
     (not stdout: the model may print while it is imported)."""
-    pb_utils._install_runtime(_StderrRuntime())
+    trt_pb_runtime.install(_StderrRuntime())
     config = json.loads(sys.stdin.read())
     model_class = load_model_class(model_path)
     if hasattr(model_class, "auto_complete_config"):

@@ -1,0 +1,104 @@
+"""One ``trt serve`` with the OpenAI front end on, serving the example repository's ``tiny_llm`` (and
+``simple``, a model that takes no text), shared by the OpenAI tests; and the official client for it."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import openai
+import pytest
+
+from tests.support import ROOT, ServerProcess, free_port, write_python_model
+
+MODEL = "tiny_llm"
+TOKENIZER = ROOT / "model_repository" / MODEL / "1" / "tokenizer.json"
+METRICS_HEADER = ("metrics-key", "secret")  # /metrics on the OpenAI port is restricted in these tests
+MAX_INPUT_SIZE = 1 << 20
+
+# The least of the vLLM backend's contract: text_input and stream in, text_output out, settings as
+# request parameters (it declares no sampling_parameters), no token counts and no finish reason. It
+# streams the prompt's words back, max_tokens of them, cycling.
+WORD_ECHO = """
+import json
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            sender = request.get_response_sender()
+            prompt = pb_utils.get_input_tensor_by_name(request, "text_input").as_numpy().reshape(-1)[0]
+            prompt = prompt.decode()
+            stream = pb_utils.get_input_tensor_by_name(request, "stream")
+            stream = bool(stream.as_numpy().reshape(-1)[0]) if stream is not None else False
+            words = prompt.split()
+            count = json.loads(request.parameters()).get("max_tokens", 16)
+            out = [(" " if i else "") + words[i % len(words)] for i in range(count)]
+            pieces = out if stream else ["".join(out)]
+            for index, piece in enumerate(pieces):
+                text = pb_utils.Tensor("text_output", np.array([piece.encode()], dtype=np.object_))
+                final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if index == len(pieces) - 1 else 0
+                sender.send(pb_utils.InferenceResponse([text]), final)
+        return None
+"""
+WORD_ECHO_CONFIG = """
+backend: "python"
+model_transaction_policy { decoupled: true }
+input [
+  { name: "text_input" data_type: TYPE_STRING dims: [ 1 ] },
+  { name: "stream" data_type: TYPE_BOOL dims: [ 1 ] optional: true }
+]
+output [ { name: "text_output" data_type: TYPE_STRING dims: [ -1 ] } ]
+"""
+
+
+@dataclass
+class OpenAIServer:
+    process: ServerProcess
+    port: int
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def client(self, **options: object) -> openai.OpenAI:
+        """The official client; no retries, so that an error is seen as the server gave it."""
+        return openai.OpenAI(
+            base_url=f"{self.base_url}/v1", api_key="unused", max_retries=0, timeout=60, **options
+        )
+
+
+@pytest.fixture(scope="session")
+def openai_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpenAIServer]:
+    """The example repository's tiny_llm and simple, and two word_echo models: one with tiny_llm's
+    tokenizer.json beside it (the front end counts its tokens), one with none."""
+    echoes = tmp_path_factory.mktemp("echo_repo")
+    for name in ("word_echo", "word_echo_untokenized"):
+        write_python_model(echoes, name, WORD_ECHO, WORD_ECHO_CONFIG)
+    shutil.copyfile(TOKENIZER, echoes / "word_echo" / "1" / "tokenizer.json")
+    port = free_port()
+    process = ServerProcess(
+        [ROOT / "model_repository", echoes],
+        [
+            "--model-control-mode=explicit",
+            f"--load-model={MODEL}",
+            "--load-model=simple",
+            "--load-model=word_echo",
+            "--load-model=word_echo_untokenized",
+            "--allow-openai=true",
+            "--openai-address=127.0.0.1",
+            f"--openai-port={port}",
+            f"--openai-restricted-api=metrics:{METRICS_HEADER[0]}={METRICS_HEADER[1]}",
+            f"--http-max-input-size={MAX_INPUT_SIZE}",
+        ],
+    ).start(tmp_path_factory.mktemp("openai_logs"))
+    yield OpenAIServer(process, port)
+    assert process.alive(), f"the server died during the tests:\n{process.log()}"
+    process.stop()
+
+
+@pytest.fixture(scope="session")
+def client(openai_server: OpenAIServer) -> openai.OpenAI:
+    return openai_server.client()

@@ -1,0 +1,270 @@
+"""The executions a Python model's instance holds: each one ``execute(requests)`` call in its model
+process, from the moment it is sent until its last response.
+
+The scheduler may hand an instance its next execution while one runs (``EXECUTION_SLOTS``), so that
+the model process goes from one ``execute`` to the next without waiting for the event loop to see
+the first one's result. Each execution's tensors travel in the pair of arenas of a free slot, held
+until its last response; with none free they travel inline, in the messages. Answers arrive as one
+``result`` message (the responses ``execute`` returned), or, for a model that uses response
+senders, as ``response`` messages one by one and a ``result`` saying ``execute`` returned.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from trt.server.backends.python.error_codes import error_from_model
+from trt.server.backends.python.process import EXECUTION_SLOTS, Message
+from trt.server.backends.python.stub import _ipc
+from trt.server.core.backends.base import BackendRequest, BackendResponse
+from trt.server.core.errors import ServerError
+from trt.server.core.extensions.tracing import Trace
+
+logger = logging.getLogger("trt.backends.python")
+
+# Called once per execution, from the event loop: (responses, None) or (None, the error), and
+# when the model process started it (perf_counter ns; None if it never did).
+ExecutionDone = Callable[[list[BackendResponse] | None, BaseException | None, int | None], None]
+StartRequests = Callable[[list[BackendRequest], ExecutionDone], None]
+
+
+@dataclass(slots=True)
+class _Execution:
+    done: ExecutionDone
+    count: int
+    responses: list[list[BackendResponse]]
+    requests: list[BackendRequest]  # a request's ``on_response`` set: its responses stream
+    slot: int | None  # the pair of arenas its tensors are in, held until it finishes; None: inline
+    started_ns: int | None = None  # when the model process began it
+    withdrawn: bool = False  # the process was asked not to start it (its requests were cancelled)
+    finals: set[int] = field(default_factory=set)
+    returned: bool = False  # execute() has returned (with None: answers come through senders)
+    settled: bool = False  # ``done`` was called: the instance is free
+
+    @property
+    def streamed(self) -> bool:
+        """Every request streams its responses (a decoupled model's): as in Triton, the instance is
+        free once ``execute`` returns, while its response senders go on answering."""
+        return all(request.on_response is not None for request in self.requests)
+
+    @property
+    def finished(self) -> bool:
+        """Nothing more can arrive for it: settled, and every stream has had its final response."""
+        return self.settled and (len(self.finals) >= self.count or not self.streamed)
+
+    def settle(self, answers: list[BackendResponse] | None, error: BaseException | None = None) -> None:
+        if not self.settled:
+            self.settled = True
+            self.done(answers, error, self.started_ns)
+
+    def fail(self, error: ServerError) -> None:
+        """End it with ``error``: the requests not yet answered, and the streams still open."""
+        self.settle(None, error)
+        for index, request in enumerate(self.requests):
+            if request.on_response is not None and index not in self.finals:
+                self.finals.add(index)
+                request.on_response(BackendResponse({}, error=error), True)
+
+    def settle_if_complete(self) -> None:
+        if self.settled or not self.returned:
+            return
+        if self.streamed:
+            self.settle([BackendResponse({}) for _ in range(self.count)])  # answers go by the streams
+            return
+        if len(self.finals) < self.count:
+            return
+        answers = []
+        for index, responses in enumerate(self.responses):
+            if self.requests[index].on_response is not None:
+                answers.append(BackendResponse({}))  # already delivered, one by one
+            elif not responses:
+                answers.append(
+                    BackendResponse({}, error=ServerError(f"the model sent no response for request {index}"))
+                )
+            else:
+                answers.append(responses[0])
+        self.settle(answers)
+
+
+class Executions:
+    """The executions sent to one model process and not yet finished, by number.
+
+    ``start_requests`` is the instance's own (the request scheduler calls it once per execution):
+    it starts at once while ``open``, and otherwise hands the requests to ``when_not_open``, which
+    decides (the process is starting, restarting or gone) and sets ``open`` once it may start."""
+
+    def __init__(
+        self,
+        model_name: str,
+        model_py: Path,
+        input_arenas: list[_ipc.Arena],
+        output_arenas: list[_ipc.Arena],
+        post: Callable[[Message], None],
+        when_not_open: StartRequests,
+    ) -> None:
+        self.open = False  # the model process is attached and takes executions
+        self._model_name = model_name
+        self._model_py = model_py
+        self._input_arenas = input_arenas
+        self._output_arenas = output_arenas
+        self._post = post
+        self._when_not_open = when_not_open
+        self._executions: dict[int, _Execution] = {}
+        self._next_execution = 0
+
+    def __len__(self) -> int:
+        return len(self._executions)
+
+    def start_requests(self, requests: list[BackendRequest], done: ExecutionDone) -> None:
+        """Send ``requests`` to the model process as one execution; ``done`` is called from the
+        event loop when it ends."""
+        if not self.open:
+            self._when_not_open(requests, done)
+            return
+        number = self._next_execution
+        self._next_execution += 1
+        slot = self._free_slot()
+        arena = None
+        if slot is not None:
+            arena = self._input_arenas[slot]
+            arena.reset()
+        pack = _ipc.pack_tensors
+        metas = [
+            (r.id, pack(r.inputs, arena), r.requested_outputs, r.parameters, r.correlation_id, r.flags)
+            for r in requests
+        ]
+        self._executions[number] = _Execution(done, len(requests), [[] for _ in requests], requests, slot)
+        for request in requests:
+            request.on_cancel = partial(self._withdraw, number)
+        self._post(("execute", number, slot, metas))
+
+    def _withdraw(self, number: int) -> None:
+        """A request of execution ``number`` was cancelled. If the process has not started that
+        execution yet (it waits behind another, in a slot), it skips it when every request in it
+        was cancelled; a started one sees it through ``is_cancelled()``."""
+        execution = self._executions.get(number)
+        if execution is None or execution.withdrawn or execution.settled:
+            return
+        if all(request.cancelled for request in execution.requests):
+            execution.withdrawn = True
+            self._post(("withdraw", number))
+
+    def _free_slot(self) -> int | None:
+        """A pair of arenas no unfinished execution holds. An execution holds its pair until its
+        last response: a model may read its inputs from another thread until it sends its final
+        flag. With none free (streams left open) the tensors travel inline, in the messages."""
+        free = list(range(EXECUTION_SLOTS))
+        for execution in self._executions.values():
+            if execution.slot is not None:
+                free.remove(execution.slot)
+        return free[0] if free else None
+
+    # -- what the model process sends ----------------------------------------------------------
+
+    def on_result(self, number: int, payload: dict[str, Any]) -> None:
+        """``execute`` returned (or raised, or was skipped as withdrawn)."""
+        execution = self._executions.get(number)
+        if execution is None:
+            return
+        execution.started_ns = payload.get("started_ns")
+        if payload.get("withdrawn"):  # cancelled before it started: it never ran
+            execution.fail(ServerError("the request was cancelled before its execution started"))
+        elif "error" in payload:
+            message, code = payload["error"]
+            if payload.get("traceback"):
+                logger.debug("execute() of %s raised:\n%s", self._model_py, payload["traceback"])
+            error = error_from_model(message, code)
+            execution.finals.update(range(execution.count))  # each request ends with this error
+            execution.settle([BackendResponse({}, error=error) for _ in range(execution.count)])
+        elif payload["responses"] is None:
+            execution.returned = True
+            execution.settle_if_complete()
+        else:
+            arena = None if execution.slot is None else self._output_arenas[execution.slot]
+            answers = [backend_response(d, arena) for d in payload["responses"]]
+            for request, answer in zip(execution.requests, answers, strict=True):
+                if request.on_response is not None:  # a decoupled model that returned its responses anyway
+                    request.on_response(answer, True)
+            execution.finals.update(range(execution.count))
+            execution.settle(answers)
+        if execution.finished:
+            self._executions.pop(number, None)
+
+    def on_response(self, number: int, index: int, answer: BackendResponse | None, final: bool) -> None:
+        """A response sender's response for request ``index`` of execution ``number``."""
+        execution = self._executions.get(number)
+        if execution is None:
+            return  # the request already failed (process restart) or was answered
+        stream = execution.requests[index].on_response
+        if stream is not None:
+            stream(answer, final)
+        elif answer is not None:
+            execution.responses[index].append(answer)
+        if final:
+            execution.finals.add(index)
+        execution.settle_if_complete()
+        if execution.finished:
+            self._executions.pop(number, None)
+
+    def on_sender_dropped(self, number: int, index: int) -> None:
+        """The model let go of a request's response sender (or returned None from execute() without
+        ever making one) before sending the final flag: nothing can answer it any more. A stream ends
+        with an error; a request that waits for one response gets what was sent, or an error."""
+        execution = self._executions.get(number)
+        if execution is None or index in execution.finals:
+            return
+        answered = execution.requests[index].on_response is None and execution.responses[index]
+        error = ServerError(
+            f"model '{self._model_name}' let go of the response sender of request {index} of an "
+            "execute() call without sending the final flag (TRITONSERVER_RESPONSE_COMPLETE_FINAL)"
+        )
+        self.on_response(number, index, None if answered else BackendResponse({}, error=error), True)
+
+    # -- what the model process asks about its requests --------------------------------------------
+
+    def request_cancelled(self, number: int, index: int) -> bool:
+        """Whether request ``index`` of execution ``number`` was cancelled (``is_cancelled()``)."""
+        execution = self._executions.get(number)
+        # An execution no longer here has been answered or failed: nobody reads more.
+        return execution is None or execution.requests[index].cancelled
+
+    def trace_of(self, number: int, index: int) -> Trace | None:
+        """The trace of request ``index`` of execution ``number``, if it is being traced."""
+        execution = self._executions.get(number)
+        return execution.requests[index].trace if execution is not None else None
+
+    # -- when the process goes ---------------------------------------------------------------------
+
+    def fail_on_exit(self, error: ServerError) -> list[tuple[list[BackendRequest], ExecutionDone]]:
+        """The process died: fail what it was running, and every stream still open, with ``error``.
+        It runs executions in order, one at a time: the first that has not returned was running;
+        those behind it (held in its ring) never started, and are returned, removed from here, as
+        (requests, done) to be started again on the next process."""
+        executions = self._executions
+        waiting = sorted(n for n, e in executions.items() if not e.settled and not e.returned)
+        never_started = [executions.pop(number) for number in waiting[1:]]
+        for execution in list(executions.values()):
+            execution.fail(error)
+        executions.clear()
+        return [(execution.requests, execution.done) for execution in never_started]
+
+    def fail_all(self, error: ServerError) -> None:
+        """Fail every execution still here (streams still open when the model unloads)."""
+        for execution in self._executions.values():
+            execution.fail(error)
+        self._executions.clear()
+
+
+def backend_response(described: dict[str, Any], arena: _ipc.Arena | None) -> BackendResponse:
+    """A response the model process described; its tensors copied out of ``arena``, which the
+    process reuses."""
+    if described["error"] is not None:
+        message, code = described["error"]
+        return BackendResponse({}, error=error_from_model(message, code))
+    outputs = _ipc.unpack_tensors(described["outputs"], arena, copy=True)
+    return BackendResponse(outputs, described.get("parameters") or {})

@@ -1,0 +1,300 @@
+"""The process that runs one instance of a Python model, and the shared memory it talks through.
+
+Messages cross through two shared-memory rings (``_ipc.Ring``), each message announced on an
+eventfd; the event loop waits on the model's eventfd with ``add_reader`` (no thread hop). Inputs
+are written into an input arena, outputs read back from an output arena; BYTES tensors travel
+in the messages. There are two pairs of arenas, one per execution slot (see ``executions``).
+
+The socket that carried start-up stays open to tell each side when the other exits. This module
+starts the process, watches it and lets it go; what a death means for the requests it held, and
+when to start it again, is decided by its owner (``instance``) through ``on_exit``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import glob
+import logging
+import os
+import secrets
+import socket
+import subprocess
+from collections.abc import Callable
+from multiprocessing import shared_memory
+from pathlib import Path
+from typing import Any
+
+from trt.server.backends.python.stub import _ipc
+from trt.server.core.errors import ModelLoadError
+from trt.server.core.scheduling.cpu_colocation import CpuColocation
+
+logger = logging.getLogger("trt.backends.python")
+
+STUB = Path(__file__).resolve().parent / "stub" / "trt_python_stub.py"
+ARENA_BYTES = 16 * 1024 * 1024  # per slot and direction
+EXECUTION_SLOTS = 2
+RING_BYTES = 1 << 20  # per direction; a message over a quarter of it spills into a segment of its own
+START_TIMEOUT_S = 120.0
+
+Message = tuple[Any, ...]  # what crosses the rings: a kind, then its fields (see trt_python_stub)
+# Answers a call the model makes from initialize(), on the loader thread that starts it.
+StartUpCall = Callable[[str, tuple[Any, ...]], dict[str, Any]]
+
+
+class ModelProcess:
+    """One model process and its shared memory: the arenas and rings are made once, with this
+    object, and outlive the processes started on them (a restart reuses them); ``release`` frees
+    them. ``on_message`` gets every message the process sends, ``on_exit`` its exit code (None if
+    it closed its socket but has not exited yet) once it is gone and what it sent has been read."""
+
+    def __init__(
+        self,
+        python: str,
+        model_py: Path,
+        args: dict[str, str],
+        *,
+        on_message: Callable[[Message], None],
+        on_start_up_call: StartUpCall,
+        on_exit: Callable[[int | None], None],
+        colocation: CpuColocation | None,
+        arena_bytes: int = ARENA_BYTES,
+        ring_bytes: int = RING_BYTES,
+    ) -> None:
+        self.python = python
+        self.model_py = model_py
+        self.args = args
+        self._on_message = on_message
+        self._on_start_up_call = on_start_up_call
+        self._on_exit = on_exit
+        self._colocation = colocation
+        self.tag = tag = f"trt_{os.getpid()}_{secrets.token_hex(4)}"
+        self._arena_bytes = arena_bytes
+        self._ring_bytes = ring_bytes
+        control_bytes = 2 * _ipc.Ring.bytes_needed(ring_bytes)
+        slots = EXECUTION_SLOTS
+        self._memories = [  # tmpfs: only the pages written are ever allocated
+            shared_memory.SharedMemory(name=f"{tag}_in", create=True, size=slots * arena_bytes),
+            shared_memory.SharedMemory(name=f"{tag}_out", create=True, size=slots * arena_bytes),
+            shared_memory.SharedMemory(name=f"{tag}_ctl", create=True, size=control_bytes),
+        ]
+        self.input_arenas = _ipc.slot_arenas(f"{tag}_in", arena_bytes, slots)
+        self.output_arenas = _ipc.slot_arenas(f"{tag}_out", arena_bytes, slots)
+        self._control = _ipc.map_segment(f"{tag}_ctl", control_bytes)
+        self._outbox, self._inbox = _ipc.ring_pair(self._control, ring_bytes, f"{tag}_x")
+        self._backlog: list[Message] = []  # messages waiting for room in the outbox (rare)
+        self._to_model = self._to_server = -1  # eventfds
+        self._popen: subprocess.Popen[bytes] | None = None
+        self._sock: socket.socket | None = None
+        self._late_frames = _ipc.FrameReader()
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def pid(self) -> int:
+        assert self._popen is not None
+        return self._popen.pid
+
+    def start(self) -> None:
+        """Start the child and run ``initialize`` (blocking: called from a loader thread). Raises
+        ``ModelLoadError`` if it cannot start or its ``initialize()`` fails."""
+        self._outbox.reset()
+        self._inbox.reset()
+        to_model, to_server = os.eventfd(0), os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        parent, child = socket.socketpair()
+        env = dict(os.environ)
+        # pb_utils comes first; the model's folders are appended by the process itself, as Triton does.
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(STUB.parent), *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])]
+        )
+        try:
+            self._popen = process = subprocess.Popen(
+                [self.python, str(STUB), "--fd", str(child.fileno())],
+                pass_fds=(child.fileno(), to_model, to_server),
+                env=env,
+            )
+        except OSError as exc:
+            parent.close()
+            os.close(to_model)
+            os.close(to_server)
+            raise ModelLoadError(f"cannot start the Python model process with {self.python}: {exc}") from None
+        finally:
+            child.close()
+        parent.settimeout(START_TIMEOUT_S)
+        channel = {
+            "segment": f"{self.tag}_ctl",
+            "size": 2 * _ipc.Ring.bytes_needed(self._ring_bytes),
+            "capacity": self._ring_bytes,
+            "spill_prefix": f"{self.tag}_x",
+            "wait_fd": to_model,
+            "wake_fd": to_server,
+        }
+        arenas = (
+            (f"{self.tag}_in", self._arena_bytes, EXECUTION_SLOTS),
+            (f"{self.tag}_out", self._arena_bytes, EXECUTION_SLOTS),
+        )
+        try:
+            parent.sendall(_ipc.encode_frame(("init", self.args, str(self.model_py), *arenas, channel)))
+            frames = _ipc.BlockingFrameSource(parent)
+            reply = frames.next()
+            while reply[0] in ("log", "metric", "call"):  # from initialize(), before it finishes
+                if reply[0] == "call":  # answered over the socket: the rings are not in use yet
+                    answer = self._on_start_up_call(reply[2], reply[3])
+                    parent.sendall(_ipc.encode_frame(("answer", reply[1], answer)))
+                else:
+                    self._on_message(reply)
+                reply = frames.next()
+        except (OSError, EOFError) as exc:
+            reply = ("init_error", f"the Python model process exited during start-up ({exc})", "")
+        if reply[0] != "ready":
+            process.kill()
+            process.wait()
+            parent.close()
+            os.close(to_model)
+            os.close(to_server)
+            if reply[2]:
+                logger.error("initialize() of %s failed:\n%s", self.model_py, reply[2])
+                raise ModelLoadError(f"initialize() failed: {reply[1]}")
+            raise ModelLoadError(f"{reply[1]}; see the log for its output")
+        parent.setblocking(False)
+        self._sock = parent
+        self._late_frames = _ipc.FrameReader()
+        self._to_model, self._to_server = to_model, to_server
+        self._loop = None  # the readers are attached on first use, from the event loop
+
+    @property
+    def attached(self) -> bool:
+        """The event loop watches the process (``attach``) and has not let it go since."""
+        return self._loop is not None
+
+    def attach(self) -> None:
+        """Watch the process from the running event loop, once after each start."""
+        if self._loop is None:
+            assert self._sock is not None and self._popen is not None
+            loop = self._loop = asyncio.get_running_loop()
+            loop.add_reader(self._to_server, self.read_messages)
+            loop.add_reader(self._sock.fileno(), self._on_socket)
+            if self._colocation is not None:
+                self._colocation.add(self._popen.pid, loop)
+
+    def read_messages(self) -> None:
+        """Hand on what the process has sent through its ring (its eventfd is readable)."""
+        try:
+            os.eventfd_read(self._to_server)
+        except BlockingIOError:
+            pass
+        inbox, empty, on_message = self._inbox, _ipc.EMPTY, self._on_message
+        message = inbox.get()
+        while message is not empty:
+            on_message(message)
+            message = inbox.get()
+
+    def _on_socket(self) -> None:
+        assert self._sock is not None
+        try:
+            data = self._sock.recv(4096)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:  # it exited
+            self._on_death()
+            return
+        for message in self._late_frames.feed(data):  # sent before it switched to the rings
+            self._on_message(message)
+
+    def _on_death(self) -> None:
+        assert self._loop is not None and self._popen is not None
+        self.read_messages()  # what it sent before it died still counts
+        self.disconnect()
+        self._on_exit(self._popen.poll())  # None if it closed the socket but has not exited yet
+
+    def disconnect(self) -> None:
+        """Stop watching the child and close this side of its connection."""
+        if self._loop is not None:
+            assert self._sock is not None and self._popen is not None
+            if self._colocation is not None:
+                self._colocation.discard(self._popen.pid)
+            self._loop.remove_reader(self._to_server)
+            self._loop.remove_reader(self._sock.fileno())
+            self._loop = None
+        if self._sock is not None:
+            self._sock.close()
+        for fd in (self._to_model, self._to_server):
+            if fd >= 0:
+                os.close(fd)
+        self._to_model = self._to_server = -1
+
+    def post(self, message: Message) -> None:
+        """Send ``message`` to the child: into its ring, then a wake-up on its eventfd."""
+        if self._to_model < 0:
+            return  # no child (it died; the requests it held have failed)
+        if self._backlog or not self._outbox.put(message):
+            self._backlog.append(message)
+            if len(self._backlog) == 1:
+                asyncio.get_running_loop().call_later(0.001, self._flush_backlog)
+            return
+        os.eventfd_write(self._to_model, 1)
+
+    def _flush_backlog(self) -> None:
+        while self._backlog and self._to_model >= 0 and self._outbox.put(self._backlog[0]):
+            self._backlog.pop(0)
+            os.eventfd_write(self._to_model, 1)
+        if self._backlog and self._to_model >= 0:
+            asyncio.get_running_loop().call_later(0.001, self._flush_backlog)
+
+    def discard_unsent(self) -> None:
+        """Drop what was on its way to a process that died: the backlog, and messages that spilled
+        into segments of their own."""
+        self._backlog.clear()
+        self._remove_spills()
+
+    def _remove_spills(self) -> None:
+        for path in glob.glob(f"/dev/shm/{self.tag}_x*"):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+
+    async def stop(self) -> None:
+        """Ask the process to run ``finalize()`` and exit (killed after 10 s), read its last
+        messages, let it go and free the shared memory."""
+        assert self._popen is not None
+        self.post(("finalize",))
+        try:
+            await asyncio.wait_for(asyncio.to_thread(self._popen.wait), timeout=10)
+        except TimeoutError:
+            self._popen.kill()
+            await asyncio.to_thread(self._popen.wait)
+        if self._loop is not None and self._to_server >= 0:
+            self.read_messages()  # the last log lines of finalize()
+        self.disconnect()
+        self.release()
+
+    def kill(self) -> None:
+        """Synchronous fallback (a half-loaded model): stop the process without ``finalize()``,
+        let it go and free the shared memory."""
+        if self._popen is not None and self._popen.poll() is None:
+            self._popen.kill()
+            self._popen.wait()
+        if self._sock is not None:
+            if self._loop is not None and self._loop.is_closed():
+                self._loop = None
+            self.disconnect()
+        self.release()
+
+    def release(self) -> None:
+        """Free the rings, arenas and segments (once the process no longer uses them)."""
+        self._remove_spills()
+        for ring in (self._outbox, self._inbox):
+            ring.close()
+        for arena in (*self.input_arenas, *self.output_arenas):
+            arena.close()
+        try:
+            self._control.close()
+        except BufferError:
+            pass
+        for memory in self._memories:
+            try:
+                memory.close()
+                memory.unlink()
+            except (FileNotFoundError, BufferError):
+                pass

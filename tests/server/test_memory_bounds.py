@@ -118,6 +118,14 @@ def test_a_bytes_shape_the_data_cannot_hold_is_refused_before_allocating(
             {"Inference-Header-Content-Length": str(len(header))},
         )
         assert status == 400 and "cannot hold the 200000000 elements" in answer["error"], answer
+    huge = _bytes_header(20_000_000_000, len(data))  # [2e10]: was a 500 (MemoryError)
+    status, _, answer = _request(
+        bounded_server,
+        "/v2/models/echo_bytes/infer",
+        huge + data,
+        {"Inference-Header-Content-Length": str(len(huge))},
+    )
+    assert status == 400, answer
     request = grpc_service_pb2.ModelInferRequest(model_name="echo_bytes")
     request.inputs.add(name="IN", datatype="BYTES", shape=[20_000_000_000])  # [2e10]: was a 500
     request.raw_input_contents.append(data)

@@ -165,3 +165,16 @@ def test_a_header_over_a_sixteenth_of_the_bound_is_decoded_but_never_kept() -> N
     assert (
         RequestDecoder(max_bytes=0).decode("m", "", *_body({"A": ("FP32", np.ones(2, np.float32))}))[0].inputs
     )
+
+
+def test_a_null_binary_data_size_is_refused_by_both_decodings() -> None:
+    """Found by the long fuzz run: 'binary_data_size': null with JSON data decoded as JSON, and then
+    the header's remembered plan added None to an offset (a 500 on every such request)."""
+    tensor = {"name": "IN", "datatype": "INT32", "shape": [1], "data": [7]}
+    header = json.dumps({"inputs": [{**tensor, "parameters": {"binary_data_size": None}}]}).encode()
+    decoder = RequestDecoder()
+    for _ in range(2):
+        for decode in (decode_request, decoder.decode):
+            with pytest.raises(InvalidInput, match="Unable to parse 'binary_data_size'"):
+                decode("m", "", header, len(header))
+    assert decoder.held_bytes == 0

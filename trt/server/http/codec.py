@@ -226,7 +226,9 @@ class RequestDecoder:
 def _plannable(request: InferenceRequest) -> bool:
     if request.id or "sequence_id" in request.parameters:
         return False
-    return all("binary_data_size" in tensor.parameters for tensor in request.inputs)
+    return all(
+        tensor.data is not None and "binary_data_size" in tensor.parameters for tensor in request.inputs
+    )
 
 
 def parse_json_object(body: bytes | memoryview) -> dict[str, Any]:
@@ -263,8 +265,8 @@ def _decode_input(raw: Any, binary: memoryview, offset: int) -> tuple[InputTenso
     shape = tuple(shape_value)
     check_shape(name, shape)
     parameters = _object(raw.get("parameters"), f"input '{name}' parameters")
-    size = parameters.get("binary_data_size")
-    if size is not None:
+    if "binary_data_size" in parameters:  # null included: it is not a size (was a 500 from the cache)
+        size = parameters["binary_data_size"]
         if not isinstance(size, int) or isinstance(size, bool) or size < 0:
             raise InvalidInput(f"input '{name}': Unable to parse 'binary_data_size'")
         if "data" in raw:

@@ -1,16 +1,17 @@
 """trt serve vs NVIDIA Triton on the same Python-backend model, under the same perf_analyzer load.
 
-Both servers load one repository holding Triton's own `add_sub` example (identical model.py). For
-each server and concurrency, NVIDIA's perf_analyzer (HTTP with binary tensors, or gRPC with
-``--protocol grpc``) measures throughput and p99; the server's CPU time (its process and every
-model process under it) divided by the requests it answered (statistics extension) gives CPU per
-request, and the share of it spent in the model processes (trt's model process, Triton's python
-stub) is shown apart. One run, same machine: compare ratios.
+Both servers load one repository holding Triton's own `add_sub` example (identical model.py) and run
+side by side. For each round and concurrency, NVIDIA's perf_analyzer (HTTP with binary tensors, or
+gRPC with ``--protocol grpc``) measures one server, then the other (so both see the same load from
+the rest of the machine), and the ratios are taken within the round. The server's CPU time (its
+process and every model process under it) divided by the requests it answered (statistics
+extension) gives CPU per request, and the share of it spent in the model processes (trt's model
+process, Triton's python stub) is shown apart. Compare ratios, never absolute figures across runs.
 
 Needs the peers (../shared/PEERS.md):  WITH_PY_PEERS=0 bash ../shared/peers/setup.sh /tmp/trt-peers
 
     python benchmarks/python_backend_vs_triton.py --peers /tmp/trt-peers [--concurrency 1,8,16]
-        [--protocol grpc]
+        [--protocol grpc] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -31,7 +32,10 @@ from rich.console import Console
 from rich.table import Table
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared"
+# ../shared beside the checkout (a worktree under /work/wt has it two levels up).
+SHARED = next(
+    (p for p in (ROOT.parent / "shared", ROOT.parent.parent / "shared") if p.exists()), ROOT.parent / "shared"
+)
 sys.path.insert(0, str(ROOT))
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -74,6 +78,7 @@ def main() -> None:
     parser.add_argument("--peers", type=Path, default=Path("/tmp/trt-peers"))
     parser.add_argument("--concurrency", default="1,8,16")
     parser.add_argument("--interval-ms", type=int, default=3000)
+    parser.add_argument("--rounds", type=int, default=1, help="rounds, each measuring both servers in turn")
     parser.add_argument(
         "--protocol", choices=("http", "grpc"), default="http", help="what perf_analyzer speaks"
     )
@@ -102,33 +107,37 @@ def main() -> None:
             script = str(SHARED / "peers" / "run-triton.sh")
             return ["bash", script, str(args.peers), str(repo), str(h), str(g), str(m), "--log-info=false"]
 
-        servers = {"trt": trt_command, "triton": triton_command}
-        for name, command in servers.items():
-            ports = free_port(), free_port(), free_port()
-            process = subprocess.Popen(
-                command(*ports), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-            )
-            try:
+        servers: dict[str, tuple[subprocess.Popen[bytes], tuple[int, int, int]]] = {}
+        try:
+            for name, command in (("trt", trt_command), ("triton", triton_command)):
+                ports = free_port(), free_port(), free_port()
+                servers[name] = (
+                    subprocess.Popen(
+                        command(*ports), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+                    ),
+                    ports,
+                )
+            for process, ports in servers.values():
                 wait_ready(ports[0], process)
+            for round_index in range(args.rounds):
                 for concurrency in levels:
-                    root = psutil.Process(process.pid)
-                    own_before, count_before = _cpu_seconds(root), answered_requests(ports[0], "add_sub")
-                    result = measured_with_perf_analyzer(
-                        perf_analyzer,
-                        "add_sub",
-                        args.protocol,
-                        ports[port_index],
-                        ports[0],
-                        process.pid,
-                        concurrency,
-                        args.interval_ms,
-                    )
-                    count = answered_requests(ports[0], "add_sub") - count_before
-                    own_us = (_cpu_seconds(root) - own_before) / max(count, 1) * 1e6
-                    model_us = max(result["server_cpu_us_per_request"] - own_us, 0.0)
-                    result["model_cpu_us_per_request"] = model_us
-                    rows.append({"server": name, "concurrency": concurrency, **result})
-            finally:
+                    for name, (process, ports) in servers.items():
+                        root = psutil.Process(process.pid)  # run-triton.sh execs tritonserver
+                        own_before, count_before = _cpu_seconds(root), answered_requests(ports[0], "add_sub")
+                        result = measured_with_perf_analyzer(
+                            perf_analyzer, "add_sub", args.protocol, ports[port_index], ports[0], process.pid,
+                            concurrency, args.interval_ms,
+                        )  # fmt: skip
+                        count = answered_requests(ports[0], "add_sub") - count_before
+                        own_us = (_cpu_seconds(root) - own_before) / max(count, 1) * 1e6
+                        result["model_cpu_us_per_request"] = max(
+                            result["server_cpu_us_per_request"] - own_us, 0.0
+                        )
+                        rows.append(
+                            {"round": round_index + 1, "server": name, "concurrency": concurrency, **result}
+                        )
+        finally:
+            for process, _ in servers.values():
                 process.terminate()
                 try:
                     process.wait(20)
@@ -137,26 +146,44 @@ def main() -> None:
         shutil.rmtree(repo, ignore_errors=True)
 
     protocol = "HTTP, binary" if args.protocol == "http" else "gRPC"
-    table = Table(title=f"Python-backend add_sub under perf_analyzer ({protocol}), one run")
-    columns = ("server", "concurrency", "infer/s", "p99 (us)", "server CPU/req (us)", "of it, model process")
+    table = Table(title=f"Python-backend add_sub under perf_analyzer ({protocol})")
+    columns = ("round", "server", "concurrency", "infer/s", "p99 (us)", "server CPU/req (us)",
+               "of it, model process")  # fmt: skip
     for column in columns:
         table.add_column(column, justify="right")
     for row in rows:
-        table.add_row(str(row["server"]), str(row["concurrency"]), f"{row['throughput']:,.0f}",
-                      f"{row['p99_us']:,.0f}", f"{row['server_cpu_us_per_request']:,.0f}",
-                      f"{row['model_cpu_us_per_request']:,.0f}")  # fmt: skip
-    ratios = Table(title="trt / Triton")
-    for column in ("concurrency", "throughput ratio", "p99 ratio", "CPU/req ratio"):
+        cells = [
+            row["throughput"],
+            row["p99_us"],
+            row["server_cpu_us_per_request"],
+            row["model_cpu_us_per_request"],
+        ]
+        table.add_row(str(row["round"]), str(row["server"]), str(row["concurrency"]),
+                      *(f"{float(cell):,.0f}" for cell in cells))  # type: ignore[arg-type]  # fmt: skip
+    ratios = Table(title="trt / Triton, within each round")
+    for column in ("round", "concurrency", "throughput ratio", "p99 ratio", "CPU/req ratio"):
         ratios.add_column(column, justify="right")
-    for concurrency in levels:
-        ours = next(r for r in rows if r["server"] == "trt" and r["concurrency"] == concurrency)
-        theirs = next(r for r in rows if r["server"] == "triton" and r["concurrency"] == concurrency)
-        ratios.add_row(
-            str(concurrency),
-            f"{float(ours['throughput']) / float(theirs['throughput']):.2f}",  # type: ignore[arg-type]
-            f"{float(ours['p99_us']) / float(theirs['p99_us']):.2f}",  # type: ignore[arg-type]
-            f"{float(ours['server_cpu_us_per_request']) / float(theirs['server_cpu_us_per_request']):.2f}",  # type: ignore[arg-type]
-        )
+    for round_index in range(1, args.rounds + 1):
+        for concurrency in levels:
+            ours, theirs = (
+                next(
+                    r
+                    for r in rows
+                    if r["server"] == s and r["concurrency"] == concurrency and r["round"] == round_index
+                )
+                for s in ("trt", "triton")
+            )
+            ratio = {
+                key: float(ours[key]) / float(theirs[key])  # type: ignore[arg-type]
+                for key in ("throughput", "p99_us", "server_cpu_us_per_request")
+            }
+            ratios.add_row(
+                str(round_index),
+                str(concurrency),
+                f"{ratio['throughput']:.2f}",
+                f"{ratio['p99_us']:.2f}",
+                f"{ratio['server_cpu_us_per_request']:.2f}",
+            )
     console = Console()
     console.print(table)
     console.print(ratios)

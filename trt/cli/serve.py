@@ -23,6 +23,7 @@ from trt.cli.flags import (
     parse_rate_limit_resources,
     parse_trace_config,
 )
+from trt.cli.grpc_flags import GrpcFlags
 from trt.cli.hosted_flags import ListeningService, check_port_collisions, resolve_hosted_flags
 from trt.server.core.datatypes import DEFAULT_MAX_BYTES_ELEMENTS
 from trt.server.core.extensions.log_settings import LOG_FORMATS, LogOptions, LogSettings
@@ -49,7 +50,8 @@ IGNORED_TRITON_FLAGS = {
     "--repoagent-directory": "repository agents are not supported",
     "--buffer-manager-thread-count": "no buffer manager threads",
     "--http-thread-count": "HTTP runs on the event loop",
-    "--grpc-infer-allocation-pool-size": "gRPC messages are not pooled",
+    "--grpc-infer-thread-count": "gRPC runs on the event loop",
+    "--grpc-infer-allocation-pool-size": "a call's state is a few Python objects, made per call",
     "--metrics-interval-ms": "metrics are read when Prometheus scrapes",
     "--allow-client-shm": "shared memory registration is always allowed",
 }
@@ -111,6 +113,31 @@ def serve_command(
         metavar="CATEGORY[,CATEGORY...]:HEADER=VALUE",
         help="RPCs of these categories need this metadata (UNAVAILABLE without it).",
     ),
+    # gRPC: TLS, keepalive, compression and pools, as tritonserver's flags (trt.cli.grpc_flags).
+    grpc_use_ssl: str = typer.Option("false", "--grpc-use-ssl", metavar="BOOL"),
+    grpc_use_ssl_mutual: str = typer.Option("false", "--grpc-use-ssl-mutual", metavar="BOOL"),
+    grpc_server_cert: str = typer.Option("", "--grpc-server-cert", help="PEM server certificate."),
+    grpc_server_key: str = typer.Option("", "--grpc-server-key", help="PEM server key."),
+    grpc_root_cert: str = typer.Option(
+        "", "--grpc-root-cert", help="PEM CA that client certificates chain to."
+    ),
+    grpc_compression: str = typer.Option(
+        "none", "--grpc-infer-response-compression-level", metavar="none|low|medium|high"
+    ),
+    grpc_keepalive_time: int = typer.Option(7_200_000, "--grpc-keepalive-time", metavar="MS"),
+    grpc_keepalive_timeout: int = typer.Option(20_000, "--grpc-keepalive-timeout", metavar="MS"),
+    grpc_keepalive_permit: str = typer.Option(
+        "false", "--grpc-keepalive-permit-without-calls", metavar="BOOL"
+    ),
+    grpc_max_pings: int = typer.Option(2, "--grpc-http2-max-pings-without-data"),
+    grpc_min_ping_interval: int = typer.Option(
+        300_000, "--grpc-http2-min-recv-ping-interval-without-data", metavar="MS"
+    ),
+    grpc_max_ping_strikes: int = typer.Option(2, "--grpc-http2-max-ping-strikes"),
+    grpc_max_connection_age: int = typer.Option(0, "--grpc-max-connection-age", metavar="MS"),
+    grpc_max_connection_age_grace: int = typer.Option(0, "--grpc-max-connection-age-grace", metavar="MS"),
+    grpc_response_pool: int = typer.Option(2**31 - 1, "--grpc-max-response-pool-size"),
+    reuse_grpc_port: str = typer.Option("false", "--reuse-grpc-port", metavar="BOOL"),
     server_id: str = typer.Option("triton", "--id", help="Server name in server metadata."),
     log_verbose: int = typer.Option(0, "--log-verbose"),
     log_info: str = typer.Option("true", "--log-info", metavar="BOOL"),
@@ -275,6 +302,26 @@ def serve_command(
         http_restrictions=_parsed(Restrictions.parse, http_restricted_api or [], "--http-restricted-api"),
         grpc_restrictions=_parsed(
             Restrictions.parse, grpc_restricted_protocol or [], "--grpc-restricted-protocol"
+        ),
+        grpc_options=_parsed(
+            GrpcFlags(
+                grpc_use_ssl,
+                grpc_use_ssl_mutual,
+                grpc_server_cert,
+                grpc_server_key,
+                grpc_root_cert,
+                grpc_compression,
+                grpc_keepalive_time,
+                grpc_keepalive_timeout,
+                grpc_keepalive_permit,
+                grpc_max_pings,
+                grpc_min_ping_interval,
+                grpc_max_ping_strikes,
+                grpc_max_connection_age,
+                grpc_max_connection_age_grace,
+                grpc_response_pool,
+                reuse_grpc_port,
+            ).options
         ),
         sagemaker=hosted.sagemaker,
         vertex_ai=hosted.vertex_ai,

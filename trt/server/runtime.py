@@ -8,21 +8,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import signal
 import socket
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from trt.server.core.options import CoreOptions
 from trt.server.core.server import InferenceServer, StartupError
+from trt.server.grpc.options import GrpcOptions
 from trt.server.hosted_front_ends import hosted_front_ends
 from trt.server.http.app import HttpApp
 from trt.server.http.codec import DEFAULT_HEADER_CACHE_BYTES
 from trt.server.http.limits import HttpLimits
 from trt.server.http.protocol import HttpServer
-from trt.server.http.tls import TlsOptions, TlsSetupError, server_context
+from trt.server.http.tls import TlsOptions, server_context
 from trt.server.metrics import MetricsApp
 from trt.server.openai.options import OpenAIOptions
 from trt.server.restrictions import Restrictions
@@ -53,6 +55,7 @@ class ServeOptions:
     http_tls: TlsOptions | None = None  # --http-use-ssl and its certificates
     http_restrictions: Restrictions = field(default_factory=Restrictions)  # --http-restricted-api
     grpc_restrictions: Restrictions = field(default_factory=Restrictions)  # --grpc-restricted-protocol
+    grpc_options: GrpcOptions = field(default_factory=GrpcOptions)  # TLS, keepalive, compression, limits
     sagemaker: SageMakerOptions | None = None  # --allow-sagemaker=true
     vertex_ai: VertexAiOptions | None = None  # --allow-vertex-ai=true (or AIP_MODE=PREDICTION)
     openai: Endpoint = Endpoint(False, "0.0.0.0", 9000)  # --allow-openai, --openai-address/-port
@@ -95,11 +98,10 @@ async def serve(options: ServeOptions, on_ready: Callable[[InferenceServer, dict
     grpc_server = None
     try:
         if options.grpc.enabled:
-            from trt.server.grpc.service import start_grpc_server
+            from trt.server.grpc.server import start_grpc_server
 
-            grpc_server = await start_grpc_server(
-                core, options.grpc.address, options.grpc.port, options.grpc_restrictions
-            )
+            grpc_options = dataclasses.replace(options.grpc_options, restrictions=options.grpc_restrictions)
+            grpc_server = await start_grpc_server(core, options.grpc.address, options.grpc.port, grpc_options)
             logger.info("Started GRPCInferenceService at %s:%d", options.grpc.address, options.grpc.port)
         metrics = MetricsApp(core, options.gpu_metrics, options.cpu_metrics)
         if options.http.enabled:
@@ -124,7 +126,8 @@ async def serve(options: ServeOptions, on_ready: Callable[[InferenceServer, dict
         servers += await _start_hosted_front_ends(core, options)
         if options.openai.enabled:
             servers.append(await _start_openai(core, options, metrics if options.metrics.enabled else None))
-    except (OSError, TlsSetupError, VertexAiSetupError) as exc:
+    # ValueError: TLS files that cannot be loaded (HTTP's TlsSetupError is one, as gRPC's errors are)
+    except (OSError, ValueError, VertexAiSetupError) as exc:
         logger.error("%s", exc)
         await _shutdown(core, servers, grpc_server, options.exit_timeout_secs)
         return 1
@@ -172,7 +175,7 @@ async def _start_openai(
 
     app = OpenAIApp(core, options.openai_options, metrics.render if metrics is not None else None)
     sock = _bind(options.openai, "OpenAI-Compatible Frontend")
-    limits = replace(options.http_limits, max_body_size=options.openai_options.max_input_size)
+    limits = dataclasses.replace(options.http_limits, max_body_size=options.openai_options.max_input_size)
     server = HttpServer(
         app, limits, cancellable=app.cancellable, too_large=app.too_large, queued_bytes=core.queued_bytes
     )

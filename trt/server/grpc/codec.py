@@ -3,14 +3,19 @@
 Raw inputs (``raw_input_contents``, what tritonclient always sends) become numpy views over the
 received bytes; typed ``contents`` are accepted too, as Triton does. Outputs always go back in
 ``raw_output_contents``, in output order, as Triton sends them.
+
+Large messages are not copied: ``decode_infer_message`` reads the raw inputs' places in the message
+itself (protobuf would copy each into its arena, then into a ``bytes``), and ``encode_infer_parts``
+writes the raw outputs as views of the output arrays after the rest of the message.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from google.protobuf.message import DecodeError
 
 from trt.protos import grpc_service_pb2 as pb
 from trt.server.core.datatypes import (
@@ -22,7 +27,13 @@ from trt.server.core.datatypes import (
     wire_to_numpy,
 )
 from trt.server.core.errors import InvalidArgument, InvalidInput
-from trt.server.core.types import InferenceRequest, InferenceResponse, InputTensor, RequestedOutput
+from trt.server.core.types import (
+    InferenceRequest,
+    InferenceResponse,
+    InputTensor,
+    OutputTensor,
+    RequestedOutput,
+)
 
 # The typed ``InferTensorContents`` field that carries each datatype (FP16/BF16 only travel raw).
 _CONTENTS_FIELD: dict[str, str] = {
@@ -98,9 +109,13 @@ def _check_reserved(parameters: dict[str, Any]) -> None:
 # -- requests --------------------------------------------------------------------------------------
 
 
-def decode_infer_request(request: pb.ModelInferRequest) -> InferenceRequest:
-    """Build the core's ``InferenceRequest`` from a ``ModelInferRequest``."""
-    raw_contents = request.raw_input_contents
+def decode_infer_request(
+    request: pb.ModelInferRequest, raw_contents: Sequence[bytes | memoryview] | None = None
+) -> InferenceRequest:
+    """Build the core's ``InferenceRequest`` from a ``ModelInferRequest``; ``raw_contents``, when
+    given, stands for its ``raw_input_contents`` (views into the message, see ``decode_infer_message``)."""
+    if raw_contents is None:
+        raw_contents = request.raw_input_contents
     tensors = request.inputs
     raw_count = len(raw_contents)
     # Inputs in shared memory take no raw_input_contents entry (tritonclient sends none for them).
@@ -246,3 +261,122 @@ def encode_infer_response(
     if response.parameters:
         set_parameters(message.parameters, response.parameters)
     return message
+
+
+# -- large messages, without copies ------------------------------------------------------------------
+
+LARGE_MESSAGE = 1 << 20  # below this, protobuf's own parsing and serializing cost less
+_RAW_INPUTS = pb.ModelInferRequest.DESCRIPTOR.fields_by_name["raw_input_contents"].number
+_RAW_OUTPUTS_TAG = bytes(
+    [pb.ModelInferResponse.DESCRIPTOR.fields_by_name["raw_output_contents"].number << 3 | 2]
+)
+
+
+def _varint(data: memoryview, at: int) -> tuple[int, int]:
+    value = shift = 0
+    end = len(data)
+    while True:
+        if at >= end or shift > 63:
+            raise InvalidArgument("malformed ModelInferRequest: a truncated varint")
+        byte = data[at]
+        at += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            return value, at
+
+
+def _encode_varint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+# Top-level fields scanned in Python before leaving a message to protobuf's parser. A real request
+# has a few per input; a hostile one can pack a large message with 2-byte fields, each costing this
+# loop far more than protobuf's C parser (2 MiB of them: 4 s of the event loop against 15 ms), and
+# messages may reach 2 GiB.
+MAX_SCANNED_FIELDS = 4096
+
+
+def split_raw_inputs(data: memoryview) -> tuple[bytes, list[memoryview]] | None:
+    """The message without its ``raw_input_contents`` (to parse) and those fields as views of ``data``;
+    None when it has more than ``MAX_SCANNED_FIELDS`` fields (protobuf parses it whole instead)."""
+    kept: list[memoryview] = []
+    raw: list[memoryview] = []
+    at, end = 0, len(data)
+    fields = 0
+    while at < end:
+        fields += 1
+        if fields > MAX_SCANNED_FIELDS:
+            return None
+        start = at
+        key, at = _varint(data, at)
+        wire = key & 7
+        if wire == 2:
+            length, at = _varint(data, at)
+            if at + length > end:
+                raise InvalidArgument("malformed ModelInferRequest: a field runs past the message")
+            if key >> 3 == _RAW_INPUTS:
+                raw.append(data[at : at + length])
+                at += length
+                continue
+            at += length
+        elif wire == 0:
+            _, at = _varint(data, at)
+        elif wire in (1, 5):
+            at += 8 if wire == 1 else 4
+        else:
+            raise InvalidArgument(f"malformed ModelInferRequest: wire type {wire}")
+        if at > end:
+            raise InvalidArgument("malformed ModelInferRequest: a field runs past the message")
+        kept.append(data[start:at])
+    return b"".join(kept), raw
+
+
+def parse_infer_message(data: bytes | memoryview) -> tuple[pb.ModelInferRequest, list[memoryview] | None]:
+    """A serialized ``ModelInferRequest``, parsed; for a large one, its raw inputs apart as views of
+    ``data`` (the message parsed lacks them)."""
+    try:
+        if len(data) < LARGE_MESSAGE:
+            return pb.ModelInferRequest.FromString(data), None
+        split = split_raw_inputs(data if isinstance(data, memoryview) else memoryview(data))
+        if split is None:
+            return pb.ModelInferRequest.FromString(data), None
+        rest, raw = split
+        return pb.ModelInferRequest.FromString(rest), raw
+    except DecodeError:
+        raise InvalidArgument("malformed ModelInferRequest") from None
+
+
+def decode_infer_message(data: bytes | memoryview) -> InferenceRequest:
+    """``decode_infer_request`` of a serialized ``ModelInferRequest``; the raw inputs of a large one are
+    read in place, so its tensors are views of ``data``."""
+    return decode_infer_request(*parse_infer_message(data))
+
+
+def encode_infer_parts(response: InferenceResponse) -> list[bytes | memoryview]:
+    """A serialized ``ModelInferResponse`` in pieces whose concatenation is the message; the raw
+    outputs of a large response are views of the output arrays (no copy on the way out)."""
+    if sum(output.data.nbytes for output in response.outputs if output.data is not None) < LARGE_MESSAGE:
+        return [encode_infer_response(response).SerializeToString()]
+    raw: list[bytes | memoryview] = []
+    for output in response.outputs:
+        raw.append(b"" if output.data is None else tensor_to_bytes(output.data, output.datatype))
+    bare = InferenceResponse(
+        response.model_name,
+        response.model_version,
+        response.id,
+        [OutputTensor(o.name, o.datatype, o.shape, None, o.parameters) for o in response.outputs],
+        response.parameters,
+    )
+    head = encode_infer_response(bare)
+    del head.raw_output_contents[:]
+    parts: list[bytes | memoryview] = [head.SerializeToString()]
+    for data in raw:
+        parts.append(_RAW_OUTPUTS_TAG + _encode_varint(len(data)))
+        parts.append(data)
+    return parts

@@ -1,0 +1,97 @@
+"""The gRPC endpoint: a listening socket (TLS with ALPN ``h2`` when asked), an HTTP/2 connection per
+client, and a graceful stop (GOAWAY, in-flight calls finish, then the rest are cut)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+from trt.server.core.server import InferenceServer
+from trt.server.grpc.app import GrpcApp
+from trt.server.grpc.errors import GrpcBindError
+from trt.server.grpc.h2.connection import H2ServerConnection
+from trt.server.grpc.options import GrpcOptions
+from trt.server.grpc.service import GrpcInferenceService, HealthService
+
+
+def _target(address: str, port: int) -> str:
+    if ":" in address and not address.startswith("["):
+        return f"[{address}]:{port}"  # IPv6 literal
+    return f"{address}:{port}"
+
+
+def _listen(address: str, port: int, reuse_port: bool) -> socket.socket:
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:  # --reuse-grpc-port: several servers share the port, the kernel spreads clients
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    try:
+        sock.bind((address.strip("[]"), port))
+    except OSError:
+        sock.close()
+        raise GrpcBindError(
+            f"cannot start the GRPCInferenceService endpoint on {_target(address, port)}: the port is in "
+            "use or the address is not available (choose another with --grpc-port / --grpc-address)"
+        ) from None
+    sock.listen(2048)
+    sock.setblocking(False)
+    return sock
+
+
+class GrpcServer:
+    """Triton's ``GRPCInferenceService`` and ``grpc.health.v1.Health`` on one address."""
+
+    def __init__(self, core: InferenceServer, options: GrpcOptions) -> None:
+        self.core = core
+        self.options = options
+        self.methods = GrpcInferenceService(core).methods() | HealthService(core).methods()
+        self.connections: set[H2ServerConnection] = set()
+        self._server: asyncio.base_events.Server | None = None
+
+    async def start(self, address: str, port: int) -> None:
+        options = self.options
+        sock = _listen(address, port, options.reuse_port)
+        try:
+            context = options.tls.context() if options.tls is not None else None
+        except ValueError:
+            sock.close()
+            raise
+        app = GrpcApp(self.core, options, self.methods)
+
+        def connection() -> H2ServerConnection:
+            return H2ServerConnection(app, options.http2, options.keepalive, self.connections)
+
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(connection, sock=sock, ssl=context)
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def stop(self, timeout: float) -> None:
+        """Stop accepting, tell every client (GOAWAY), let calls finish up to ``timeout``, close."""
+        if self._server is not None:
+            self._server.close()
+        for connection in list(self.connections):
+            connection.shutdown()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while self.connections and loop.time() < deadline:
+            await asyncio.sleep(0.05)
+        for connection in list(self.connections):
+            connection.abort()
+
+
+async def start_grpc_server(
+    core: InferenceServer, address: str, port: int, options: GrpcOptions | None = None
+) -> GrpcServer:
+    """Build, bind and start the gRPC endpoint; the caller stops it with ``await server.stop(grace)``.
+
+    Raises ``GrpcBindError`` (an ``OSError``) when the address cannot be bound, ``ValueError`` when the
+    TLS files cannot be loaded.
+    """
+    server = GrpcServer(core, options or GrpcOptions())
+    await server.start(address, port)
+    return server

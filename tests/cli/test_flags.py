@@ -31,3 +31,15 @@ def test_cache_config_takes_triton_local_size_form() -> None:
     assert parse_cache_config([]) is None
     with pytest.raises(ValueError, match="local,size=BYTES"):
         parse_cache_config(["redis,host=x"])
+
+
+def test_https_flags_without_use_ssl_are_a_usage_error() -> None:
+    import typer
+
+    from trt.cli.serve import _http_tls
+
+    assert _http_tls(False, "", "", "", False) is None
+    with pytest.raises(typer.BadParameter, match="need --http-use-ssl=true"):
+        _http_tls(False, "server.pem", "", "", False)
+    with pytest.raises(typer.BadParameter, match="needs --http-server-cert"):
+        _http_tls(True, "", "", "", False)

@@ -188,13 +188,14 @@ def test_a_well_formed_binary_request_is_answered(server: ServerProcess) -> None
 # -- models, versions, outputs, routes, encodings, parameters --------------------------------------
 
 OTHER_CASES = {
+    # As Triton 2.51: an unknown model or version is NOT_FOUND (404), with its text.
     "unknown model": (
         "POST", "/v2/models/no_such_model/infer", _document(GOOD_INPUTS), {},
-        400, "Request for unknown model: 'no_such_model' is not found",
+        404, "Request for unknown model: 'no_such_model' is not found",
     ),
     "unknown version": (
         "POST", "/v2/models/simple/versions/7/infer", _document(GOOD_INPUTS), {},
-        400, "Request for unknown model: 'simple' version 7",
+        404, "Request for unknown model: 'simple' version 7 is not found",
     ),
     "unknown requested output": (
         "POST", INFER, _document(GOOD_INPUTS, outputs=[{"name": "NOPE"}]), {},
@@ -220,11 +221,11 @@ def test_requests_the_server_cannot_route_or_accept(server: ServerProcess, case:
     _assert_error(server, status, fragment, path=path, body=body, headers=headers, method=method)
 
 
-def test_a_model_that_failed_to_load_is_unavailable(server: ServerProcess) -> None:
-    # trt: ModelNotReady (503). Triton 2.51 answers 404 here, and for unknown models and versions too.
+def test_a_model_that_failed_to_load_is_not_found(server: ServerProcess) -> None:
+    # Triton 2.51 answers 404 here (no version of the model is serving), as for unknown models.
     _assert_error(
         server,
-        503,
+        404,
         "Request for unknown model: 'broken_config' has no available versions",
         path="/v2/models/broken_config/infer",
         body=_document(GOOD_INPUTS),
@@ -280,18 +281,34 @@ def _unknown_version(request: grpc_service_pb2.ModelInferRequest) -> None:
     request.model_version = "7"
 
 
+def _version_not_a_number(request: grpc_service_pb2.ModelInferRequest) -> None:
+    request.model_version = "one"
+
+
+def _negative_version(request: grpc_service_pb2.ModelInferRequest) -> None:
+    request.model_version = "-2"
+
+
 GRPC_CASES: dict[str, tuple[Callable[[grpc_service_pb2.ModelInferRequest], None], str]] = {
     "fewer raw contents than inputs": (_drop_last_raw, "2 inputs outside shared memory but 1 entries"),
     "more raw contents than inputs": (_add_raw, "2 inputs outside shared memory but 3 entries"),
     "raw bytes shorter than the shape": (_shorten_raw, "expected 64 bytes for shape [1, 16] of INT32"),
     "wrong datatype": (_wrong_dtype, "datatype is 'FP32' but model 'simple' expects 'INT32'"),
     "unknown model": (_unknown_model, "Request for unknown model: 'no_such_model' is not found"),
-    "unknown version": (_unknown_version, "Request for unknown model: 'simple' version 7"),
+    "unknown version": (_unknown_version, "Request for unknown model: 'simple' version 7 is not found"),
+    "version not a number": (
+        _version_not_a_number,
+        "failed to get model version from specified version string 'one' (details: stol), version "
+        "should be an integral value > 0",
+    ),
+    "negative version": (_negative_version, "invalid model version specified '-2' , version should be"),
 }
+# As Triton 2.51 answers them: an unknown model or version is NOT_FOUND, the rest INVALID_ARGUMENT.
+NOT_FOUND_CASES = {"unknown model", "unknown version"}
 
 
 @pytest.mark.parametrize("case", list(GRPC_CASES))
-def test_grpc_bad_requests_are_invalid_argument(
+def test_grpc_bad_requests_answer_with_tritons_status_and_text(
     server: ServerProcess, stub: grpc_service_pb2_grpc.GRPCInferenceServiceStub, case: str
 ) -> None:
     spoil, fragment = GRPC_CASES[case]
@@ -300,7 +317,8 @@ def test_grpc_bad_requests_are_invalid_argument(
     with pytest.raises(grpc.RpcError) as caught:
         stub.ModelInfer(request, timeout=30)
     error = caught.value
-    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT, error.details()
+    expected = grpc.StatusCode.NOT_FOUND if case in NOT_FOUND_CASES else grpc.StatusCode.INVALID_ARGUMENT
+    assert error.code() == expected, error.details()
     assert fragment in error.details()
 
     reply = stub.ModelInfer(_raw_request(), timeout=30)

@@ -25,10 +25,15 @@ from trt.cli.flags import (
 )
 from trt.cli.grpc_flags import GrpcFlags
 from trt.cli.hosted_flags import ListeningService, check_port_collisions, resolve_hosted_flags
+from trt.server.core.datatypes import DEFAULT_MAX_BYTES_ELEMENTS
 from trt.server.core.extensions.log_settings import LOG_FORMATS, LogOptions, LogSettings
 from trt.server.core.models.object_store import is_remote
 from trt.server.core.options import CoreOptions, ModelControlMode
+from trt.server.core.scheduling.queued_bytes import DEFAULT_LIMIT as DEFAULT_QUEUED_BYTES
 from trt.server.core.server import InferenceServer
+from trt.server.http.codec import DEFAULT_HEADER_CACHE_BYTES
+from trt.server.http.limits import DEFAULT_MAX_HEADER_COUNT, DEFAULT_MAX_HEADER_SIZE, HttpLimits
+from trt.server.http.tls import TlsOptions, server_context
 from trt.server.openai.options import OPENAI_CATEGORIES, OpenAIOptions
 from trt.server.restrictions import Restrictions
 from trt.server.runtime import Endpoint, ServeOptions, serve
@@ -147,6 +152,44 @@ def serve_command(
         help="Request tracing: level=TIMESTAMPS, rate=N, count=N, triton,file=PATH, triton,log-frequency=N.",
     ),
     json_output: bool = typer.Option(False, "--json", help="Print the start-up summary as one JSON line."),
+    # -- limits and TLS (README "Security"): what a client can make the server hold, and HTTPS ----------
+    max_queued_bytes: int = typer.Option(
+        DEFAULT_QUEUED_BYTES,
+        "--max-queued-bytes",
+        min=0,
+        help="Bytes of requests received and not yet answered, all together; over it: 503. 0 = no bound.",
+    ),
+    max_bytes_elements: int = typer.Option(
+        DEFAULT_MAX_BYTES_ELEMENTS,
+        "--max-bytes-elements",
+        min=0,
+        help="Most elements one BYTES tensor of a request may have; over it: 400. 0 = no bound.",
+    ),
+    http_max_header_size: int = typer.Option(
+        DEFAULT_MAX_HEADER_SIZE,
+        "--http-max-header-size",
+        min=256,
+        help="Bytes of an HTTP request line and headers together; over it: 431 (414 for the URL).",
+    ),
+    http_max_header_count: int = typer.Option(
+        DEFAULT_MAX_HEADER_COUNT,
+        "--http-max-header-count",
+        min=1,
+        help="Headers per HTTP request; over it: 431.",
+    ),
+    http_infer_header_cache_size: int = typer.Option(
+        DEFAULT_HEADER_CACHE_BYTES,
+        "--http-infer-header-cache-size",
+        min=0,
+        help="Bytes of decoded JSON inference headers remembered for reuse (0 = none).",
+    ),
+    http_use_ssl: str = typer.Option("false", "--http-use-ssl", metavar="BOOL", help="Serve HTTPS."),
+    http_server_cert: str = typer.Option("", "--http-server-cert", help="PEM certificate chain for HTTPS."),
+    http_server_key: str = typer.Option("", "--http-server-key", help="PEM private key for HTTPS."),
+    http_root_cert: str = typer.Option("", "--http-root-cert", help="PEM CA certificates of HTTPS clients."),
+    http_use_ssl_mutual: str = typer.Option(
+        "false", "--http-use-ssl-mutual", metavar="BOOL", help="Require client certificates (mutual TLS)."
+    ),
     # SageMaker and Vertex AI front ends (trt.cli.hosted_flags resolves them with the environment).
     allow_sagemaker: str = typer.Option("false", "--allow-sagemaker", metavar="BOOL"),
     sagemaker_port: int = typer.Option(8080, "--sagemaker-port"),
@@ -232,7 +275,13 @@ def serve_command(
         rate_limit_resources=_parsed(parse_rate_limit_resources, rate_limit_resource or []),
         log=log,
         trace=_parsed(parse_trace_config, trace_config or []),
+        max_queued_bytes=max_queued_bytes,
+        max_bytes_elements=max_bytes_elements,
     )
+    http_tls = _http_tls(
+        parse_bool(http_use_ssl, "--http-use-ssl"), http_server_cert, http_server_key, http_root_cert,
+        parse_bool(http_use_ssl_mutual, "--http-use-ssl-mutual"),
+    )  # fmt: skip
     options = ServeOptions(
         core=core,
         http=Endpoint(
@@ -247,7 +296,9 @@ def serve_command(
         gpu_metrics=parse_bool(allow_gpu_metrics, "--allow-gpu-metrics"),
         cpu_metrics=parse_bool(allow_cpu_metrics, "--allow-cpu-metrics"),
         exit_timeout_secs=exit_timeout_secs,
-        http_max_input_size=http_max_input_size,
+        http_limits=HttpLimits(http_max_input_size, http_max_header_size, http_max_header_count),
+        http_header_cache_bytes=http_infer_header_cache_size,
+        http_tls=http_tls,
         http_restrictions=_parsed(Restrictions.parse, http_restricted_api or [], "--http-restricted-api"),
         grpc_restrictions=_parsed(
             Restrictions.parse, grpc_restricted_protocol or [], "--grpc-restricted-protocol"
@@ -322,6 +373,19 @@ def _ignored_flags(args: list[str]) -> list[tuple[str, str]]:
         ignored.append((flag, IGNORED_TRITON_FLAGS[flag]))
         index += 1
     return ignored
+
+
+def _http_tls(use_ssl: bool, cert: str, key: str, root_cert: str, mutual: bool) -> TlsOptions | None:
+    """The HTTPS settings, checked now (files readable, key matching), not after the models load."""
+    if not use_ssl:
+        if mutual or cert or key or root_cert:
+            raise typer.BadParameter(
+                "the --http-server-cert/-key/--http-root-cert flags need --http-use-ssl=true"
+            )
+        return None
+    options = TlsOptions(cert, key, root_cert, mutual)
+    _parsed(server_context, options)  # TlsSetupError is a ValueError: a usage error naming the flag
+    return options
 
 
 def _listening_services(options: ServeOptions) -> list[ListeningService]:

@@ -21,7 +21,10 @@ from trt.server.core.server import InferenceServer, StartupError
 from trt.server.grpc.options import GrpcOptions
 from trt.server.hosted_front_ends import hosted_front_ends
 from trt.server.http.app import HttpApp
+from trt.server.http.codec import DEFAULT_HEADER_CACHE_BYTES
+from trt.server.http.limits import HttpLimits
 from trt.server.http.protocol import HttpServer
+from trt.server.http.tls import TlsOptions, server_context
 from trt.server.metrics import MetricsApp
 from trt.server.openai.options import OpenAIOptions
 from trt.server.restrictions import Restrictions
@@ -47,7 +50,9 @@ class ServeOptions:
     gpu_metrics: bool = True
     cpu_metrics: bool = True
     exit_timeout_secs: float = 30.0
-    http_max_input_size: int = 64 * 1024 * 1024
+    http_limits: HttpLimits = field(default_factory=HttpLimits)  # --http-max-input-size, -header-*
+    http_header_cache_bytes: int = DEFAULT_HEADER_CACHE_BYTES  # --http-infer-header-cache-size
+    http_tls: TlsOptions | None = None  # --http-use-ssl and its certificates
     http_restrictions: Restrictions = field(default_factory=Restrictions)  # --http-restricted-api
     grpc_restrictions: Restrictions = field(default_factory=Restrictions)  # --grpc-restricted-protocol
     grpc_options: GrpcOptions = field(default_factory=GrpcOptions)  # TLS, keepalive, compression, limits
@@ -99,30 +104,30 @@ async def serve(options: ServeOptions, on_ready: Callable[[InferenceServer, dict
             grpc_server = await start_grpc_server(core, options.grpc.address, options.grpc.port, grpc_options)
             logger.info("Started GRPCInferenceService at %s:%d", options.grpc.address, options.grpc.port)
         metrics = MetricsApp(core, options.gpu_metrics, options.cpu_metrics)
-        for endpoint, app, what in (
-            (
-                options.http,
-                HttpApp(core, options.http_max_input_size, options.http_restrictions),
-                "HTTPService",
-            ),
-            (options.metrics, metrics, "Metrics Service"),
-        ):
-            if not endpoint.enabled:
-                continue
-            sock = _bind(endpoint, what)
-            max_body = options.http_max_input_size if isinstance(app, HttpApp) else 1 << 16
-            server = HttpServer(
-                app,
-                max_body,
-                cancellable=HttpApp.cancellable if isinstance(app, HttpApp) else lambda path: False,
-            )
-            await server.start(sock)
-            servers.append(server)
-            logger.info("Started %s at %s:%d", what, endpoint.address, endpoint.port)
+        if options.http.enabled:
+            http_app = HttpApp(
+                core, options.http_limits.max_body_size, options.http_restrictions,
+                options.http_header_cache_bytes,
+            )  # fmt: skip
+            tls = server_context(options.http_tls) if options.http_tls is not None else None
+            http_server = HttpServer(
+                http_app, options.http_limits, cancellable=HttpApp.cancellable,
+                queued_bytes=core.queued_bytes, ssl_context=tls,
+            )  # fmt: skip
+            await http_server.start(_bind(options.http, "HTTPService"))
+            servers.append(http_server)
+            secure = " (HTTPS)" if tls is not None else ""
+            logger.info("Started HTTPService at %s:%d%s", options.http.address, options.http.port, secure)
+        if options.metrics.enabled:
+            metrics_server = HttpServer(metrics, HttpLimits(max_body_size=1 << 16))
+            await metrics_server.start(_bind(options.metrics, "Metrics Service"))
+            servers.append(metrics_server)
+            logger.info("Started Metrics Service at %s:%d", options.metrics.address, options.metrics.port)
         servers += await _start_hosted_front_ends(core, options)
         if options.openai.enabled:
             servers.append(await _start_openai(core, options, metrics if options.metrics.enabled else None))
-    except (OSError, ValueError, VertexAiSetupError) as exc:  # ValueError: TLS files that cannot be loaded
+    # ValueError: TLS files that cannot be loaded (HTTP's TlsSetupError is one, as gRPC's errors are)
+    except (OSError, ValueError, VertexAiSetupError) as exc:
         logger.error("%s", exc)
         await _shutdown(core, servers, grpc_server, options.exit_timeout_secs)
         return 1
@@ -144,7 +149,7 @@ async def _start_hosted_front_ends(core: InferenceServer, options: ServeOptions)
     )
     try:
         front_ends = hosted_front_ends(
-            core, options.sagemaker, options.vertex_ai, options.http_max_input_size,
+            core, options.sagemaker, options.vertex_ai, options.http_limits.max_body_size,
             options.http_restrictions, metrics,
         )  # fmt: skip
     except VertexAiSetupError as exc:
@@ -152,7 +157,10 @@ async def _start_hosted_front_ends(core: InferenceServer, options: ServeOptions)
     started = []
     for front_end in front_ends:
         sock = _bind(Endpoint(True, front_end.address, front_end.port), front_end.name)
-        server = HttpServer(front_end.handler, options.http_max_input_size, cancellable=front_end.cancellable)
+        server = HttpServer(
+            front_end.handler, options.http_limits, cancellable=front_end.cancellable,
+            queued_bytes=core.queued_bytes,
+        )  # fmt: skip
         await server.start(sock)
         started.append(server)
         logger.info("Started %s at %s:%d", front_end.name, front_end.address, front_end.port)
@@ -167,8 +175,9 @@ async def _start_openai(
 
     app = OpenAIApp(core, options.openai_options, metrics.render if metrics is not None else None)
     sock = _bind(options.openai, "OpenAI-Compatible Frontend")
+    limits = dataclasses.replace(options.http_limits, max_body_size=options.openai_options.max_input_size)
     server = HttpServer(
-        app, options.openai_options.max_input_size, cancellable=app.cancellable, too_large=app.too_large
+        app, limits, cancellable=app.cancellable, too_large=app.too_large, queued_bytes=core.queued_bytes
     )
     await server.start(sock)
     logger.info("Started OpenAI-Compatible Frontend at %s:%d", options.openai.address, options.openai.port)

@@ -6,9 +6,12 @@ import numpy as np
 import pytest
 
 from trt.server.core.datatypes import (
+    DEFAULT_MAX_BYTES_ELEMENTS,
+    check_shape,
     config_to_wire,
     deserialize_bytes_tensor,
     serialize_bytes_tensor,
+    set_max_bytes_elements,
     tensor_from_bytes,
     tensor_to_bytes,
     wire_to_config,
@@ -28,7 +31,7 @@ def test_bytes_tensor_round_trip_keeps_binary_and_empty_elements() -> None:
     ("payload", "message"),
     [
         ((5).to_bytes(4, "little") + b"abc", "claims 5 bytes"),
-        ((1).to_bytes(4, "little") + b"a", "fewer elements"),
+        ((1).to_bytes(4, "little") + b"a" + b"xyz", "fewer elements"),
         ((1).to_bytes(4, "little") + b"ab" + (0).to_bytes(4, "little") * 2, "beyond"),
     ],
 )
@@ -36,6 +39,43 @@ def test_malformed_bytes_tensors_are_rejected(payload: bytes, message: str) -> N
     count = 2 if "fewer" in message else 1
     with pytest.raises(InvalidInput, match=message):
         deserialize_bytes_tensor(payload, count, "x")
+
+
+def test_a_declared_bytes_count_the_data_cannot_hold_is_refused_before_allocating() -> None:
+    """Shape [200000000] with 5 bytes of data allocated 1.6 GB of object pointers before its 400."""
+    payload = (1).to_bytes(4, "little") + b"a"
+    with pytest.raises(InvalidInput, match="cannot hold the 200000000 elements"):
+        deserialize_bytes_tensor(payload, 200_000_000, "x")
+    with pytest.raises(InvalidInput, match="cannot hold the 20000000000 elements"):
+        tensor_from_bytes(payload, "BYTES", (20_000_000_000,), "x")  # [2e10]: was a 500 (MemoryError)
+
+
+def test_bytes_tensors_over_the_element_limit_are_refused() -> None:
+    elements = np.array([b"a"] * 8, dtype=np.object_)
+    payload = serialize_bytes_tensor(elements)
+    try:
+        set_max_bytes_elements(4)
+        with pytest.raises(InvalidInput, match="8 elements is over the server's limit of 4"):
+            deserialize_bytes_tensor(payload, 8, "x")
+        set_max_bytes_elements(0)  # no bound
+        assert list(deserialize_bytes_tensor(payload, 8, "x")) == list(elements)
+    finally:
+        set_max_bytes_elements(DEFAULT_MAX_BYTES_ELEMENTS)
+
+
+@pytest.mark.parametrize(
+    ("shape", "message"),
+    [
+        ((1, -16), "negative dimension"),
+        ((0, 2**62), "larger than any tensor can be"),  # no elements, yet numpy cannot describe it
+        ((2**40, 2**40), "larger than any tensor can be"),
+        ((1,) * 65, "at most 64"),
+    ],
+)
+def test_shapes_no_tensor_can_have_are_refused(shape: tuple[int, ...], message: str) -> None:
+    with pytest.raises(InvalidInput, match=message):
+        check_shape("x", shape)
+    check_shape("x", (0, 2**40))  # large but describable: the data must still match it
 
 
 def test_fixed_size_tensor_is_a_view_and_size_is_checked() -> None:

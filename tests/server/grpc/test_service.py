@@ -562,14 +562,14 @@ def test_batch_over_max_batch_size_is_invalid_argument(client: grpcclient.Infere
     _assert_simple_still_answers(client)
 
 
-def test_unknown_model_and_version_are_invalid_argument(client: grpcclient.InferenceServerClient) -> None:
-    inputs, _, _ = _simple_inputs()
+def test_unknown_model_and_version_are_not_found(client: grpcclient.InferenceServerClient) -> None:
+    inputs, _, _ = _simple_inputs()  # as Triton 2.51 answers them
     with pytest.raises(InferenceServerException, match="Request for unknown model") as info:
         client.infer("no_such_model", inputs)
-    assert info.value.status() == "StatusCode.INVALID_ARGUMENT"
+    assert info.value.status() == "StatusCode.NOT_FOUND"
     with pytest.raises(InferenceServerException, match="version 7") as info:
         client.infer("simple", inputs, model_version="7")
-    assert info.value.status() == "StatusCode.INVALID_ARGUMENT"
+    assert info.value.status() == "StatusCode.NOT_FOUND"
     with pytest.raises(InferenceServerException, match="NOPE") as info:
         client.infer("simple", inputs, outputs=[grpcclient.InferRequestedOutput("NOPE")])
     assert info.value.status() == "StatusCode.INVALID_ARGUMENT"

@@ -135,3 +135,46 @@ def test_json_tensor_data_is_not_remembered() -> None:
     request, _, _ = decoder.decode("m", "", body, len(body))
     assert request.inputs[0].data.tolist() == [1, 2]
     assert decoder.remembered == 0
+
+
+def test_what_is_remembered_stays_within_its_byte_bound_oldest_first() -> None:
+    """256 entries with no byte bound: 20 headers with 20 MB parameters held 1.2 GB."""
+    decoder = RequestDecoder(max_bytes=64 * 1024)
+    bodies = [
+        _body({"A": ("FP32", np.ones(4, np.float32))}, parameters={"tag": f"{i:04d}" * 100})
+        for i in range(60)
+    ]
+    for body, length in bodies:
+        decoder.decode("m", "", body, length)
+        assert decoder.held_bytes <= 64 * 1024
+    assert 0 < decoder.remembered < 60
+    newest, length = bodies[-1]
+    decoder.decode("m", "", newest, length)  # the newest is still known: nothing more is kept for it
+    held = decoder.held_bytes
+    oldest, length = bodies[0]
+    decoder.decode("m", "", oldest, length)  # the oldest was let go: decoded afresh, kept again
+    assert decoder.held_bytes <= 64 * 1024 and decoder.remembered > 0 and held > 0
+
+
+def test_a_header_over_a_sixteenth_of_the_bound_is_decoded_but_never_kept() -> None:
+    decoder = RequestDecoder(max_bytes=64 * 1024)
+    body, length = _body({"A": ("FP32", np.ones(4, np.float32))}, parameters={"note": "x" * 8192})
+    request, _, _ = decoder.decode("m", "", body, length)
+    assert request.parameters == {"note": "x" * 8192}
+    assert (decoder.remembered, decoder.held_bytes) == (0, 0)
+    assert (
+        RequestDecoder(max_bytes=0).decode("m", "", *_body({"A": ("FP32", np.ones(2, np.float32))}))[0].inputs
+    )
+
+
+def test_a_null_binary_data_size_is_refused_by_both_decodings() -> None:
+    """Found by the long fuzz run: 'binary_data_size': null with JSON data decoded as JSON, and then
+    the header's remembered plan added None to an offset (a 500 on every such request)."""
+    tensor = {"name": "IN", "datatype": "INT32", "shape": [1], "data": [7]}
+    header = json.dumps({"inputs": [{**tensor, "parameters": {"binary_data_size": None}}]}).encode()
+    decoder = RequestDecoder()
+    for _ in range(2):
+        for decode in (decode_request, decoder.decode):
+            with pytest.raises(InvalidInput, match="Unable to parse 'binary_data_size'"):
+                decode("m", "", header, len(header))
+    assert decoder.held_bytes == 0

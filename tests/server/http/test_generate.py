@@ -133,7 +133,7 @@ def test_generate_stream_sends_an_event_per_response(server: ServerProcess) -> N
 
 def test_errors_before_any_response_are_plain_json_with_their_status(server: ServerProcess) -> None:
     for path, body, status, message in (
-        ("/v2/models/nope/generate_stream", {"text_input": "a"}, 400, "nope"),
+        ("/v2/models/nope/generate_stream", {"text_input": "a"}, 404, "nope"),
         ("/v2/models/spell/generate", {"text_input": "abc"}, 400, "generate_stream"),
         ("/v2/models/shout/generate", {"text_input": 5}, 400, "text_input"),
         ("/v2/models/shout/generate", {"other": "a"}, 400, "text_input"),

@@ -60,7 +60,7 @@ def test_pipelined_requests_are_answered_in_order_on_one_connection(server: Serv
         )
         buffer = bytearray()
         statuses = [_read_response(sock, buffer) for _ in range(4)]
-    assert [s for s, _, _ in statuses] == [200, 200, 200, 400]
+    assert [s for s, _, _ in statuses] == [200, 200, 200, 404]
     assert json.loads(statuses[1][2])["outputs"][0]["data"][:3] == [1, 2, 3]
     assert json.loads(statuses[2][2])["name"] == "simple"
     assert "unknown model" in json.loads(statuses[3][2])["error"]

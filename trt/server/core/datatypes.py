@@ -77,14 +77,24 @@ def element_size(datatype: str) -> int:
 MAX_DIMENSIONS = 64  # numpy's limit on the number of dimensions of an array
 
 
+_MAX_ARRAY_BYTES = 2**63 - 1  # numpy's bound on an array's size in bytes (8-byte elements at most)
+
+
 def check_shape(name: str, shape: tuple[int, ...]) -> None:
-    """Refuse, as a bad request, shapes no tensor can have: negative sizes or too many dimensions."""
+    """Refuse, as a bad request, shapes no tensor can have: negative sizes, too many dimensions, or
+    sizes numpy cannot even describe (a zero-element tensor with a huge dimension among them)."""
     if len(shape) > MAX_DIMENSIONS:
         raise InvalidInput(
             f"input '{name}': shape has {len(shape)} dimensions; at most {MAX_DIMENSIONS} are supported"
         )
-    if any(dim < 0 for dim in shape):
-        raise InvalidInput(f"input '{name}': shape {list(shape)} has a negative dimension")
+    product = 8
+    for dim in shape:
+        if dim < 0:
+            raise InvalidInput(f"input '{name}': shape {list(shape)} has a negative dimension")
+        if dim:
+            product *= dim
+    if product > _MAX_ARRAY_BYTES:
+        raise InvalidInput(f"input '{name}': shape {list(shape)} is larger than any tensor can be")
 
 
 def element_count(shape: tuple[int, ...] | list[int]) -> int:
@@ -94,10 +104,13 @@ def element_count(shape: tuple[int, ...] | list[int]) -> int:
     return count
 
 
+_LENGTH = struct.Struct("<I")
+
+
 def serialize_bytes_tensor(array: np.ndarray) -> bytes:
     """Length-prefixed encoding of a BYTES tensor, row-major."""
     parts: list[bytes] = []
-    pack = struct.Struct("<I").pack
+    pack = _LENGTH.pack
     for item in array.reshape(-1):
         if isinstance(item, str):
             data = item.encode("utf-8")
@@ -110,31 +123,65 @@ def serialize_bytes_tensor(array: np.ndarray) -> bytes:
     return b"".join(parts)
 
 
+# BYTES elements one tensor may have (--max-bytes-elements): each becomes a Python object, and
+# decoding costs about 0.5 us of the event loop per element, so a body of tiny strings is the costliest
+# per byte a client can send. Process-wide: both transports decode through this module.
+DEFAULT_MAX_BYTES_ELEMENTS = 1 << 20
+_limits = {"bytes_elements": DEFAULT_MAX_BYTES_ELEMENTS}
+
+
+def set_max_bytes_elements(count: int) -> None:
+    """The largest BYTES tensor (in elements) a request may carry; 0 lifts the bound."""
+    _limits["bytes_elements"] = max(0, count)
+
+
+def check_bytes_elements(name: str, count: int) -> None:
+    limit = _limits["bytes_elements"]
+    if limit and count > limit:
+        raise InvalidInput(
+            f"input '{name}': a BYTES tensor of {count} elements is over the server's limit of {limit} "
+            "(--max-bytes-elements)"
+        )
+
+
 def deserialize_bytes_tensor(buffer: bytes | memoryview, count: int, name: str) -> np.ndarray:
-    """Decode ``count`` length-prefixed elements; reject buffers that are short or too long."""
-    view = memoryview(buffer)
-    out = np.empty(count, dtype=np.object_)
+    """Decode ``count`` length-prefixed elements; reject buffers that are short or too long.
+
+    The count a request declares is checked against the bytes it sent before anything is allocated:
+    every element takes at least its 4-byte length."""
+    total = len(buffer)
+    if count * 4 > total:
+        raise InvalidInput(
+            f"input '{name}': BYTES data of {total} bytes cannot hold the {count} elements its shape "
+            "declares (each takes at least 4 bytes)"
+        )
+    check_bytes_elements(name, count)
+    raw = buffer if isinstance(buffer, bytes) else bytes(buffer)  # slicing bytes copies once, not twice
+    unpack = _LENGTH.unpack_from
+    items: list[bytes] = []
+    append = items.append
     offset = 0
-    total = len(view)
     for index in range(count):
         if offset + 4 > total:
             raise InvalidInput(
                 f"input '{name}': BYTES data holds fewer elements than its shape requires "
                 f"(expected {count}, found {index})"
             )
-        (length,) = struct.unpack_from("<I", view, offset)
+        (length,) = unpack(raw, offset)
         offset += 4
         if offset + length > total:
             raise InvalidInput(
                 f"input '{name}': BYTES element {index} claims {length} bytes but only "
                 f"{total - offset} remain"
             )
-        out[index] = bytes(view[offset : offset + length])
+        append(raw[offset : offset + length])
         offset += length
     if offset != total:
         raise InvalidInput(
             f"input '{name}': BYTES data has {total - offset} bytes beyond the {count} elements of its shape"
         )
+    out = np.empty(count, dtype=np.object_)
+    out[:] = items
     return out
 
 

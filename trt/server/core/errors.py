@@ -5,10 +5,12 @@ The tree, with the Triton error code each one stands for::
     ServerError                    INTERNAL       HTTP 500  gRPC INTERNAL
     ├── InvalidArgument            INVALID_ARG    HTTP 400  gRPC INVALID_ARGUMENT
     │   ├── InvalidInput           a tensor in a request is wrong (name, shape, dtype, size)
-    │   └── ModelNotFound          Triton answers unknown models with INVALID_ARG, not NOT_FOUND
+    │   └── UnsafePath             a name or path from a request or a config would leave its folder
     ├── NotFound                   NOT_FOUND      HTTP 404  gRPC NOT_FOUND
+    │   └── ModelNotFound          no such model, no such version, or no version serving
     ├── Unavailable                UNAVAILABLE    HTTP 503  gRPC UNAVAILABLE
-    │   └── ModelNotReady
+    │   ├── ModelNotReady          the version exists but is not READY
+    │   └── OverLimit              a resource limit of the server is reached (retry later)
     ├── Unsupported                UNSUPPORTED    HTTP 501  gRPC UNIMPLEMENTED
     │   └── DecoupledModelNeedsStream
     ├── AlreadyExists              ALREADY_EXISTS HTTP 400  gRPC ALREADY_EXISTS
@@ -49,18 +51,24 @@ class InvalidInput(InvalidArgument):
     """A tensor or parameter in an inference request does not fit the model."""
 
 
-class ModelNotFound(InvalidArgument):
-    """The request names a model (or version) the server does not know.
-
-    Triton reports this as INVALID_ARG (HTTP 400) with "Request for unknown model"; clients and
-    Triton's own examples match on that text, so we keep both.
-    """
+class UnsafePath(InvalidArgument):
+    """A name or path that comes from a client or a config would reach outside the folder it belongs
+    to (``..``, an absolute path, a separator in a name, a NUL byte); see ``core.paths``."""
 
 
 class NotFound(ServerError):
     http_status = 404
     grpc_code_name = "NOT_FOUND"
     triton_code = "NOT_FOUND"
+
+
+class ModelNotFound(NotFound):
+    """The request names a model or version the server does not know, or a model none of whose
+    versions is serving.
+
+    Triton 2.51 answers these NOT_FOUND (HTTP 404) with "Request for unknown model: ..." on infer,
+    metadata, config and readiness by version; clients and Triton's own examples match on that text.
+    """
 
 
 class Unavailable(ServerError):
@@ -70,7 +78,12 @@ class Unavailable(ServerError):
 
 
 class ModelNotReady(Unavailable):
-    """The model exists but is not in the READY state (loading, unloading, failed)."""
+    """The version exists but is not in the READY state (loading, unloading, failed)."""
+
+
+class OverLimit(Unavailable):
+    """A bound the server keeps on a resource (bytes held by requests, say) is reached: the request
+    is refused at once rather than queued, like a full ``max_queue_size``; a retry later may pass."""
 
 
 class Unsupported(ServerError):

@@ -6,8 +6,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
+from trt.server.core.datatypes import DEFAULT_MAX_BYTES_ELEMENTS
 from trt.server.core.extensions.log_settings import LogOptions
 from trt.server.core.extensions.tracing import TraceSettings
+from trt.server.core.scheduling.queued_bytes import DEFAULT_LIMIT
 
 
 class ModelControlMode(StrEnum):
@@ -37,3 +39,6 @@ class CoreOptions:
     backend_config: dict[str, dict[str, str]] = field(default_factory=dict)
     log: LogOptions = field(default_factory=LogOptions)  # --log-*
     trace: TraceSettings = field(default_factory=TraceSettings)  # --trace-config
+    # Limits on what clients can make the server hold (see the README's Security section).
+    max_queued_bytes: int = DEFAULT_LIMIT  # --max-queued-bytes: bytes of requests not yet answered; 0 = none
+    max_bytes_elements: int = DEFAULT_MAX_BYTES_ELEMENTS  # --max-bytes-elements: per BYTES tensor; 0 = none

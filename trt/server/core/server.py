@@ -16,12 +16,14 @@ from typing import TypeVar
 
 from trt import __version__
 from trt.protos import model_config_pb2
+from trt.server.core.datatypes import set_max_bytes_elements
 from trt.server.core.errors import (
     AlreadyExists,
     DecoupledModelNeedsStream,
     InvalidArgument,
+    ModelConfigError,
     ModelLoadError,
-    ModelNotFound,
+    UnsafePath,
 )
 from trt.server.core.extensions.custom_metrics import CustomMetricsRegistry
 from trt.server.core.extensions.log_settings import LogSettings
@@ -29,11 +31,13 @@ from trt.server.core.extensions.shared_memory import SharedMemoryRegistry
 from trt.server.core.extensions.statistics import ModelStatistics
 from trt.server.core.extensions.tracing import Trace, Tracer, TransportPoints
 from trt.server.core.models.config import config_from_json, read_config_file
-from trt.server.core.models.lifecycle import ModelManager
-from trt.server.core.models.pushed_models import PushedModels
+from trt.server.core.models.config_paths import check_config_paths
+from trt.server.core.models.lifecycle import ModelManager, parse_version
+from trt.server.core.models.pushed_models import PushedModels, check_model_name, poll_failure
 from trt.server.core.models.version import ModelVersion
 from trt.server.core.options import CoreOptions, ModelControlMode
 from trt.server.core.scheduling.cpu_colocation import CpuColocation
+from trt.server.core.scheduling.queued_bytes import QueuedBytes, request_bytes
 from trt.server.core.types import (
     TRITON_CONTROL_PARAMETERS,
     InferenceRequest,
@@ -80,6 +84,10 @@ class InferenceServer:
         self.log_settings = LogSettings(options.log)
         self.tracer = Tracer(options.trace)
         self.shared_memory = SharedMemoryRegistry()
+        # Bytes held by requests taken and not yet answered (--max-queued-bytes); HTTP counts its
+        # bodies here too while they arrive.
+        self.queued_bytes = QueuedBytes(options.max_queued_bytes)
+        set_max_bytes_elements(options.max_bytes_elements)  # process-wide: both codecs decode through it
         self.custom_metrics = CustomMetricsRegistry()  # what models define (pb_utils.MetricFamily)
         self.colocation = CpuColocation(enabled=options.cpu_colocation)
         # Python models' initialize() runs on loader threads; its model-control calls come here.
@@ -149,13 +157,19 @@ class InferenceServer:
         return self.models.get(name, version)
 
     async def infer(self, request: InferenceRequest) -> InferenceResponse:
+        return await self._infer_on(self._model_for(request), request)
+
+    def _model_for(self, request: InferenceRequest) -> ModelVersion:
+        """The version that serves ``request``, picked once (canary routing picks on each call)."""
         for key in request.parameters:
             if key.startswith("triton_") and key not in TRITON_CONTROL_PARAMETERS:
                 raise InvalidArgument(
                     "parameter keys starting with 'triton_' are reserved for Triton usage and should "
                     "not be specified."
                 )
-        model = self.models.get(request.model_name, request.model_version)
+        return self.models.get(request.model_name, request.model_version)
+
+    async def _infer_on(self, model: ModelVersion, request: InferenceRequest) -> InferenceResponse:
         if model.decoupled:
             raise DecoupledModelNeedsStream(
                 f"model '{model.name}' uses the decoupled transaction policy (zero or many responses per "
@@ -168,7 +182,12 @@ class InferenceServer:
             self.shared_memory.resolve_inputs(request)
         if uses_shm_outputs:
             self.shared_memory.check_outputs(request)
-        response = await model.infer(request)
+        held = request_bytes(request)
+        self.queued_bytes.admit(held)
+        try:
+            response = await model.infer(request)
+        finally:
+            self.queued_bytes.release(held)
         if uses_shm_outputs:
             self.shared_memory.write_outputs(request, response)
         return response
@@ -205,14 +224,19 @@ class InferenceServer:
 
     async def infer_stream(self, request: InferenceRequest) -> AsyncIterator[StreamItem]:
         """Every answer to ``request``: one for ordinary models, as many as a decoupled model sends."""
-        model = self.models.get(request.model_name, request.model_version)
+        model = self._model_for(request)
         if not model.decoupled:
-            yield StreamItem(await self.infer(request), None, True)
+            yield StreamItem(await self._infer_on(model, request), None, True)
             return
         if any(tensor.data is None for tensor in request.inputs):
             self.shared_memory.resolve_inputs(request)
-        async for item in model.infer_decoupled(request):
-            yield item
+        held = request_bytes(request)
+        self.queued_bytes.admit(held)
+        try:
+            async for item in model.infer_decoupled(request):
+                yield item
+        finally:
+            self.queued_bytes.release(held)
 
     # -- repository ---------------------------------------------------------------------------
 
@@ -223,6 +247,7 @@ class InferenceServer:
         self, name: str, config_json: str | None = None, files: dict[str, bytes] | None = None
     ) -> None:
         self.models.require_explicit_mode()
+        check_model_name(name)
         if files and config_json is None:
             raise InvalidArgument(
                 f"failed to load '{name}': file overrides need a 'config' parameter as well"
@@ -232,12 +257,20 @@ class InferenceServer:
             try:
                 override = config_from_json(config_json)
             except ModelLoadError as exc:
-                raise ModelLoadError(f"failed to load '{name}': {exc.message}") from None
+                raise ModelLoadError(poll_failure(name, exc.message)) from None
+            try:
+                check_config_paths(override, from_client=True)
+            except ModelConfigError as exc:
+                raise UnsafePath(poll_failure(name, exc.message)) from None
         folder = self.pushed.stage(name, files) if files else None
         if folder is None:
             await self.models.refresh_repository()  # as Triton, a load reads the repository anew
         try:
-            await self.models.load(name, override, folder)
+            if folder is None:
+                await self.models.load(name, override)
+            else:
+                pushed = folder
+                await self.models.load(name, override, folder, lambda text: self.pushed.conceal(text, pushed))
         except BaseException:
             if folder is not None:
                 self.pushed.discard(folder)
@@ -271,9 +304,12 @@ class InferenceServer:
             return [model.stats for model in self.models.loaded_models()]
         entry = self.models.entry(name)
         if entry is None or not entry.versions:
-            raise ModelNotFound(f"requested model '{name}' is not available")
+            raise InvalidArgument(f"requested model '{name}' is not available")  # as Triton: 400
         if version:
-            return [self.models.get(name, version).stats]
+            model = entry.versions.get(parse_version(version))
+            if model is None:
+                raise InvalidArgument(f"requested model version is not available for model '{name}'")
+            return [model.stats]
         return [entry.versions[v].stats for v in sorted(entry.versions)]
 
     @property

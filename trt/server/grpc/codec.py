@@ -19,6 +19,7 @@ from google.protobuf.message import DecodeError
 
 from trt.protos import grpc_service_pb2 as pb
 from trt.server.core.datatypes import (
+    check_bytes_elements,
     check_shape,
     element_count,
     tensor_from_bytes,
@@ -200,6 +201,7 @@ def _typed_contents(contents: Any, name: str, datatype: str, shape: tuple[int, .
             f"contents.{field}, got {len(values)}"
         )
     if datatype == "BYTES":
+        check_bytes_elements(name, count)
         array = np.empty(count, dtype=np.object_)
         for index, item in enumerate(values):
             array[index] = item

@@ -57,11 +57,12 @@ class HttpApp:
         core: InferenceServer,
         max_input_size: int = 64 * 1024 * 1024,
         restrictions: Restrictions | None = None,
+        header_cache_bytes: int = codec.DEFAULT_HEADER_CACHE_BYTES,
     ) -> None:
         self.core = core
         self.max_input_size = max_input_size
         self.restrictions = restrictions or Restrictions()
-        self._decoder = codec.RequestDecoder()
+        self._decoder = codec.RequestDecoder(header_cache_bytes)
 
     @staticmethod
     def cancellable(path: str) -> bool:

@@ -14,6 +14,7 @@ import numpy as np
 import orjson
 
 from trt.server.core.datatypes import (
+    check_bytes_elements,
     check_shape,
     element_count,
     tensor_from_bytes,
@@ -24,6 +25,7 @@ from trt.server.core.errors import InvalidArgument, InvalidInput
 from trt.server.core.types import InferenceRequest, InferenceResponse, InputTensor, RequestedOutput
 
 HEADER_LENGTH = "inference-header-content-length"
+DEFAULT_HEADER_CACHE_BYTES = 4 * 1024 * 1024  # --http-infer-header-cache-size
 
 
 def decode_request(
@@ -161,17 +163,29 @@ class RequestDecoder:
     header is most of the work of decoding, so a header seen before is looked up instead, and only
     the tensors are read. Headers that carry something of their own request (an 'id', a sequence,
     tensors as JSON data or in shared memory) are not remembered: they rarely come twice.
+
+    What it remembers is bounded in bytes (``--http-infer-header-cache-size``): each entry counts
+    twice its header's length (the key, and the strings parsed out of it), the oldest go first, and a
+    header over a sixteenth of the bound is never kept (a client sending large parameters would
+    otherwise fill it with a few requests).
     """
 
-    MAX_PLANS = 256  # distinct headers remembered; all are forgotten when it fills
+    ENTRY_OVERHEAD = 512  # what an entry costs beyond its header's text, roughly
 
-    def __init__(self) -> None:
+    def __init__(self, max_bytes: int = DEFAULT_HEADER_CACHE_BYTES) -> None:
+        self.max_bytes = max(0, max_bytes)
         self._plans: dict[bytes, _DecodePlan] = {}
+        self._held = 0
 
     @property
     def remembered(self) -> int:
         """How many headers it knows."""
         return len(self._plans)
+
+    @property
+    def held_bytes(self) -> int:
+        """What the remembered headers count for against ``max_bytes``."""
+        return self._held
 
     def decode(
         self, model_name: str, model_version: str, body: bytes, header_length: int | None
@@ -190,16 +204,31 @@ class RequestDecoder:
             model_name, model_version, body, header_length
         )
         if plan is None and _plannable(request):
-            if len(self._plans) >= self.MAX_PLANS:
-                self._plans.clear()
-            self._plans[header] = _DecodePlan.of(request, binary_choice, default_binary)
+            self._remember(header, _DecodePlan.of(request, binary_choice, default_binary))
         return request, binary_choice, default_binary
+
+    def _remember(self, header: bytes, plan: _DecodePlan) -> None:
+        cost = self._cost(header)
+        if cost * 16 > self.max_bytes:
+            return
+        plans = self._plans
+        while plans and self._held + cost > self.max_bytes:
+            oldest = next(iter(plans))
+            del plans[oldest]
+            self._held -= self._cost(oldest)
+        plans[header] = plan
+        self._held += cost
+
+    def _cost(self, header: bytes) -> int:
+        return 2 * len(header) + self.ENTRY_OVERHEAD
 
 
 def _plannable(request: InferenceRequest) -> bool:
     if request.id or "sequence_id" in request.parameters:
         return False
-    return all("binary_data_size" in tensor.parameters for tensor in request.inputs)
+    return all(
+        tensor.data is not None and "binary_data_size" in tensor.parameters for tensor in request.inputs
+    )
 
 
 def parse_json_object(body: bytes | memoryview) -> dict[str, Any]:
@@ -236,8 +265,8 @@ def _decode_input(raw: Any, binary: memoryview, offset: int) -> tuple[InputTenso
     shape = tuple(shape_value)
     check_shape(name, shape)
     parameters = _object(raw.get("parameters"), f"input '{name}' parameters")
-    size = parameters.get("binary_data_size")
-    if size is not None:
+    if "binary_data_size" in parameters:  # null included: it is not a size (was a 500 from the cache)
+        size = parameters["binary_data_size"]
         if not isinstance(size, int) or isinstance(size, bool) or size < 0:
             raise InvalidInput(f"input '{name}': Unable to parse 'binary_data_size'")
         if "data" in raw:
@@ -274,6 +303,7 @@ def _all_sizes(values: list[Any]) -> bool:
 def _json_data(name: str, datatype: str, shape: tuple[int, ...], data: Any) -> np.ndarray:
     count = element_count(shape)
     if datatype == "BYTES":
+        check_bytes_elements(name, count)
         flat = _flatten(data)
         array = np.empty(len(flat), dtype=np.object_)
         for index, item in enumerate(flat):

@@ -71,7 +71,7 @@ def as_http_request(
         request.query,
         headers,
         request.body,
-        request.body_too_large,
-        request.started_ns,
-        request.received_ns,
+        body_too_large=request.body_too_large,
+        started_ns=request.started_ns,
+        received_ns=request.received_ns,
     )

@@ -6,8 +6,13 @@ model. Here a request is parsed by httptools into an ``HttpRequest`` and handed 
 handler; the response is written as one buffer.
 
 Supported: keep-alive and pipelining (answered in order), ``Expect: 100-continue``, chunked request
-bodies, a body size limit, HEAD, write backpressure, an idle timeout, and a graceful stop that lets
-requests in progress finish.
+bodies, HEAD, write backpressure, an idle timeout, and a graceful stop that lets requests in progress
+finish.
+
+Every buffer is bounded (``HttpLimits``): the request line and headers together (431, counted on the
+bytes as they arrive, since httptools itself keeps a header value it has not finished in one growing
+buffer), the number of headers (431), the body (413), and, through the core's ``QueuedBytes``, the
+bytes of all bodies being received or waiting to be answered on every connection together (503).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import ssl
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -24,10 +30,18 @@ from typing import Any
 
 import httptools
 
+from trt.server.core.scheduling.queued_bytes import QueuedBytes
+from trt.server.http.limits import HttpLimits, over_budget, too_large
+
 logger = logging.getLogger("trt.http")
 
 _REASONS = {status.value: status.phrase.encode() for status in HTTPStatus}
 _MAX_PIPELINED = 32  # stop reading from a client that queues more than this
+_HEAD_END = b"\r\n\r\n"
+
+
+class _HeadTooLarge(Exception):
+    """Raised from a parser callback to stop parsing a request whose head breaks a limit."""
 
 
 @dataclass(slots=True)
@@ -38,6 +52,8 @@ class HttpRequest:
     headers: dict[str, str]  # names in lower case
     body: bytes
     body_too_large: bool = False  # over the limit: the body was dropped and the answer is 413
+    over_budget: bool = False  # the server held too many bytes: the body was dropped, the answer is 503
+    reserved: int = 0  # bytes of the body counted against the server's QueuedBytes until answered
     started_ns: int = 0  # perf_counter_ns when its first byte was parsed, and when its last was
     received_ns: int = 0
 
@@ -63,7 +79,7 @@ class HttpProtocol(asyncio.Protocol):
         self._loop = asyncio.get_running_loop()
         self._parser = httptools.HttpRequestParser(self)
         self._transport: asyncio.Transport | None = None
-        self._pending: deque[tuple[HttpRequest, bool]] = deque()
+        self._pending: deque[tuple[HttpRequest, bool, bool]] = deque()
         self._busy = False
         self._closing = False
         # The connection's task answers its requests in order; between them it waits on ``_next``
@@ -76,11 +92,19 @@ class HttpProtocol(asyncio.Protocol):
         self.last_active = self._loop.time()
         # Per-message parse state.
         self._started = 0
-        self._url = b""
+        self._url: list[bytes] = []
+        self._url_size = 0
         self._headers: dict[str, str] = {}
+        self._header_count = 0
+        self._in_head = True  # the parser is reading a request line and headers (or waits for one)
+        self._head_size = 0
+        self._line_ended = False  # the request line is complete (a head over its limit before: 414)
+        self._head_tail = b""  # the last bytes of the previous chunk, for an end of head across two
         self._body: list[bytes] = []
         self._body_size = 0
         self._too_large = False
+        self._over_budget = False
+        self._reserved = 0
 
     # -- connection ---------------------------------------------------------------------------
 
@@ -91,6 +115,10 @@ class HttpProtocol(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._server.connections.discard(self)
         self._closing = True
+        self._release(self._reserved)  # a body that never completed
+        self._reserved = 0
+        while self._pending:  # requests read but never to be answered
+            self._release(self._pending.popleft()[0].reserved)
         current = self._current
         if current is not None and self._serving is not None and self._server.cancellable(current.path):
             self._serving.cancel()  # its client is gone: the model may stop (request.is_cancelled())
@@ -114,16 +142,53 @@ class HttpProtocol(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.last_active = self._loop.time()
+        if self._in_head:
+            if not self._line_ended and b"\n" in data:
+                self._line_ended = True
+            # Bytes of a head, whole chunks until its end is seen (which may straddle two chunks); a
+            # few bytes of a next pipelined head in the same chunk go uncounted, so the bound is exact
+            # to within one read.
+            tail = self._head_tail
+            across = (tail + data[:3]).find(_HEAD_END) if tail else -1
+            if across >= 0:
+                self._head_size += across + len(_HEAD_END) - len(tail)
+            else:
+                end = data.find(_HEAD_END)
+                self._head_size += len(data) if end < 0 else end + len(_HEAD_END)
+            self._head_tail = data[-3:]
+            if self._head_size > self._server.limits.max_header_size:
+                self._reject_head()
+                return
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
             self._reject(400, b"protocol upgrades are not supported")
+        except httptools.HttpParserCallbackError as exc:
+            if isinstance(exc.__context__, _HeadTooLarge):
+                self._reject_head()
+            else:
+                raise
         except httptools.HttpParserError as exc:
             self._reject(400, f"malformed HTTP request: {exc}".encode())
+
+    def _reject_head(self) -> None:
+        limits = self._server.limits
+        if not self._line_ended or self._url_size > limits.max_header_size:
+            self._reject(414, b"the URL is longer than the request head may be (--http-max-header-size)")
+        elif self._header_count > limits.max_header_count:
+            message = f"the request has more than {limits.max_header_count} headers (--http-max-header-count)"
+            self._reject(431, message.encode())
+        else:
+            message = (
+                f"the request line and headers exceed {limits.max_header_size} bytes (--http-max-header-size)"
+            )
+            self._reject(431, message.encode())
 
     def _reject(self, status: int, message: bytes) -> None:
         """Answer a request that cannot be parsed, then close: the stream cannot be trusted."""
         assert self._transport is not None
+        if self._transport.is_closing():
+            return
         body = b'{"error":"' + message.replace(b'"', b"'") + b'"}'
         self._transport.write(
             _head(status, len(body), [(b"content-type", b"application/json")], False) + body
@@ -134,35 +199,64 @@ class HttpProtocol(asyncio.Protocol):
 
     def on_message_begin(self) -> None:
         self._started = time.perf_counter_ns()
-        self._url = b""
+        self._url = []
+        self._url_size = 0
         self._headers = {}
+        self._header_count = 0
         self._body = []
         self._body_size = 0
         self._too_large = False
+        self._over_budget = False
+        self._reserved = 0
 
     def on_url(self, url: bytes) -> None:
-        self._url += url
+        # A URL may come in many pieces: kept as a list, joined once (+= on bytes is quadratic).
+        self._url.append(url)
+        self._url_size += len(url)
+        if self._url_size > self._server.limits.max_header_size:
+            raise _HeadTooLarge
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        self._header_count += 1
+        if self._header_count > self._server.limits.max_header_count:
+            raise _HeadTooLarge
         key = name.decode("latin-1").lower()
         text = value.decode("latin-1")
         previous = self._headers.get(key)
         self._headers[key] = text if previous is None else f"{previous}, {text}"
 
     def on_headers_complete(self) -> None:
+        self._in_head = False
+        self._head_size = 0
+        self._head_tail = b""
+        self._line_ended = False  # for the next request on this connection
         if self._headers.get("expect", "").lower() == "100-continue" and self._transport is not None:
             self._transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
     def on_body(self, body: bytes) -> None:
-        self._body_size += len(body)
-        if self._body_size > self._server.max_body_size:
+        size = len(body)
+        self._body_size += size
+        if self._too_large or self._over_budget:
+            return
+        if self._body_size > self._server.limits.max_body_size:
             self._too_large = True
-            self._body = []
-        elif not self._too_large:
+        elif self._server.queued_bytes is not None and not self._server.queued_bytes.reserve(size):
+            self._over_budget = True
+        else:
+            self._reserved += size
             self._body.append(body)
+            return
+        self._body = []  # dropped: the answer is an error
+        self._release(self._reserved)
+        self._reserved = 0
+
+    def _release(self, size: int) -> None:
+        if size and self._server.queued_bytes is not None:
+            self._server.queued_bytes.release(size)
 
     def on_message_complete(self) -> None:
-        url = httptools.parse_url(self._url)
+        self._in_head = True
+        url = httptools.parse_url(b"".join(self._url))
         path = url.path.decode("latin-1")
         if "%" in path:
             from urllib.parse import unquote
@@ -175,9 +269,13 @@ class HttpProtocol(asyncio.Protocol):
             headers=self._headers,
             body=self._body[0] if len(self._body) == 1 else b"".join(self._body),
         )
-        request.body_too_large = self._too_large
+        self._body = []  # the pieces, once joined, must not live on beside the request until the next
+        request.body_too_large, request.over_budget = self._too_large, self._over_budget
+        request.reserved, self._reserved = self._reserved, 0
         request.started_ns, request.received_ns = self._started, time.perf_counter_ns()
-        self._pending.append((request, self._parser.should_keep_alive()))
+        keep_alive = self._parser.should_keep_alive()
+        # An HTTP/1.0 client keeps the connection only when the answer says so.
+        self._pending.append((request, keep_alive, keep_alive and self._parser.get_http_version() == "1.0"))
         if len(self._pending) > _MAX_PIPELINED and self._transport is not None:
             self._transport.pause_reading()
         if not self._busy:
@@ -214,13 +312,19 @@ class HttpProtocol(asyncio.Protocol):
             transport = self._transport
             assert transport is not None
             while self._pending:
-                request, keep_alive = self._pending.popleft()
+                request, keep_alive, say_keep_alive = self._pending.popleft()
                 if len(self._pending) == _MAX_PIPELINED:
                     transport.resume_reading()
                 self._current = request
+                # The body's bytes leave the server's count here: an inference request is counted
+                # again by the core, as tensors, for as long as it is queued or running.
+                self._release(request.reserved)
+                request.reserved = 0
                 try:
                     if request.body_too_large:
-                        response = self._server.too_large(self._server.max_body_size)
+                        response = self._server.too_large(self._server.limits.max_body_size)
+                    elif request.over_budget:
+                        response = HttpResponse(*over_budget(self._server.queued_bytes))
                     else:
                         response = await self._handler(request)
                 except Exception:
@@ -233,13 +337,14 @@ class HttpProtocol(asyncio.Protocol):
                     if response.stream is not None:
                         await close_stream(response.stream)
                     break
+                headers = response.headers
+                if say_keep_alive and keep_alive:
+                    headers = [*headers, (b"connection", b"keep-alive")]
                 if response.stream is not None:
-                    await self._write_stream(transport, response, keep_alive)
+                    await self._write_stream(transport, response, headers, keep_alive)
                 else:
                     body = b"" if request.method == "HEAD" else response.body
-                    transport.write(
-                        _head(response.status, len(response.body), response.headers, keep_alive) + body
-                    )
+                    transport.write(_head(response.status, len(response.body), headers, keep_alive) + body)
                     if response.sent is not None:
                         response.sent()
                 self.last_active = self._loop.time()
@@ -259,12 +364,16 @@ class HttpProtocol(asyncio.Protocol):
             self._current = None
 
     async def _write_stream(
-        self, transport: asyncio.Transport, response: HttpResponse, keep_alive: bool
+        self,
+        transport: asyncio.Transport,
+        response: HttpResponse,
+        headers: list[tuple[bytes, bytes]],
+        keep_alive: bool,
     ) -> None:
         """A streamed body: the head, a chunk per item, the last chunk. A client that goes away ends the
         stream (its source is closed, so the model behind it is told it was cancelled)."""
         assert response.stream is not None
-        transport.write(_head(response.status, None, response.headers, keep_alive))
+        transport.write(_head(response.status, None, headers, keep_alive))
         try:
             async for chunk in response.stream:
                 if transport.is_closing():
@@ -281,8 +390,7 @@ class HttpProtocol(asyncio.Protocol):
 
 
 def _too_large(limit: int) -> HttpResponse:
-    message = f'{{"error":"request body exceeds the {limit}-byte limit (--http-max-input-size)"}}'
-    return HttpResponse(413, message.encode(), [(b"content-type", b"application/json")])
+    return HttpResponse(*too_large(limit))
 
 
 async def close_stream(stream: AsyncIterator[Any]) -> None:
@@ -310,25 +418,32 @@ class HttpServer:
     def __init__(
         self,
         handler: Handler,
-        max_body_size: int,
+        limits: HttpLimits | None = None,
         idle_timeout: float = 75.0,
         cancellable: Callable[[str], bool] = lambda path: False,
+        queued_bytes: QueuedBytes | None = None,
+        ssl_context: ssl.SSLContext | None = None,
         too_large: Callable[[int], HttpResponse] | None = None,
     ) -> None:
         self.handler = handler
-        # The answer to a body over ``max_body_size``, given the limit: each API words it its own way.
+        self.limits = limits or HttpLimits()
+        # The answer to a body over ``limits.max_body_size``, given the limit: each API words it its own way.
         self.too_large = too_large or _too_large
-        self.max_body_size = max_body_size
         self.idle_timeout = idle_timeout
         # Paths whose handling stops when the client disconnects (inference); others run to the end.
         self.cancellable = cancellable
+        # Bodies being received or waiting to be answered count against the core's bound.
+        self.queued_bytes = queued_bytes
+        self.ssl_context = ssl_context  # HTTPS when set
         self.connections: set[HttpProtocol] = set()
         self._server: asyncio.base_events.Server | None = None
         self._sweeper: asyncio.Task[None] | None = None
 
     async def start(self, sock: socket.socket) -> None:
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: HttpProtocol(self.handler, self), sock=sock)
+        self._server = await loop.create_server(
+            lambda: HttpProtocol(self.handler, self), sock=sock, ssl=self.ssl_context
+        )
         self._sweeper = loop.create_task(self._close_idle())
 
     async def _close_idle(self) -> None:

@@ -14,7 +14,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tests.support import SIMPLE_CONFIG, ServerProcess, simple_inputs, write_simple
+from tests.support import SIMPLE_CONFIG, ServerProcess, collect_stream, simple_inputs, write_simple
 
 CANARY = (
     SIMPLE_CONFIG
@@ -86,5 +86,29 @@ def test_bad_weights_are_refused_at_load_and_the_old_config_keeps_serving(
         _send(client, 100)
         split = _successes(client)
         assert split["1"] == 90 and split["2"] == 10, split
+    finally:
+        server.stop()
+
+
+def test_streamed_requests_split_by_weight_too(tmp_path: Path) -> None:
+    """A ModelStreamInfer request picked its version twice (the stream's lookup, then infer's), so at
+    50:50 every streamed request landed on the same version."""
+    repo = tmp_path / "repo"
+    write_simple(repo, config=CANARY.replace("1:90,2:10", "1:50,2:50"), versions=(1, 2))
+    server = ServerProcess([repo]).start(tmp_path)
+    try:
+        client = grpcclient.InferenceServerClient(server.grpc_url)
+        received = collect_stream(client)
+        inputs = simple_inputs(grpcclient, np.ones((1, 16), np.int32))
+        for index in range(100):
+            client.async_stream_infer("simple", inputs, request_id=str(index))
+        versions = []
+        for _ in range(100):
+            result, error = received.get(timeout=30)
+            assert error is None, error
+            versions.append(result.get_response().model_version)
+        client.stop_stream()
+        assert versions.count("1") == 50 and versions.count("2") == 50, versions
+        assert _successes(httpclient.InferenceServerClient(server.http_url)) == {"1": 50, "2": 50}
     finally:
         server.stop()

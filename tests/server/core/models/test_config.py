@@ -9,6 +9,7 @@ import pytest
 
 from tests.server.repo.catalogue import ADD_SUB, ENSEMBLE_CYCLE, ENSEMBLE_HEAD, SEQUENCE
 from tests.support import ROOT
+from trt.server.core.errors import ModelConfigError
 from trt.server.core.models.config import config_to_text, parse_config_text
 
 RICH = (
@@ -65,3 +66,12 @@ def test_a_written_file_needs_no_trailing_edit(tmp_path: Path) -> None:
     path = tmp_path / "config.pbtxt"
     path.write_text(config_to_text(parse_config_text(ADD_SUB)))
     assert path.read_text().endswith("]\n")
+
+
+@pytest.mark.parametrize("value", ["9223372036854775808", "-9223372036854775809"])
+def test_an_enum_given_a_number_out_of_range_is_a_config_error(value: str) -> None:
+    """Found by the long fuzz run: protobuf's text parser raised ValueError, not ParseError, for
+    ``data_type: 9223372036854775808``, and it escaped as something other than a config problem."""
+    text = f'name: "m" input [ {{ name: "x" data_type: {value} dims: [ 1 ] }} ]'
+    with pytest.raises(ModelConfigError, match=r"config\.pbtxt: .*out of range"):
+        parse_config_text(text)

@@ -4,6 +4,7 @@ HTTP (base64) and gRPC (bytes), and paths that would leave the model folder refu
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -136,3 +137,145 @@ def test_a_pushed_model_that_does_not_load_reports_why_and_keeps_the_server_serv
             files={"file:1/model.onnx": b"junk"},
         )
     assert (_infer_http(client, "simple") == 2 * np.arange(16)).all()
+
+
+# -- names and paths that would leave the push folder (issue 17, items 2, 4 and 9) -----------------
+
+
+@pytest.fixture(scope="module")
+def contained_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProcess, Path]]:
+    """An explicit-mode server whose temporary folder (where pushes go) is a folder of the test's own,
+    so that what a bad name would reach is known: ``<base>/tmp/trt-pushed-*/push-*/<name>``."""
+    base = tmp_path_factory.mktemp("contained")
+    (base / "tmp").mkdir()
+    repo = base / "repo"
+    write_simple(repo)
+    server = ServerProcess(
+        [repo], ["--model-control-mode=explicit", "--load-model=simple"], env={"TMPDIR": str(base / "tmp")}
+    )
+    server.start(base)
+    yield server, base
+    assert server.alive(), server.log()
+    server.stop()
+
+
+def _grpc_push(server: ServerProcess, name: str, files: dict[str, bytes], config: dict | None = None) -> None:
+    """RepositoryModelLoad with a config and file contents, as the raw stub sends it."""
+    import grpc
+
+    from trt.protos import grpc_service_pb2, grpc_service_pb2_grpc
+
+    request = grpc_service_pb2.RepositoryModelLoadRequest(model_name=name)
+    unnamed = {key: value for key, value in CONFIG.items() if key != "name"}  # the folder names it
+    request.parameters["config"].string_param = json.dumps(config or unnamed)
+    for key, content in files.items():
+        request.parameters[key].bytes_param = content
+    with grpc.insecure_channel(server.grpc_url) as channel:
+        grpc_service_pb2_grpc.GRPCInferenceServiceStub(channel).RepositoryModelLoad(request, timeout=30)
+
+
+@pytest.mark.parametrize("name", ["../../../victim/m", "..", "a/b", "a\\b", "m\x00", "A" * 256])
+def test_a_model_name_that_would_leave_the_push_folder_writes_and_deletes_nothing(
+    contained_server: tuple[ServerProcess, Path], name: str
+) -> None:
+    """gRPC RepositoryModelLoad named '../../../victim/m', with a config and a file, wrote the model to
+    <base>/victim/m, and its failing load removed <base>/victim, the parent of that path."""
+    import grpc
+
+    server, base = contained_server
+    victim = base / "victim"
+    victim.mkdir(exist_ok=True)
+    (victim / "keep.txt").write_text("still here")
+    with pytest.raises(grpc.RpcError) as caught:
+        _grpc_push(server, name, {"file:1/model.onnx": b"not a model"})
+    assert victim.is_dir() and (victim / "keep.txt").read_text() == "still here"
+    assert sorted(p.name for p in victim.iterdir()) == ["keep.txt"]
+    pushed = list((base / "tmp").glob("trt-pushed-*/*"))
+    assert pushed == [], pushed  # nothing was staged, not even inside the server's own folder
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT, caught.value.details()
+    assert "failed to load" in caught.value.details()
+    assert "failed to poll from model repository: invalid model name" in caught.value.details()
+    assert httpclient.InferenceServerClient(server.http_url).is_server_live()
+
+
+def test_an_over_long_file_name_is_refused_and_the_server_lives(
+    contained_server: tuple[ServerProcess, Path],
+) -> None:
+    """Triton's simple_grpc_model_control.py: a 'file:' path segment longer than NAME_MAX is refused
+    (Triton 2.51 crashed on it)."""
+    import grpc
+
+    server, _ = contained_server
+    with pytest.raises(grpc.RpcError) as caught:
+        _grpc_push(server, "long_file", {"file:" + "A" * 256: b"a"}, {"name": "long_file"})
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "Invalid file path" in caught.value.details()
+    assert httpclient.InferenceServerClient(server.http_url).is_server_live()
+
+
+def test_a_failed_push_names_no_server_side_temporary_path(
+    contained_server: tuple[ServerProcess, Path],
+) -> None:
+    server, base = contained_server
+    client = httpclient.InferenceServerClient(server.http_url)
+    config = {**CONFIG, "name": "junk", "default_model_filename": "weights.onnx"}
+    with pytest.raises(InferenceServerException) as caught:
+        client.load_model("junk", config=json.dumps(config), files={"file:1/model.onnx": b"junk"})
+    message = caught.value.message()
+    assert "failed to load 'junk'" in message and "junk/1/weights.onnx" in message, message
+    assert str(base) not in message and "trt-pushed" not in message and "push-" not in message
+    index = {row["name"]: row for row in client.get_model_repository_index()}
+    assert "trt-pushed" not in index["junk"]["reason"]
+
+
+@pytest.mark.parametrize(
+    ("change", "fragment"),
+    [
+        (
+            {"output": [{**CONFIG["output"][0], "label_filename": "/etc/passwd"}]},
+            "label_filename '/etc/passwd'",
+        ),
+        ({"output": [{**CONFIG["output"][0], "label_filename": "../../x"}]}, "label_filename '../../x'"),
+        ({"default_model_filename": "/etc/passwd"}, "default_model_filename '/etc/passwd'"),
+        ({"default_model_filename": "../../1/model.onnx"}, "default_model_filename"),
+        (
+            {"parameters": {"EXECUTION_ENV_PATH": {"string_value": "/usr"}}},
+            "parameters[EXECUTION_ENV_PATH] '/usr'",
+        ),
+        (
+            {"parameters": {"EXECUTION_ENV_PATH": {"string_value": "$$TRITON_MODEL_DIRECTORY/../../env"}}},
+            "parameters[EXECUTION_ENV_PATH]",
+        ),
+    ],
+)
+def test_a_config_override_cannot_name_files_outside_the_model_folder(
+    explicit_server: tuple[ServerProcess, Path], change: dict, fragment: str
+) -> None:
+    """A config override with label_filename '/etc/passwd' returned that file's lines as labels."""
+    server, _ = explicit_server
+    client = httpclient.InferenceServerClient(server.http_url)
+    with pytest.raises(InferenceServerException, match=re.escape(fragment)) as caught:
+        client.load_model("simple", config=json.dumps({**CONFIG, "name": "simple", **change}))
+    assert caught.value.status() == "400"
+    assert "failed to load 'simple', failed to poll from model repository" in caught.value.message()
+    # The model kept serving its own config and labels.
+    data = np.arange(16, dtype=np.int32).reshape(1, 16)
+    output = httpclient.InferRequestedOutput("OUTPUT0", class_count=1)
+    top = client.infer("simple", simple_inputs(httpclient, data), outputs=[output]).as_numpy("OUTPUT0")
+    assert top is not None and top[0][0].decode().endswith(":label15")
+
+
+def test_an_environment_inside_the_model_folder_is_still_accepted() -> None:
+    from trt.server.core.models.config import config_from_json
+    from trt.server.core.models.config_paths import check_config_paths
+
+    config = config_from_json(
+        json.dumps(
+            {"parameters": {"EXECUTION_ENV_PATH": {"string_value": "$$TRITON_MODEL_DIRECTORY/env.tar.gz"}}}
+        )
+    )
+    check_config_paths(config, from_client=True)
+    outside = config_from_json(
+        json.dumps({"parameters": {"EXECUTION_ENV_PATH": {"string_value": "/opt/envs/shared.tar.gz"}}})
+    )
+    check_config_paths(outside)  # the operator's own config.pbtxt may share an environment

@@ -14,7 +14,6 @@ batched by the core) or a ``RequestLevelInstance`` (whole requests). It is regis
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +23,7 @@ import numpy as np
 
 from trt.protos import model_config_pb2
 from trt.server.core.errors import ModelConfigError, ModelLoadError
+from trt.server.core.paths import contained, shown
 
 if TYPE_CHECKING:
     from trt.server.core.errors import ServerError
@@ -87,15 +87,14 @@ class ModelFiles:
 
     def inside(self, name: str, field: str) -> Path:
         """``name`` (a config value) as a path in the version folder, which it must not leave."""
-        # Judged on the name alone: a symlink the repository's owner put in the folder is theirs to place.
-        normal = os.path.normpath(name)
-        if os.path.isabs(normal) or normal == ".." or normal.startswith(".." + os.sep):
+        path = contained(self.version_dir, name)
+        if path is None:
             raise ModelConfigError(
-                f"{field} '{name}' leads outside the version folder {self.version_dir}; "
+                f"{field} '{shown(name)}' leads outside the version folder {self.version_dir}; "
                 "name a file inside it",
                 field,
             )
-        return self.version_dir / normal
+        return path
 
     def require_artifact(self, config: model_config_pb2.ModelConfig, default_filename: str) -> Path:
         """The model file, which must exist (a folder is accepted where a backend takes one)."""

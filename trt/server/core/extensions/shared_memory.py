@@ -2,19 +2,20 @@
 
 A client creates ``/dev/shm/<key>`` (``tritonclient.utils.shared_memory``), registers a window of it
 (``offset``, ``byte_size``) under a name, then names that region in an input's or output's
-parameters (``shared_memory_region``, ``shared_memory_byte_size``, ``shared_memory_offset``). Inputs
-are read as views of the mapping, outputs written straight into it. Every offset and size is
-checked against the registered window, so a request that reaches past it is a 400, never an
-out-of-bounds access. Resolution happens here, in the core, so HTTP and gRPC behave the same.
+parameters (``shared_memory_region``, ``shared_memory_byte_size``, ``shared_memory_offset``). Every
+offset and size is checked against the registered window, so a request that reaches past it is a
+400. Resolution happens here, in the core, so HTTP and gRPC behave the same.
 
-A region unregistered while a request still reads it stays mapped until the last view of it is
-released: views hold a reference to their ``mmap``, and CPython unmaps it when that count drops.
+The server keeps the object open (its file descriptor) and reads inputs and writes outputs with
+``pread`` / ``pwrite``, never through a mapping. A client owns the object and may truncate it at any
+time, even after unlinking it: touching a mapped page past the new end raises SIGBUS, which would kill
+the server (Triton too), and no check before the access can close that window. ``pread`` on a short
+object just returns fewer bytes, which is a 400. The cost is one copy of each input, at memory speed.
 CUDA shared memory needs a GPU build; this server answers its register call with UNSUPPORTED.
 """
 
 from __future__ import annotations
 
-import mmap
 import os
 import stat
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from typing import Any, NoReturn
 
 from trt.server.core.datatypes import tensor_from_bytes, tensor_to_bytes
 from trt.server.core.errors import AlreadyExists, InvalidArgument, InvalidInput, NotFound, Unsupported
+from trt.server.core.paths import shown, unsafe_segment
 from trt.server.core.types import InferenceRequest, InferenceResponse
 
 SHM_DIRECTORY = "/dev/shm"
@@ -45,10 +47,7 @@ class RegionStatus:
 @dataclass(slots=True)
 class _Region:
     status: RegionStatus
-    mapping: mmap.mmap  # the registered window, from a page boundary at or before ``offset``
-    start: int  # where the window begins inside ``mapping``
-    path: str
-    identity: tuple[int, int]  # (st_dev, st_ino), to tell whether ``path`` is still this object
+    fd: int  # the shm object, open for as long as the region is registered
 
 
 class SharedMemoryRegistry:
@@ -60,15 +59,15 @@ class SharedMemoryRegistry:
     # -- the extension's operations ---------------------------------------------------------------
 
     def register(self, name: str, key: str, offset: int, byte_size: int) -> None:
-        """Map ``byte_size`` bytes at ``offset`` of the POSIX shm object ``key`` under ``name``."""
+        """Register ``byte_size`` bytes at ``offset`` of the POSIX shm object ``key`` under ``name``."""
         if not name:
             raise InvalidArgument("'region name' is necessary to register system shared memory region")
         if name in self._regions:
             raise AlreadyExists(f"shared memory region '{name}' already in manager")
-        stem = key.lstrip("/")
-        if not stem or "/" in stem or stem in (".", ".."):
+        stem = key[1:] if key.startswith("/") else key
+        if unsafe_segment(stem) is not None:
             raise InvalidArgument(
-                f"cannot register shared memory region '{name}' - invalid shm key '{key}' "
+                f"cannot register shared memory region '{name}' - invalid shm key '{shown(key)}' "
                 "(expected a POSIX shm name such as '/my_region')"
             )
         for prefix in (TRITON_RESERVED_KEY_PREFIX, _own_key_prefix()):
@@ -82,10 +81,9 @@ class SharedMemoryRegistry:
                 f"failed to register shared memory region '{name}': offset must be >= 0 and "
                 f"byte_size > 0 (got offset {offset}, byte_size {byte_size})"
             )
-        path = os.path.join(SHM_DIRECTORY, stem)
         try:
             # As shm_open does: never follow a link out of /dev/shm.
-            fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+            fd = os.open(os.path.join(SHM_DIRECTORY, stem), os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError as exc:
             raise InvalidArgument(
                 f"Unable to open shared memory region: '{key}' ({exc.strerror}); create it first, e.g. "
@@ -100,27 +98,18 @@ class SharedMemoryRegistry:
                     f"failed to register shared memory region '{name}': offset {offset} + byte_size "
                     f"{byte_size} exceeds the {info.st_size} bytes of '{key}'"
                 )
-            aligned = offset - offset % mmap.ALLOCATIONGRANULARITY
-            try:
-                mapping = mmap.mmap(fd, offset + byte_size - aligned, offset=aligned)
-            except (OSError, OverflowError, ValueError) as exc:
-                raise InvalidArgument(f"failed to register shared memory region '{name}': {exc}") from None
-        finally:
+        except BaseException:
             os.close(fd)
-        status = RegionStatus(name, key, offset, byte_size)
-        self._regions[name] = _Region(status, mapping, offset - aligned, path, (info.st_dev, info.st_ino))
+            raise
+        self._regions[name] = _Region(RegionStatus(name, key, offset, byte_size), fd)
 
     def unregister(self, name: str = "") -> None:
         """Unregister one region, or every region when ``name`` is empty (unknown names are fine)."""
         names = [name] if name else list(self._regions)
         for region_name in names:
             region = self._regions.pop(region_name, None)
-            if region is None:
-                continue
-            try:
-                region.mapping.close()
-            except BufferError:
-                pass  # a request still holds a view: the mapping goes when the last view does
+            if region is not None:
+                os.close(region.fd)  # a request reading it now has its bytes already: reads copy
 
     def status(self, name: str = "") -> list[RegionStatus]:
         """Every region, or the one named (NotFound if it is not registered)."""
@@ -150,17 +139,24 @@ class SharedMemoryRegistry:
     # -- bytes in and out of a region -------------------------------------------------------------
 
     def read(self, name: str, offset: int, byte_size: int, what: str = "") -> memoryview:
-        """A read-only, zero-copy view of ``byte_size`` bytes at ``offset`` into region ``name``."""
-        region, start = self._window(name, offset, byte_size, what)
-        return memoryview(region.mapping)[start : start + byte_size].toreadonly()
+        """A read-only copy of ``byte_size`` bytes at ``offset`` into region ``name``."""
+        region, position = self._window(name, offset, byte_size, what)
+        buffer = bytearray(byte_size)
+        got = os.preadv(region.fd, [buffer], position) if byte_size else 0
+        if got != byte_size:
+            raise self._shrunk(region, position + got)
+        return memoryview(buffer).toreadonly()
 
     def write(self, name: str, offset: int, data: bytes | memoryview, what: str = "") -> None:
         """Copy ``data`` into region ``name`` at ``offset``."""
-        region, start = self._window(name, offset, len(data), what)
-        region.mapping[start : start + len(data)] = data
+        region, position = self._window(name, offset, len(data), what)
+        view = memoryview(data).cast("B")
+        while view:
+            written = os.pwrite(region.fd, view, position)
+            view, position = view[written:], position + written
 
     def _window(self, name: str, offset: int, byte_size: int, what: str) -> tuple[_Region, int]:
-        """The region and the start of [offset, offset + byte_size) in its mapping, all checked."""
+        """The region and the position of [offset, offset + byte_size) in its object, all checked."""
         prefix = f"{what}: " if what else ""
         region = self._regions.get(name)
         if region is None:
@@ -171,23 +167,15 @@ class SharedMemoryRegistry:
                 f"{prefix}offset {offset} + byte_size {byte_size} reaches past shared memory region "
                 f"'{name}' ({size} bytes); keep offset + byte size within the registered region"
             )
-        self._check_not_shrunk(region)
-        return region, region.start + offset
+        return region, region.status.offset + offset
 
     @staticmethod
-    def _check_not_shrunk(region: _Region) -> None:
-        # Touching a page past the end of a shm object that was truncated after registration raises
-        # SIGBUS and kills the server; refuse instead when the object we mapped is now too short.
-        try:
-            info = os.stat(region.path, follow_symlinks=False)
-        except OSError:
-            return  # unlinked: nobody can resize it through its name any more
+    def _shrunk(region: _Region, available: int) -> InvalidInput:
         needed = region.status.offset + region.status.byte_size
-        if (info.st_dev, info.st_ino) == region.identity and info.st_size < needed:
-            raise InvalidInput(
-                f"shared memory region '{region.status.name}': '{region.status.key}' shrank to "
-                f"{info.st_size} bytes after it was registered ({needed} needed); register it again"
-            )
+        return InvalidInput(
+            f"shared memory region '{region.status.name}': '{region.status.key}' shrank to {available} "
+            f"bytes after it was registered ({needed} needed); register it again"
+        )
 
     # -- inference ----------------------------------------------------------------------------------
 

@@ -56,6 +56,8 @@ def parse_config_text(text: str, source: str = "config.pbtxt") -> model_config_p
         reason = str(exc).split(" : ", 1)[-1] if line is not None else str(exc)
         where = f"{source}:{line}:{column}" if line is not None else source
         raise ModelConfigError(f"{where}: {reason}{_did_you_mean(reason)}", line=line) from None
+    except ValueError as exc:  # protobuf's own range checks, e.g. an enum given 2**63 (found by fuzzing)
+        raise ModelConfigError(f"{source}: {exc}") from None
     return config
 
 

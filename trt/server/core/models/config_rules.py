@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from trt.protos import model_config_pb2
 from trt.server.core.datatypes import WIRE_DATATYPES, config_to_wire
 from trt.server.core.errors import ModelConfigError
+from trt.server.core.models.config_paths import config_path_problems
 
 Config = model_config_pb2.ModelConfig
 Group = model_config_pb2.ModelInstanceGroup
@@ -34,6 +35,7 @@ def config_problems(config: Config) -> Iterator[ModelConfigError]:
         yield ModelConfigError(
             f"max_batch_size must be 0 or more, got {config.max_batch_size}", "max_batch_size"
         )
+    yield from config_path_problems(config)
     yield from _tensor_problems(config)
     yield from _dynamic_batching_problems(config)
     yield from _sequence_batching_problems(config)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,6 +39,25 @@ from trt.server.core.types import RepositoryIndexEntry
 logger = logging.getLogger("trt.lifecycle")
 
 READY, UNAVAILABLE, LOADING, UNLOADING = "READY", "UNAVAILABLE", "LOADING", "UNLOADING"
+_LEADING_INTEGER = re.compile(r"\s*([+-]?\d+)")
+_INT64_MAX = 2**63 - 1
+
+
+def parse_version(text: str) -> int:
+    """A version string as Triton reads one (C++ ``std::stol``: leading blanks, a sign, digits, and
+    anything after them ignored), with Triton's messages; "-1" means the latest, as in BLS calls."""
+    match = _LEADING_INTEGER.match(text)
+    number = int(match.group(1)) if match else None
+    if number is None or not -_INT64_MAX - 1 <= number <= _INT64_MAX:
+        raise InvalidArgument(
+            f"failed to get model version from specified version string '{text}' (details: stol), "
+            "version should be an integral value > 0"
+        )
+    if number < -1:
+        raise InvalidArgument(
+            f"invalid model version specified '{text}' , version should be an integral value > 0"
+        )
+    return number
 
 
 @dataclass
@@ -79,27 +100,28 @@ class ModelManager:
     # -- lookups (hot path) -------------------------------------------------------------------
 
     def get(self, name: str, version: str = "") -> ModelVersion:
+        """The version a request names (the latest serving one, or the canary's pick, for none).
+
+        Errors as Triton's: an unknown model or version, or a model none of whose versions is serving,
+        is ModelNotFound (404); a known version that is not READY is ModelNotReady (503)."""
         entry = self._entries.get(name)
         if entry is None:
             raise ModelNotFound(f"Request for unknown model: '{name}' is not found")
-        if (not version or version == "-1") and entry.canary is not None:
-            chosen = entry.versions.get(entry.canary.pick())
-            if chosen is not None:
-                return chosen
-        if not version or version == "-1":
+        number = -1 if not version or version == "-1" else parse_version(version)
+        if number == -1:
+            if entry.canary is not None:
+                chosen = entry.versions.get(entry.canary.pick())
+                if chosen is not None:
+                    return chosen
             model = entry.latest_ready()
             if model is None:
-                raise ModelNotReady(f"Request for unknown model: '{name}' has no available versions")
+                raise ModelNotFound(f"Request for unknown model: '{name}' has no available versions")
             return model
-        try:
-            number = int(version)
-        except ValueError:
-            raise InvalidArgument(f"model version must be a number, got '{version}'") from None
         model = entry.versions.get(number)
         if model is None:
             if number in entry.unavailable:
                 raise ModelNotReady(
-                    f"Request for unknown model: '{name}' version {number} is not at READY state"
+                    f"Request for unknown model: '{name}' version {number} is not at ready state"
                 )
             raise ModelNotFound(f"Request for unknown model: '{name}' version {number} is not found")
         return model
@@ -108,6 +130,10 @@ class ModelManager:
         return self._entries.get(name)
 
     def is_ready(self, name: str, version: str = "") -> bool:
+        """Whether the version is serving; an unknown model or version is simply not ready (as Triton
+        2.51 answers), but a version string that is not a number is an error."""
+        if version:
+            parse_version(version)
         try:
             self.get(name, version)
         except ServerError:
@@ -229,8 +255,12 @@ class ModelManager:
         name: str,
         override: model_config_pb2.ModelConfig | None = None,
         model_dir: Path | None = None,
+        scrub: Callable[[str], str] = str,
     ) -> None:
-        """Load or reload a model; raise ModelLoadError (with the reason) if nothing could be loaded."""
+        """Load or reload a model; raise ModelLoadError (with the reason) if nothing could be loaded.
+
+        ``scrub`` rewrites every reason before it is shown or kept (a pushed model's folder is a
+        server-side temporary path that clients are not shown)."""
         if model_dir is None:
             model_dir = self._model_dir(name)
         entry = self._entries.setdefault(name, ModelEntry(name))
@@ -247,22 +277,27 @@ class ModelManager:
                         load_model, name, model_dir, self.options, override, self.services
                     )
             except BackendUnavailable as exc:  # the caller says whether it skips the model or fails
-                self._record_failure(entry, was_serving, exc.message, log=False)
-                raise BackendUnavailable(f"failed to load '{name}': {exc.message}") from None
+                reason = scrub(exc.message)
+                self._record_failure(entry, was_serving, reason, log=False)
+                raise BackendUnavailable(f"failed to load '{name}': {reason}") from None
             except ServerError as exc:
-                self._record_failure(entry, was_serving, exc.message)
-                raise ModelLoadError(f"failed to load '{name}': {exc.message}") from None
+                reason = scrub(exc.message)
+                self._record_failure(entry, was_serving, reason)
+                raise ModelLoadError(f"failed to load '{name}': {reason}") from None
             except Exception as exc:
                 logger.exception("loading '%s' failed unexpectedly", name)
-                self._record_failure(entry, was_serving, f"{type(exc).__name__}: {exc}")
-                raise ModelLoadError(f"failed to load '{name}': {type(exc).__name__}: {exc}") from None
+                reason = scrub(f"{type(exc).__name__}: {exc}")
+                self._record_failure(entry, was_serving, reason)
+                raise ModelLoadError(f"failed to load '{name}': {reason}") from None
             await self._warm_request_level(result)
             if not result.versions:
+                result.failed = {version: scrub(reason) for version, reason in result.failed.items()}
                 reasons = "; ".join(f"version {v}: {r}" for v, r in sorted(result.failed.items()))
                 if not was_serving:
                     entry.unavailable = dict(result.failed)
                     entry.state, entry.reason = UNAVAILABLE, reasons
                 raise ModelLoadError(f"failed to load '{name}': {reasons}")
+            result.failed = {version: scrub(reason) for version, reason in result.failed.items()}
             try:
                 canary = canary_router(result.config, set(result.versions))
                 # Constructing a version can still refuse it (a sequence's initial_state file, say).
@@ -270,8 +305,9 @@ class ModelManager:
             except ServerError as exc:
                 for loaded in result.versions.values():
                     close_instances(loaded.instances)
-                self._record_failure(entry, was_serving, exc.message)
-                raise ModelLoadError(f"failed to load '{name}': {exc.message}") from None
+                reason = scrub(exc.message)
+                self._record_failure(entry, was_serving, reason)
+                raise ModelLoadError(f"failed to load '{name}': {reason}") from None
             await self._swap_in(entry, result, new_versions)
             entry.canary = canary
             if canary is not None:

@@ -25,10 +25,12 @@ from trt.server.core.backends.base import (
 from trt.server.core.backends.registry import ENSEMBLE_PLATFORM, get_backend, resolve_entry
 from trt.server.core.errors import BackendUnavailable, ModelConfigError, ModelLoadError, ServerError
 from trt.server.core.models.config import read_config_file
+from trt.server.core.models.config_paths import check_config_paths
 from trt.server.core.models.config_rules import check_config
 from trt.server.core.models.repository import version_folders
 from trt.server.core.models.warmup import run_warmup
 from trt.server.core.options import CoreOptions
+from trt.server.core.paths import inside
 from trt.server.core.scheduling.ensemble import instance_copies
 
 logger = logging.getLogger("trt.loader")
@@ -70,6 +72,7 @@ def read_model_config(name: str, model_dir: Path, override: Config | None = None
             "name",
         )
     config.name = name
+    check_config_paths(config)  # before anything opens a file the config names
     return config
 
 
@@ -164,7 +167,7 @@ def read_labels(config: Config, model_dir: Path) -> dict[str, tuple[str, ...]]:
     labels: dict[str, tuple[str, ...]] = {}
     for output in config.output:
         if output.label_filename:
-            path = model_dir / output.label_filename
+            path = inside(model_dir, output.label_filename, f"output '{output.name}' label_filename")
             try:
                 labels[output.name] = tuple(path.read_text(encoding="utf-8").splitlines())
             except OSError as exc:

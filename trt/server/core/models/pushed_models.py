@@ -2,7 +2,13 @@
 
 As in Triton, the files are not written into the user's repository: each push gets a fresh folder of its
 own, the model loads from there, and the folder lives until the model is pushed again, reloaded from the
-repository, or the server stops. Every path is checked so that nothing lands outside that folder."""
+repository, or the server stops. The model name and every path go through ``core.paths`` before
+anything is written, so nothing lands outside that folder; and a folder is only ever removed when it is
+one this object made, whatever name a client sent.
+
+Messages never show where the folders are (a server-side temporary path): ``conceal`` turns a pushed
+folder into the model's name in the text of a load error.
+"""
 
 from __future__ import annotations
 
@@ -11,28 +17,39 @@ import shutil
 import tempfile
 from pathlib import Path, PurePosixPath
 
-from trt.server.core.errors import InvalidArgument
+from trt.server.core.errors import ServerError, UnsafePath
+from trt.server.core.paths import relative_path_problem, shown, unsafe_segment
 
 logger = logging.getLogger("trt.repository")
 
 FILE_PREFIX = "file:"
 
 
-def _relative_path(key: str) -> PurePosixPath:
+def poll_failure(name: str, reason: str) -> str:
+    """Triton's text for a load that failed before the model could be read, with the reason."""
+    return f"failed to load '{shown(name)}', failed to poll from model repository: {reason}"
+
+
+def check_model_name(name: str) -> None:
+    """A name a client asks to load must be one folder name (it names a folder of the repository or
+    of a push)."""
+    reason = unsafe_segment(name)
+    if reason is not None:
+        raise UnsafePath(poll_failure(name, f"invalid model name (found {reason})"))
+
+
+def _relative_path(name: str, key: str) -> PurePosixPath:
     text = key[len(FILE_PREFIX) :]
-    path = PurePosixPath(text)
-    if (
-        not text
-        or "\\" in text
-        or "\x00" in text
-        or path.is_absolute()
-        or any(part in ("", ".", "..") for part in text.split("/"))
-    ):
-        raise InvalidArgument(
-            f"load parameter '{key}': a file path must stay inside the model folder, as "
-            "'file:<version>/<name>' (no absolute path, no '..' or empty segments)"
+    reason = relative_path_problem(text)
+    if reason is not None:
+        raise UnsafePath(
+            poll_failure(
+                name,
+                f"Invalid file path in load parameter '{shown(key)}' (found {reason}): a file path must "
+                "stay inside the model folder, as 'file:<version>/<name>'",
+            )
         )
-    return path
+    return PurePosixPath(text)
 
 
 class PushedModels:
@@ -44,17 +61,20 @@ class PushedModels:
 
     def stage(self, name: str, files: dict[str, bytes]) -> Path:
         """Write ``files`` into a fresh folder for ``name``; return it (named ``name``, as loaders expect)."""
-        paths = {key: _relative_path(key) for key in files}  # all checked before anything is written
-        folder = Path(tempfile.mkdtemp(prefix="push-", dir=self._root)) / name
-        folder.mkdir()
-        base = folder.resolve()
-        for key, relative in paths.items():
-            target = folder.joinpath(*relative.parts)
-            # The folder is new, so no segment can be a symlink yet; checked all the same.
-            if not target.resolve().is_relative_to(base):
-                raise InvalidArgument(f"load parameter '{key}': the path leaves the model folder")
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(files[key])
+        check_model_name(name)
+        paths = {key: _relative_path(name, key) for key in files}  # all checked before anything is written
+        holder = Path(tempfile.mkdtemp(prefix="push-", dir=self._root))
+        folder = holder / name
+        try:
+            folder.mkdir()
+            for key, relative in paths.items():
+                target = folder.joinpath(*relative.parts)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(files[key])
+        except OSError as exc:
+            self._remove(holder)
+            what = f"cannot write the pushed files: {exc.strerror or type(exc).__name__}"
+            raise ServerError(poll_failure(name, what)) from None
         return folder
 
     def adopt(self, name: str, folder: Path | None) -> None:
@@ -63,11 +83,25 @@ class PushedModels:
         if folder is not None:
             self._folders[name] = folder
         if previous is not None and previous != folder:
-            shutil.rmtree(previous.parent, ignore_errors=True)
+            self._remove(previous.parent)
 
     def discard(self, folder: Path) -> None:
-        shutil.rmtree(folder.parent, ignore_errors=True)
+        self._remove(folder.parent)
+
+    def conceal(self, text: str, folder: Path) -> str:
+        """``text`` with the pushed ``folder`` shown as the model's name alone."""
+        holder = folder.parent
+        for spelling in {str(holder), str(holder.resolve())}:
+            text = text.replace(spelling + "/", "").replace(spelling, "")
+        return text
 
     def close(self) -> None:
         shutil.rmtree(self._root, ignore_errors=True)
         self._folders.clear()
+
+    def _remove(self, holder: Path) -> None:
+        """Remove one push's folder; refuse anything that is not a folder this object made."""
+        if holder.parent != self._root or not holder.name.startswith("push-"):
+            logger.error("refusing to remove %s: not a folder of pushed models", holder)
+            return
+        shutil.rmtree(holder, ignore_errors=True)

@@ -18,6 +18,7 @@ from typing import Protocol
 
 from trt.server.core.errors import ModelLoadError
 from trt.server.core.models.object_store import RemoteRepository, is_remote
+from trt.server.core.paths import unsafe_segment
 
 
 class RepositorySource(Protocol):
@@ -94,7 +95,7 @@ class ModelRepository:
         return found
 
     def locate(self, name: str) -> ModelLocation | None:
-        if not name or "/" in name or "\\" in name or name in (".", ".."):
+        if unsafe_segment(name) is not None:  # not a folder name: no folder of the repository
             return None
         return self.scan().get(name)
 

@@ -244,6 +244,6 @@ def _non_negative(what: str, key: str, value: Any) -> int:
 
 
 def _own_key_prefix() -> str:
-    # The Python backend's arenas are ``/dev/shm/trt_<server pid>_...``
-    # (server/backends/python/instance.py): they are this server's, not a client's.
+    # Kept as a guard: the Python backend's segments were once ``/dev/shm/trt_<server pid>_...``;
+    # they are memfds now (no name anyone can open), and a name of that shape is still not a client's.
     return f"trt_{os.getpid()}_"

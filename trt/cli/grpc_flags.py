@@ -6,7 +6,8 @@ from dataclasses import dataclass
 
 from trt.cli.flags import parse_bool
 from trt.server.grpc.h2.settings import KeepaliveOptions
-from trt.server.grpc.options import GrpcOptions, TlsOptions
+from trt.server.grpc.options import GrpcOptions
+from trt.server.tls import TlsOptions
 
 
 @dataclass(frozen=True)

@@ -33,10 +33,10 @@ from trt.server.core.scheduling.queued_bytes import DEFAULT_LIMIT as DEFAULT_QUE
 from trt.server.core.server import InferenceServer
 from trt.server.http.codec import DEFAULT_HEADER_CACHE_BYTES
 from trt.server.http.limits import DEFAULT_MAX_HEADER_COUNT, DEFAULT_MAX_HEADER_SIZE, HttpLimits
-from trt.server.http.tls import TlsOptions, server_context
 from trt.server.openai.options import OPENAI_CATEGORIES, OpenAIOptions
 from trt.server.restrictions import Restrictions
 from trt.server.runtime import Endpoint, ServeOptions, serve
+from trt.server.tls import TlsOptions, server_context
 
 T = TypeVar("T")
 

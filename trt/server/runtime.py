@@ -24,11 +24,11 @@ from trt.server.http.app import HttpApp
 from trt.server.http.codec import DEFAULT_HEADER_CACHE_BYTES
 from trt.server.http.limits import HttpLimits
 from trt.server.http.protocol import HttpServer
-from trt.server.http.tls import TlsOptions, server_context
 from trt.server.metrics import MetricsApp
 from trt.server.openai.options import OpenAIOptions
 from trt.server.restrictions import Restrictions
 from trt.server.sagemaker import SageMakerOptions
+from trt.server.tls import TlsOptions, server_context
 from trt.server.vertex_ai import VertexAiOptions, VertexAiSetupError
 
 logger = logging.getLogger("trt.runtime")

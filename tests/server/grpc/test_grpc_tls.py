@@ -185,4 +185,4 @@ def test_tls_files_that_cannot_be_read_stop_the_start_with_their_flag(
     server.start(tmp_path, wait=False)
     assert server.process is not None
     assert server.process.wait(60) == 1
-    assert "--grpc-server-cert / --grpc-server-key: cannot load" in server.log()
+    assert "--grpc-server-cert / --grpc-server-key: cannot use" in server.log()

@@ -23,7 +23,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from tests.support import ServerProcess, int_inputs, simple_inputs, write_simple
-from trt.server.http.tls import TlsOptions, TlsSetupError, server_context
+from trt.server.tls import TlsOptions, TlsSetupError, server_context
 
 
 def _key() -> ec.EllipticCurvePrivateKey:

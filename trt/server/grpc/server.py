@@ -12,6 +12,7 @@ from trt.server.grpc.errors import GrpcBindError
 from trt.server.grpc.h2.connection import H2ServerConnection
 from trt.server.grpc.options import GrpcOptions
 from trt.server.grpc.service import GrpcInferenceService, HealthService
+from trt.server.tls import server_context
 
 
 def _target(address: str, port: int) -> str:
@@ -53,7 +54,7 @@ class GrpcServer:
         options = self.options
         sock = _listen(address, port, options.reuse_port)
         try:
-            context = options.tls.context() if options.tls is not None else None
+            context = server_context(options.tls, "--grpc", alpn=("h2",)) if options.tls is not None else None
         except ValueError:
             sock.close()
             raise

@@ -1,4 +1,5 @@
-"""HTTPS for the HTTP endpoint (Triton has none; the flags follow its gRPC ones).
+"""TLS for trt's endpoints: gRPC with Triton's ``--grpc-use-ssl*`` flags, and HTTPS for the HTTP
+endpoint (Triton has none; its flags follow the gRPC ones, ``--http-...``).
 
 ``--http-use-ssl=true --http-server-cert=PEM --http-server-key=PEM`` serves TLS 1.2 or newer with the
 ``ssl`` module's default ciphers; ``--http-use-ssl-mutual=true --http-root-cert=PEM`` also asks each
@@ -24,8 +25,11 @@ class TlsOptions:
     mutual: bool = False  # require a client certificate signed by root_cert
 
 
-def server_context(options: TlsOptions, flag_prefix: str = "--http") -> ssl.SSLContext:
-    """The server-side ``SSLContext`` for ``options``; TlsSetupError naming the flag at fault."""
+def server_context(
+    options: TlsOptions, flag_prefix: str = "--http", alpn: tuple[str, ...] = ()
+) -> ssl.SSLContext:
+    """The server-side ``SSLContext`` for ``options``, offering the ``alpn`` protocols (gRPC needs
+    ``h2``); TlsSetupError naming the flag at fault."""
     if not options.server_cert or not options.server_key:
         raise TlsSetupError(
             f"{flag_prefix}-use-ssl=true needs {flag_prefix}-server-cert and {flag_prefix}-server-key"
@@ -51,6 +55,8 @@ def server_context(options: TlsOptions, flag_prefix: str = "--http") -> ssl.SSLC
                 f"{flag_prefix}-root-cert: cannot read '{options.root_cert}': {_reason(exc)}"
             ) from None
     context.verify_mode = ssl.CERT_REQUIRED if options.mutual else ssl.CERT_NONE
+    if alpn:
+        context.set_alpn_protocols(list(alpn))
     return context
 
 

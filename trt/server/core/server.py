@@ -288,7 +288,7 @@ class InferenceServer:
             if config.name and config.name != name:  # the mapping names the model, not its config
                 config.name = name
                 override = config
-        if self.models.is_ready(name):
+        if self.models.is_loaded(name):
             raise AlreadyExists(f"model '{name}' is already loaded")
         await self.models.load(name, override, folder)
 

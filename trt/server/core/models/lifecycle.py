@@ -129,19 +129,19 @@ class ModelManager:
     def entry(self, name: str) -> ModelEntry | None:
         return self._entries.get(name)
 
-    def is_ready(self, name: str, version: str = "") -> bool:
-        """Whether the version is serving; an unknown model or version is simply not ready (as Triton
-        2.51 answers), but a version string that is not a number is an error."""
-        if version:
-            parse_version(version)
+    def is_loaded(self, name: str) -> bool:
         try:
-            self.get(name, version)
+            self.get(name)
         except ServerError:
             return False
         return True
 
     def is_serving(self, name: str, version: str = "") -> bool:
-        """READY as the readiness APIs say it: loaded, and every instance able to take requests."""
+        """READY as the readiness APIs say it: loaded, and every instance able to take requests. An
+        unknown model or version is simply not ready (as Triton 2.51 answers), but a version string
+        that is not a number is an error."""
+        if version:
+            parse_version(version)
         try:
             return self.get(name, version).ready
         except ServerError:

@@ -27,6 +27,21 @@ def _ms(us: float) -> str:
     return "-" if not math.isfinite(us) else f"{us / 1000:.2f}"
 
 
+def level_bar(console: Console) -> Progress:
+    """The started progress bar a sweep shows its levels on (transient: gone once the table prints)."""
+    bar = Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    )
+    bar.start()
+    return bar
+
+
 class ConsoleProgress:
     """``perf.profiler.Progress`` on a rich console (stderr by default, so stdout can carry --json)."""
 
@@ -47,16 +62,7 @@ class ConsoleProgress:
     def level_started(self, index: int, total: int, level: float) -> None:
         if self._bar is None:
             # Started only now: the worker processes are forked before any display thread exists.
-            self._bar = Progress(
-                SpinnerColumn(),
-                TextColumn("{task.description}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeElapsedColumn(),
-                console=self.console,
-                transient=True,
-            )
-            self._bar.start()
+            self._bar = level_bar(self.console)
             self._task = self._bar.add_task("starting", total=total)
         self._bar.update(self._task, description=f"{self._label(level)}: warming up")
         if self.verbose:

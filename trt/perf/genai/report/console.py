@@ -6,19 +6,12 @@ from __future__ import annotations
 import math
 
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    SpinnerColumn,
-    TaskID,
-    TextColumn,
-    TimeElapsedColumn,
-)
+from rich.progress import Progress, TaskID
 from rich.table import Table
 
 from trt.perf.genai.metrics import RECORD_METRICS, TIME_METRICS, LevelMetrics
 from trt.perf.genai.profiler import GenAIReport
+from trt.perf.report.console import level_bar
 
 SHOWN = ("avg", "min", "max", "p99", "p90", "p75")
 
@@ -39,16 +32,7 @@ class GenAIConsoleProgress:
 
     def level_started(self, index: int, total: int, level: float, requests: int) -> None:
         if self._bar is None:
-            self._bar = Progress(
-                SpinnerColumn(),
-                TextColumn("{task.description}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeElapsedColumn(),
-                console=self.console,
-                transient=True,
-            )
-            self._bar.start()
+            self._bar = level_bar(self.console)
             self._task = self._bar.add_task("levels", total=total)
         self._bar.update(self._task, description=f"{_label(self.level_name, level)}: {requests} requests")
 

@@ -4,14 +4,13 @@ its process restarts when the restart fails."""
 from __future__ import annotations
 
 import asyncio
-import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from trt.server.backends.python.instance import ModelProcessDied, PythonModelInstance
+from tests.server.backends.python.instances import model_instance
+from trt.server.backends.python.instance import ModelProcessDied
 from trt.server.core.backends.base import BackendRequest, BackendResponse
 from trt.server.core.errors import Unavailable
 
@@ -44,27 +43,12 @@ class TritonPythonModel:
 """
 
 
-def _instance(tmp_path: Path, source: str) -> PythonModelInstance:
-    (tmp_path / "1").mkdir()
-    (tmp_path / "1" / "model.py").write_text(source)
-    args = {
-        "model_config": json.dumps({"name": "m"}),
-        "model_instance_kind": "CPU",
-        "model_instance_name": "m_0",
-        "model_instance_device_id": "0",
-        "model_repository": str(tmp_path),
-        "model_version": "1",
-        "model_name": "m",
-    }
-    return PythonModelInstance(sys.executable, tmp_path / "1" / "model.py", args, None)
-
-
 def _request() -> BackendRequest:
     return BackendRequest("", {"X": np.arange(3, dtype=np.int32)}, ("Y",), {})
 
 
 def test_a_closed_instance_answers_new_executions_unavailable_from_the_event_loop(tmp_path: Path) -> None:
-    instance = _instance(tmp_path, ECHO)
+    instance = model_instance(tmp_path, ECHO)
     outcomes: list[tuple[list[BackendResponse] | None, BaseException | None]] = []
 
     def done(answers: list[BackendResponse] | None, error: BaseException | None, _: int | None) -> None:
@@ -89,7 +73,7 @@ def test_executions_waiting_for_a_restart_that_fails_are_answered_that_the_proce
     tmp_path: Path,
 ) -> None:
     """As Triton: HTTP 500 "Stub process is not healthy", with why the restart failed."""
-    instance = _instance(tmp_path, STARTS_ONCE)
+    instance = model_instance(tmp_path, STARTS_ONCE)
 
     async def scenario() -> tuple[BaseException, BaseException]:
         try:

@@ -6,16 +6,15 @@ not ready while it has no process."""
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import signal
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from tests.server.backends.python.instances import model_instance
 from trt.server.backends.python import instance as instance_module
 from trt.server.backends.python.instance import ModelProcessDied, PythonModelInstance, State
 from trt.server.core.backends.base import BackendRequest, BackendResponse
@@ -92,21 +91,6 @@ class TritonPythonModel:
 """
 
 
-def _instance(tmp_path: Path, source: str) -> PythonModelInstance:
-    (tmp_path / "1").mkdir(exist_ok=True)
-    (tmp_path / "1" / "model.py").write_text(source)
-    args = {
-        "model_config": json.dumps({"name": "m"}),
-        "model_instance_kind": "CPU",
-        "model_instance_name": "m_0",
-        "model_instance_device_id": "0",
-        "model_repository": str(tmp_path),
-        "model_version": "1",
-        "model_name": "m",
-    }
-    return PythonModelInstance(sys.executable, tmp_path / "1" / "model.py", args, None)
-
-
 def _request(request_id: str = "") -> BackendRequest:
     return BackendRequest(request_id, {}, ("PID",), {})
 
@@ -130,7 +114,7 @@ def test_a_process_killed_with_a_request_running_one_held_and_one_queued_answers
     """The running request fails with Triton's text; the one held in the dead process's ring and
     the one the scheduler hands over while the failure is reported run on the new process. (Before,
     the scheduler's next execution went to the dead process with file descriptors of -1: it hung.)"""
-    instance = _instance(tmp_path, PID_MODEL)
+    instance = model_instance(tmp_path, PID_MODEL)
     scheduler = RequestScheduler([instance], ModelStatistics("m", "1"))
     first = instance.pid
 
@@ -166,7 +150,7 @@ def test_a_result_still_in_the_ring_when_the_process_dies_is_delivered_and_the_n
     """With one slot, the next execution is sent when the first's result is read. If that result
     is read only once the process has died, the next execution waits for the new process; before,
     it went to the dead one and failed as if it had run."""
-    instance = _instance(tmp_path, RETURNS_THEN_EXITS)
+    instance = model_instance(tmp_path, RETURNS_THEN_EXITS)
     instance.execution_slots = 1
     scheduler = RequestScheduler([instance], ModelStatistics("m", "1"))
     first = instance.pid
@@ -188,7 +172,7 @@ def test_a_result_still_in_the_ring_when_the_process_dies_is_delivered_and_the_n
 def test_a_restart_that_fails_is_retried_and_the_instance_is_not_ready_until_it_serves(
     tmp_path: Path,
 ) -> None:
-    instance = _instance(tmp_path, PID_MODEL)
+    instance = model_instance(tmp_path, PID_MODEL)
     first = instance.pid
 
     async def scenario() -> tuple[list[State], BaseException, float, int]:
@@ -224,7 +208,7 @@ def test_after_the_restarts_give_up_a_request_sets_off_one_more_attempt_and_wait
 ) -> None:
     monkeypatch.setattr(instance_module, "RESTART_BACKOFF_S", ())  # one attempt, then FAILED
     monkeypatch.setattr(instance_module, "ON_DEMAND_INTERVAL_S", 0.3)
-    instance = _instance(tmp_path, PID_MODEL)
+    instance = model_instance(tmp_path, PID_MODEL)
 
     async def scenario() -> tuple[str, int, bool]:
         try:
@@ -252,7 +236,7 @@ def test_after_the_restarts_give_up_a_request_sets_off_one_more_attempt_and_wait
 def test_an_instance_unloaded_while_its_restart_backs_off_closes_cleanly(tmp_path: Path) -> None:
     """aclose() ends the backoff at once, starts nothing more and frees the shared memory; before,
     it raised and left three segments in /dev/shm."""
-    instance = _instance(tmp_path, PID_MODEL)
+    instance = model_instance(tmp_path, PID_MODEL)
 
     async def scenario() -> float:
         (tmp_path / "broken").touch()
@@ -272,7 +256,7 @@ def test_an_instance_unloaded_while_its_restart_backs_off_closes_cleanly(tmp_pat
 def test_malformed_request_cancelled_calls_from_the_model_are_answered_as_errors(tmp_path: Path) -> None:
     """Before, an index out of range or a wrong number of arguments escaped the message handler
     and the model waited for its answer for good."""
-    instance = _instance(tmp_path, ASKS_BADLY)
+    instance = model_instance(tmp_path, ASKS_BADLY)
 
     async def scenario() -> list[str]:
         try:
@@ -297,7 +281,7 @@ def test_executions_the_scheduler_hands_over_while_a_failed_restart_is_reported_
     over its next one at once; it is answered too. (Before the state was set first, that one
     joined the waiting list just emptied, and waited for good.)"""
     monkeypatch.setattr(instance_module, "RESTART_BACKOFF_S", ())  # one attempt, then FAILED
-    instance = _instance(tmp_path, PID_MODEL)
+    instance = model_instance(tmp_path, PID_MODEL)
     scheduler = RequestScheduler([instance], ModelStatistics("m", "1"))
     (tmp_path / "broken").touch()
 
@@ -349,7 +333,7 @@ def test_a_message_naming_a_callable_is_never_run_its_process_is_replaced_and_it
     Triton's "Stub process is not healthy", and serves the next one from a new process."""
     marker = tmp_path / "ran"
     monkeypatch.setenv("TRT_TEST_MARKER", str(marker))
-    instance = _instance(tmp_path, PLANTS_A_CALLABLE)
+    instance = model_instance(tmp_path, PLANTS_A_CALLABLE)
     scheduler = RequestScheduler([instance], ModelStatistics("m", "1"))
     first = instance.pid
 

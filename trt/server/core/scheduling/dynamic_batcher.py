@@ -6,6 +6,14 @@ preferred size, the largest preferred batch goes now; otherwise it goes when it 
 ``max_queue_delay_microseconds`` has passed since the oldest request arrived, or at once when the
 delay is 0. Inputs are concatenated once; each request's outputs are views of the batch's.
 
+The queue delay is the time a batch waits for more requests while an instance could take it: a
+request queued while every instance was busy counts it from when one came free. Triton counts it
+from the request's arrival; with one instance and a closed loop of clients that splits the clients
+for good into two batches that each wait the other's execution (the delay has always passed when
+the instance comes free), which costs a memory-bound model nearly a full batch's time per split.
+Counted from availability, the first split heals: the waiting requests go with the next arrivals as
+one preferred batch. At most the delay is added to any request, as before.
+
 Queue policies as Triton's: ``max_queue_size`` refuses a request at once when its queue is full
 (UNAVAILABLE), ``default_timeout_microseconds`` (lowered per request with ``timeout`` when
 ``allow_timeout_override``) rejects one that waits too long, or with ``timeout_action: DELAY`` lets
@@ -223,7 +231,7 @@ class DynamicBatcher:
         reachable = [size for size in self._preferred if size <= total]
         if reachable:
             return _trim(batch, reachable[-1]), 0
-        waited = time.perf_counter_ns() - head.queued_ns
+        waited = time.perf_counter_ns() - max(head.queued_ns, self._pool.available_since_ns)
         if total >= limit or self._max_delay_ns == 0 or waited >= self._max_delay_ns:
             return batch, 0
         return None, self._max_delay_ns - waited

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Mapping, Sequence
 
@@ -73,3 +74,44 @@ def test_without_the_handoff_a_busy_loop_delays_the_start(monkeypatch: pytest.Mo
     monkeypatch.setattr(instance_pool, "HANDOFF_ABOVE_NS", 10**18)
     entered, busy = _entry_and_busy_loop(_EntryRecorder(0.01))
     assert entered > busy
+
+
+class _RecordedEvent(threading.Event):
+    """threading.Event, noting each bounded wait (the loop's for a worker to start; a thread's start
+    waits too, without a bound)."""
+
+    waits: list[float] = []
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if timeout is not None:
+            _RecordedEvent.waits.append(timeout)
+        return super().wait(timeout)
+
+
+def test_the_loop_waits_for_the_worker_only_while_no_other_execution_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With an execution running the cores are busy, and the wait could last its whole bound."""
+    monkeypatch.setattr(instance_pool.threading, "Event", _RecordedEvent)
+    monkeypatch.setattr(_RecordedEvent, "waits", [])
+    running, other = _EntryRecorder(0.2), _EntryRecorder(0.01)
+    waits_seen: list[int] = []
+
+    async def scenario() -> None:
+        pool = InstancePool("handoff-busy-test", [running, other])
+        feeds = {"X": np.zeros((1, 1), np.float32)}
+        assert pool.take_idle() is running
+        first = asyncio.ensure_future(pool.run(running, feeds, ["Y"]))
+        await asyncio.sleep(0.05)  # ``running`` executes, alone: the loop waited for it to start
+        waits_seen.append(len(_RecordedEvent.waits))
+        assert pool.take_idle() is other
+        await pool.run(other, feeds, ["Y"])  # while ``running`` still runs: no wait
+        waits_seen.append(len(_RecordedEvent.waits))
+        await first
+        assert pool.take_idle() is other
+        await pool.run(other, feeds, ["Y"])  # alone again
+        waits_seen.append(len(_RecordedEvent.waits))
+        pool.shutdown()
+
+    asyncio.run(scenario())
+    assert waits_seen == [1, 1, 2]

@@ -10,7 +10,8 @@ A worker thread needs the GIL to start an execution, and the event loop holds it
 (a finished batch's responses to encode, the next requests to parse): the worker used to wait for
 the loop to go idle, up to the interpreter's 5 ms switch interval, with the instance idle meanwhile.
 For executions long enough that it pays, the loop now waits for the worker to have started before it
-goes on, which hands the GIL over at once.
+goes on, which hands the GIL over at once (when no other execution of the pool is running, so that
+a core is likely free for the worker).
 """
 
 from __future__ import annotations
@@ -75,6 +76,7 @@ class InstancePool:
         self._average_ns = float(INLINE_BUDGET_NS * 10)
         # When the pool last went from no idle instance to one (perf_counter_ns; 0: never busy).
         self.available_since_ns = 0
+        self._in_threads = 0  # executions handed to the instance threads that have not ended
 
     @property
     def runs_inline(self) -> bool:
@@ -155,8 +157,17 @@ class InstancePool:
             future = loop.run_in_executor(
                 self._executor, _timed_after_signal, started, instance, feeds, names
             )
-            future.add_done_callback(lambda _: finished())
-            if self._average_ns >= HANDOFF_ABOVE_NS:
+            handoff = self._in_threads == 0 and self._average_ns >= HANDOFF_ABOVE_NS
+            self._in_threads += 1
+
+            def ended(_: object) -> None:
+                self._in_threads -= 1
+                finished()
+
+            future.add_done_callback(ended)
+            # Only when no other execution of this pool runs: then a core is likely free for the
+            # worker at once, where with executions running the wait could last its whole bound.
+            if handoff:
                 started.wait(HANDOFF_WAIT_S)  # releases the GIL, which the worker takes
             outputs, compute_ns = await asyncio.shield(future)
         self._executions += 1

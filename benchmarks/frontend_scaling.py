@@ -192,10 +192,11 @@ def main() -> None:
         table.add_column(column, justify="left" if column == "protocol" else "right")
     for entry in summary:
         ratios = [f"{entry[key]:.2f}" if key in entry else "" for key in ("vs_0", "2_vs_1")]
+        costs = ("server_cpu_us", "core_cpu_us", "workers_cpu_us", "client_cpu_us")
         table.add_row(
             str(entry["protocol"]), str(entry["workers"]), f"{entry['throughput']:,.0f}",
             f"{float(entry['p99_us']) / 1000:.1f}",
-            *(f"{entry[key]:.0f}" for key in ("server_cpu_us", "core_cpu_us", "workers_cpu_us", "client_cpu_us")),
+            *(f"{entry[key]:.0f}" for key in costs),
             *ratios,
         )  # fmt: skip
     console.print(table)

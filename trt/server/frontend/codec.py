@@ -7,7 +7,8 @@ against the bytes the frame has left before anything is copied out, and a tag mu
 drops the channel (and with it the worker), since the stream cannot be trusted past it.
 
 Frame: u32 length (of what follows), u8 tag, fields. int: i64; bool: u8; str: u32 length + UTF-8;
-bytes: u32 length + bytes; a list of pairs: u32 count + each pair as two bytes/str fields. Little endian.
+bytes: u32 length + bytes; a list of bytes pairs: u32 count + each pair as two bytes fields; a list of
+str pairs (headers, latin-1): u32 count, the 2 x count u32 lengths, then the text. Little endian.
 """
 
 from __future__ import annotations
@@ -47,14 +48,18 @@ def _put_bytes(out: list[bytes], value: Any) -> None:
 
 
 def _put_str(out: list[bytes], value: Any) -> None:
-    _put_bytes(out, value.encode("utf-8"))
+    data = value.encode("utf-8")
+    out.append(_U32.pack(len(data)))
+    out.append(data)
 
 
 def _put_str_pairs(out: list[bytes], value: Any) -> None:
+    # Header names and values: HTTP's are latin-1 text, so one byte per character, and a whole list
+    # goes as its count, every length, then every byte (read back with one unpack and one decode).
+    texts = [text.encode("latin-1") for pair in value for text in pair]
     out.append(_U32.pack(len(value)))
-    for name, text in value:
-        _put_str(out, name)
-        _put_str(out, text)
+    out.append(struct.pack(f"<{len(texts)}I", *(len(text) for text in texts)))
+    out.append(b"".join(texts))
 
 
 def _put_bytes_pairs(out: list[bytes], value: Any) -> None:
@@ -73,7 +78,8 @@ def _need(data: memoryview, at: int, size: int) -> None:
 
 
 def _get_int(data: memoryview, at: int) -> tuple[Any, int]:
-    _need(data, at, 8)
+    if len(data) - at < 8:
+        _need(data, at, 8)
     return _I64.unpack_from(data, at)[0], at + 8
 
 
@@ -83,19 +89,48 @@ def _get_bool(data: memoryview, at: int) -> tuple[Any, int]:
 
 
 def _get_bytes(data: memoryview, at: int) -> tuple[Any, int]:
-    _need(data, at, 4)
+    if len(data) - at < 4:
+        _need(data, at, 4)
     (size,) = _U32.unpack_from(data, at)
     at += 4
-    _need(data, at, size)
-    return bytes(data[at : at + size]), at + size
+    end = at + size
+    if end > len(data):
+        _need(data, at, size)
+    return data[at:end].tobytes(), end
 
 
 def _get_str(data: memoryview, at: int) -> tuple[Any, int]:
-    raw, at = _get_bytes(data, at)
+    if len(data) - at < 4:
+        _need(data, at, 4)
+    (size,) = _U32.unpack_from(data, at)
+    at += 4
+    end = at + size
+    if end > len(data):
+        _need(data, at, size)
     try:
-        return raw.decode("utf-8"), at
+        return str(data[at:end], "utf-8"), end
     except UnicodeDecodeError:
         raise ChannelError("a text field that is not UTF-8") from None
+
+
+def _get_str_pairs(data: memoryview, at: int) -> tuple[Any, int]:
+    _need(data, at, 4)
+    (count,) = _U32.unpack_from(data, at)
+    at += 4
+    _need(data, at, count * 8)  # the lengths first: no list longer than the frame can describe
+    lengths = struct.unpack_from(f"<{2 * count}I", data, at)
+    at += count * 8
+    total = sum(lengths)
+    _need(data, at, total)
+    text = str(data[at : at + total], "latin-1")
+    pairs = []
+    offset = 0
+    for index in range(0, 2 * count, 2):
+        middle = offset + lengths[index]
+        end = middle + lengths[index + 1]
+        pairs.append((text[offset:middle], text[middle:end]))
+        offset = end
+    return pairs, at + total
 
 
 def _pairs_reader(
@@ -123,7 +158,7 @@ _KINDS_OF_FIELD: dict[
     "bool": (_put_bool, _get_bool),
     "str": (_put_str, _get_str),
     "bytes": (_put_bytes, _get_bytes),
-    "list[tuple[str, str]]": (_put_str_pairs, _pairs_reader(_get_str)),
+    "list[tuple[str, str]]": (_put_str_pairs, _get_str_pairs),
     "list[tuple[bytes, bytes]]": (_put_bytes_pairs, _pairs_reader(_get_bytes)),
 }
 
@@ -159,7 +194,7 @@ def encode(message: Message) -> bytes:
     out: list[bytes] = [b""]
     for name, write in zip(layout.names, layout.writers, strict=True):
         write(out, getattr(message, name))
-    size = sum(len(part) for part in out) + 1
+    size = sum(map(len, out)) + 1
     out[0] = _HEAD.pack(size, layout.tag)
     return b"".join(out)
 

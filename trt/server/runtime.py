@@ -182,9 +182,9 @@ async def _start_frontend_workers(core: InferenceServer, options: ServeOptions) 
         await workers.stop(0)
         raise
     if options.http.enabled:
-        logger.info(
-            "Started HTTPService at %s:%d (%d workers)", options.http.address, options.http.port, count
-        )
+        secure = " (HTTPS)" if options.http_tls is not None else ""
+        http = options.http
+        logger.info("Started HTTPService at %s:%d (%d workers)%s", http.address, http.port, count, secure)
     if options.grpc.enabled:
         logger.info(
             "Started GRPCInferenceService at %s:%d (%d workers)",

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
 import signal
+import socket
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import psutil
@@ -267,6 +268,27 @@ def test_a_killed_worker_is_restarted_and_every_request_is_answered(server: Serv
     assert outcomes.count("error") <= 8, outcomes.count("error")
 
 
+def test_a_dead_workers_requests_in_flight_are_cancelled_in_the_core(server: ServerProcess) -> None:
+    connection = http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=20)
+    body = {"id": "wait-orphan", "inputs": [{"name": "IN", "shape": [1], "datatype": "INT32", "data": [0]}]}
+    connection.request("POST", "/v2/models/slow/infer", json.dumps(body))
+    _wait_for_log(server, "slow: executing wait-orphan")
+    assert connection.sock is not None
+    client_port = connection.sock.getsockname()[1]
+    holder = next(
+        worker for worker in _workers(server)
+        if any(c.raddr and c.raddr.port == client_port for c in worker.net_connections(kind="tcp"))
+    )  # fmt: skip
+    holder.kill()
+    assert "slow: wait-orphan cancelled" in _wait_for_log(server, "slow: wait-orphan ")
+    with pytest.raises(OSError):  # its socket went with the worker
+        connection.getresponse()
+    deadline = time.monotonic() + 15
+    while len(_workers(server)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(_workers(server)) == 2
+
+
 def test_sigterm_answers_requests_in_flight_then_exits_0(server: ServerProcess) -> None:
     assert server.process is not None
     answers: list[object] = []
@@ -290,4 +312,18 @@ def test_sigterm_answers_requests_in_flight_then_exits_0(server: ServerProcess) 
     assert not any(
         psutil.pid_exists(worker.pid) and worker.status() != psutil.STATUS_ZOMBIE for worker in workers
     )
-    assert os.path.exists(str(server.log_path))
+
+
+def test_a_port_in_use_stops_the_server_with_the_usual_message(tmp_path: Path) -> None:
+    write_simple(tmp_path / "repo")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        server = ServerProcess(
+            [tmp_path / "repo"], ["--frontend-workers=2"], http_port=taken.getsockname()[1]
+        )
+        server.start(tmp_path, wait=False)
+        assert server.process is not None
+        assert server.process.wait(60) == 1
+    assert "cannot start the HTTPService endpoint on 127.0.0.1" in server.log()
+    assert "Address already in use" in server.log()

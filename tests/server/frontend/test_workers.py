@@ -211,6 +211,16 @@ def test_a_streamed_http_response_crosses_whole(server: ServerProcess) -> None:
     assert [event["index"] for event in events] == list(range(8))
 
 
+def test_a_client_that_leaves_a_stream_stops_the_model_in_the_core(server: ServerProcess) -> None:
+    connection = http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=20)
+    connection.request("POST", "/v2/models/spell/generate_stream", json.dumps({"text_input": "x" * 200}))
+    reply = connection.getresponse()
+    assert reply.read1(64).startswith(b"data: ")  # the stream is running (200 letters take 4 s)
+    connection.close()
+    log = _wait_for_log(server, "spell: cancelled at")
+    assert int(log.split("spell: cancelled at ")[1].split()[0]) < 150
+
+
 def test_a_client_that_disconnects_cancels_its_request_in_the_core(server: ServerProcess) -> None:
     connection = http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=20)
     body = {"id": "wait-http", "inputs": [{"name": "IN", "shape": [1], "datatype": "INT32", "data": [0]}]}

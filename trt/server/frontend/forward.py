@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from trt.server.frontend import messages as m
@@ -119,7 +119,8 @@ class HttpForwarder:
                 raise CoreGone
             if answer.streamed:
                 streamed = True
-                return HttpResponse(answer.status, headers=answer.headers, stream=self._chunks(call, pending))
+                stream = _ChunkStream(link, call, pending)
+                return HttpResponse(answer.status, headers=answer.headers, stream=stream)
             return HttpResponse(answer.status, answer.body, answer.headers)
         except asyncio.CancelledError:
             link.send_now(m.Cancel(call))
@@ -132,25 +133,46 @@ class HttpForwarder:
             if not streamed:
                 link.forget(call)
 
-    async def _chunks(self, call: int, pending: _Pending) -> AsyncIterator[bytes]:
-        """The streamed body; closed early when the client goes away, which cancels it at the core."""
-        link = self.link
-        ended = False
+
+class _ChunkStream:
+    """A streamed HTTP body as it comes from the core. Not an async generator: one closed before its
+    first chunk (the client left at once) must still tell the core, and a generator that never
+    started runs no ``finally``."""
+
+    def __init__(self, link: CoreLink, call: int, pending: _Pending) -> None:
+        self.link, self.call, self.pending = link, call, pending
+        self.ended = False
+        self._written = False  # a chunk was handed out: the next request for one means it was written
+
+    def __aiter__(self) -> _ChunkStream:
+        return self
+
+    async def __anext__(self) -> bytes:
+        if self._written:
+            self._written = False
+            self.link.send_now(m.Written(self.call))  # the core may send one more
+        if self.ended:
+            raise StopAsyncIteration
         try:
-            while True:
-                item = await pending.next()
-                if isinstance(item, m.End):
-                    ended = True
-                    return
-                if isinstance(item, m.Chunk):
-                    yield item.data
-                    link.send_now(m.Written(call))  # the chunk is written: the core may send another
+            item = await self.pending.next()
         except CoreGone:
-            ended = True
-        finally:
-            link.forget(call)
-            if not ended:
-                link.send_now(m.Cancel(call))
+            self._end()
+            raise StopAsyncIteration from None
+        if isinstance(item, m.Chunk):
+            self._written = True
+            return item.data
+        self._end()  # End (or anything else: the stream is over)
+        raise StopAsyncIteration
+
+    def _end(self) -> None:
+        self.ended = True
+        self.link.forget(self.call)
+
+    async def aclose(self) -> None:
+        """The client went away (or the body was written whole): stop the core's side if it runs."""
+        if not self.ended:
+            self._end()
+            self.link.send_now(m.Cancel(self.call))
 
 
 @dataclass(frozen=True, slots=True)

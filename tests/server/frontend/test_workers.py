@@ -198,6 +198,23 @@ def test_a_decoupled_model_streams_over_model_stream_infer(server: ServerProcess
     assert "".join(letters) == "worker"
 
 
+def test_a_cancelled_model_stream_infer_stops_the_model_in_the_core(server: ServerProcess) -> None:
+    before = server.log().count("spell: cancelled at")
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    received = collect_stream(client)
+    text = grpcclient.InferInput("text_input", [1], "BYTES")
+    text.set_data_from_numpy(np.array([b"y" * 200], dtype=np.object_))
+    client.async_stream_infer("spell", [text])
+    for _ in range(3):
+        _, error = received.get(timeout=15)
+        assert error is None
+    client.stop_stream(cancel_requests=True)
+    deadline = time.monotonic() + 10
+    while server.log().count("spell: cancelled at") == before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert server.log().count("spell: cancelled at") == before + 1
+
+
 def test_a_streamed_http_response_crosses_whole(server: ServerProcess) -> None:
     connection = http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=20)
     connection.request("POST", "/v2/models/spell/generate_stream", json.dumps({"text_input": "abcdefgh"}))

@@ -203,9 +203,11 @@ class WorkerSession:
                 if chunk:
                     await window.wait()
                     self.channel_send(m.Chunk(message.call, chunk))
-            self.channel_send(m.End(message.call))
+        except Exception:  # the head went out already: the client gets the stream cut short
+            logger.exception("unhandled error streaming %s %s", request.method, request.path)
         finally:
             await close_stream(response.stream)
+        self.channel_send(m.End(message.call))  # not after a cancellation: no one waits for it
 
     # -- gRPC ---------------------------------------------------------------------------------------
 

@@ -86,6 +86,11 @@ def _workers(server: ServerProcess) -> list[psutil.Process]:
     ]  # fmt: skip
 
 
+def _clients_held(worker: psutil.Process) -> int:
+    """Client connections a worker holds open (its listening sockets not counted)."""
+    return sum(1 for c in worker.net_connections(kind="tcp") if c.status == psutil.CONN_ESTABLISHED)
+
+
 def _wait_for_log(server: ServerProcess, text: str, timeout: float = 15) -> str:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -150,7 +155,7 @@ def test_requests_from_many_connections_are_counted_in_one_place(server: ServerP
         module = httpclient if isinstance(client, httpclient.InferenceServerClient) else grpcclient
         client.infer("simple", simple_inputs(module, DATA))
     # Both workers hold some of the 16 connections (the kernel spreads them by address).
-    holding = [len(worker.net_connections(kind="tcp")) for worker in _workers(server)]
+    holding = [_clients_held(worker) for worker in _workers(server)]
     assert all(count > 0 for count in holding), holding
     after = http.get_inference_statistics("simple")["model_stats"][0]["inference_count"]
     assert after - before == 16
@@ -160,17 +165,20 @@ def test_requests_from_many_connections_are_counted_in_one_place(server: ServerP
 
 def test_a_model_unloaded_and_loaded_again_is_seen_through_every_worker(server: ServerProcess) -> None:
     def answers() -> list[bool]:
-        outcomes = []
-        for _ in range(6):  # fresh connections: both workers are asked
+        outcomes, clients = [], []
+        for _ in range(6):  # fresh connections, held open until both workers are seen holding some
             for module, url in ((httpclient, server.http_url), (grpcclient, server.grpc_url)):
                 client = module.InferenceServerClient(url)
+                clients.append(client)
                 try:
                     client.infer("simple", simple_inputs(module, DATA))
                     outcomes.append(True)
                 except InferenceServerException:
                     outcomes.append(False)
-                finally:
-                    client.close()
+        holding = [_clients_held(worker) for worker in _workers(server)]
+        assert len(holding) == 2 and all(count > 0 for count in holding), holding
+        for client in clients:
+            client.close()
         return outcomes
 
     admin = httpclient.InferenceServerClient(server.http_url)

@@ -285,3 +285,72 @@ def _finishing_order(preserve_ordering: bool) -> list[int]:
 def test_preserve_ordering_holds_a_later_batch_until_the_earlier_one_answers() -> None:
     assert _finishing_order(preserve_ordering=True) == [1, 2]
     assert _finishing_order(preserve_ordering=False) == [2, 1]  # what happens without it
+
+
+class _GatedRecorder:
+    """A real instance that records each batch's size; its first execution waits for ``gate``."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.gate = threading.Event()
+        self.batches: list[int] = []
+
+    def execute(self, inputs: dict, output_names: list) -> dict:
+        if not self.batches:
+            self.gate.wait(10)
+        self.batches.append(len(inputs["X"]))
+        return {"Y": inputs["X"]}
+
+    def close(self) -> None:
+        pass
+
+
+def _batches_after_a_busy_spell(more_after_free: int) -> list[int]:
+    """One instance, ``preferred_batch_size: [ 4 ]``, a 100 ms delay: a first request of 4 takes the
+    instance and holds it 250 ms while two requests of 1 queue; as soon as it is free again (its answer is
+    in), ``more_after_free`` further requests come. The batch sizes executed."""
+    import asyncio
+
+    import numpy as np
+
+    from trt.server.core.extensions.statistics import ModelStatistics
+    from trt.server.core.scheduling.dynamic_batcher import DynamicBatcher
+    from trt.server.core.scheduling.instance_pool import InstancePool
+
+    instance = _GatedRecorder()
+
+    async def scenario() -> None:
+        pool = InstancePool("availability-test", [instance])
+        batcher = DynamicBatcher(
+            pool, ModelStatistics("m", "1"), max_batch_size=8, preferred_batch_sizes=[4],
+            max_queue_delay_us=100_000,
+        )  # fmt: skip
+
+        def submit(rows: int = 1) -> asyncio.Future:
+            feeds = {"X": np.zeros((rows, 1), np.float32)}
+            return asyncio.ensure_future(batcher.execute(feeds, ["Y"], rows))
+
+        first = submit(4)  # a preferred batch by itself: it goes at once
+        await asyncio.sleep(0.05)  # the first is executing
+        waiting = [submit(), submit()]
+        await asyncio.sleep(0.2)  # the two have waited twice the delay, all of it for the instance
+        instance.gate.set()
+        await first
+        later = [submit() for _ in range(more_after_free)]
+        await asyncio.gather(*waiting, *later)
+        pool.shutdown()
+
+    asyncio.run(scenario())
+    return instance.batches
+
+
+def test_requests_that_waited_for_a_busy_instance_still_wait_the_delay_for_a_preferred_batch() -> None:
+    # Counted from arrival their delay had passed and they would have gone as a batch of 2 (Triton's
+    # rule, which with one instance splits a closed loop of clients for good); counted from when the
+    # instance came free, the two that arrive next join them.
+    assert _batches_after_a_busy_spell(more_after_free=2) == [4, 4]
+
+
+def test_requests_that_waited_for_a_busy_instance_go_once_the_delay_passes_after_it_frees() -> None:
+    assert _batches_after_a_busy_spell(more_after_free=0) == [4, 2]

@@ -3,8 +3,18 @@
 Requests queue in arrival order. When an instance is free, the batcher takes the oldest request and
 the following ones whose non-batch shapes match it, up to ``max_batch_size``. If that reaches a
 preferred size, the largest preferred batch goes now; otherwise it goes when it is full, when
-``max_queue_delay_microseconds`` has passed since the oldest request arrived, or at once when the
-delay is 0. Inputs are concatenated once; each request's outputs are views of the batch's.
+``max_queue_delay_microseconds`` has passed since the oldest request arrived (or an instance came
+free, whichever is later: below), or at once when the delay is 0. Inputs are concatenated once;
+each request's outputs are views of the batch's.
+
+The queue delay is the time a batch waits for more requests while an instance could take it: a
+request queued while every instance was busy counts it from when one came free. Triton counts it
+from the request's arrival; with one instance and a closed loop of clients that splits the clients
+for good into two batches that each wait the other's execution (the delay has always passed when
+the instance comes free), which costs a memory-bound model nearly a full batch's time per split.
+Counted from availability, the first split heals: the waiting requests go with the next arrivals as
+one preferred batch. Once an instance is free no batch waits longer than the delay for company; a
+request that waited for a busy instance may wait that long again, where Triton would send it at once.
 
 Queue policies as Triton's: ``max_queue_size`` refuses a request at once when its queue is full
 (UNAVAILABLE), ``default_timeout_microseconds`` (lowered per request with ``timeout`` when
@@ -223,7 +233,7 @@ class DynamicBatcher:
         reachable = [size for size in self._preferred if size <= total]
         if reachable:
             return _trim(batch, reachable[-1]), 0
-        waited = time.perf_counter_ns() - head.queued_ns
+        waited = time.perf_counter_ns() - max(head.queued_ns, self._pool.available_since_ns)
         if total >= limit or self._max_delay_ns == 0 or waited >= self._max_delay_ns:
             return batch, 0
         return None, self._max_delay_ns - waited

@@ -5,11 +5,19 @@ what a tiny model computes. Models whose executions stay under ``INLINE_BUDGET_N
 event loop; slower ones run in the instance threads (one per instance), so they overlap and never
 stall the loop for long. The choice follows a moving average of execution time, so a model that
 becomes slow (bigger batches) moves back to the threads.
+
+A worker thread needs the GIL to start an execution, and the event loop holds it while it has work
+(a finished batch's responses to encode, the next requests to parse): the worker used to wait for
+the loop to go idle, up to the interpreter's 5 ms switch interval, with the instance idle meanwhile.
+For executions long enough that it pays, the loop now waits for the worker to have started before it
+goes on, which hands the GIL over at once (when no other execution of the pool is running, so that
+a core is likely free for the worker).
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -20,6 +28,11 @@ from trt.server.core.backends.base import ModelInstance
 from trt.server.core.scheduling.rate_limiter import Needs, RateLimiter
 
 INLINE_BUDGET_NS = 100_000
+# The loop waits for the worker to start (handing it the GIL) when executions average at least this:
+# the wait costs the loop about 0.1 ms here, small beside such an execution. Bounded by HANDOFF_WAIT_S
+# so that a worker the OS is slow to run never stalls the loop for long.
+HANDOFF_ABOVE_NS = 1_000_000
+HANDOFF_WAIT_S = 0.001
 _WARMUP_EXECUTIONS = 20
 _EWMA_WEIGHT = 0.05
 
@@ -30,6 +43,16 @@ def _timed(
     started = time.perf_counter_ns()
     outputs = instance.execute(feeds, names)
     return outputs, time.perf_counter_ns() - started
+
+
+def _timed_after_signal(
+    started: threading.Event,
+    instance: ModelInstance,
+    feeds: Mapping[str, np.ndarray],
+    names: Sequence[str],
+) -> tuple[dict[str, np.ndarray], int]:
+    started.set()
+    return _timed(instance, feeds, names)
 
 
 class InstancePool:
@@ -51,6 +74,9 @@ class InstancePool:
             self._idle.put_nowait(instance)
         self._executions = 0
         self._average_ns = float(INLINE_BUDGET_NS * 10)
+        # When the pool last went from no idle instance to one (perf_counter_ns; 0: never busy).
+        self.available_since_ns = 0
+        self._in_threads = 0  # executions handed to the instance threads that have not ended
 
     @property
     def runs_inline(self) -> bool:
@@ -58,6 +84,11 @@ class InstancePool:
 
     def give_back(self, instance: ModelInstance) -> None:
         """Return an instance taken with ``take_idle`` that did not run."""
+        self._put_idle(instance)
+
+    def _put_idle(self, instance: ModelInstance) -> None:
+        if self._idle.empty():
+            self.available_since_ns = time.perf_counter_ns()
         self._idle.put_nowait(instance)
 
     def has_idle(self) -> bool:
@@ -73,7 +104,7 @@ class InstancePool:
         self, instance: ModelInstance, feeds: Mapping[str, np.ndarray], names: Sequence[str]
     ) -> tuple[dict[str, np.ndarray], int]:
         """Execute on ``instance`` (taken from this pool) and give it back; outputs and compute time."""
-        return await self.run_held(instance, feeds, names, lambda: self._idle.put_nowait(instance))
+        return await self.run_held(instance, feeds, names, lambda: self._put_idle(instance))
 
     async def run_held(
         self,
@@ -122,8 +153,22 @@ class InstancePool:
                 finished()
         else:
             loop = asyncio.get_running_loop()
-            future = loop.run_in_executor(self._executor, _timed, instance, feeds, names)
-            future.add_done_callback(lambda _: finished())
+            started = threading.Event()
+            future = loop.run_in_executor(
+                self._executor, _timed_after_signal, started, instance, feeds, names
+            )
+            handoff = self._in_threads == 0 and self._average_ns >= HANDOFF_ABOVE_NS
+            self._in_threads += 1
+
+            def ended(_: object) -> None:
+                self._in_threads -= 1
+                finished()
+
+            future.add_done_callback(ended)
+            # Only when no other execution of this pool runs: then a core is likely free for the
+            # worker at once, where with executions running the wait could last its whole bound.
+            if handoff:
+                started.wait(HANDOFF_WAIT_S)  # releases the GIL, which the worker takes
             outputs, compute_ns = await asyncio.shield(future)
         self._executions += 1
         self._average_ns += _EWMA_WEIGHT * (compute_ns - self._average_ns)

@@ -65,6 +65,10 @@ def main() -> None:
     parser.add_argument("--trt-root", type=Path, action="append", required=True)
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--delay-us", type=int, default=5000)
+    parser.add_argument(
+        "--queue-delay-from", choices=("arrival", "instance_free"), default="arrival",
+        help="the model's queue_delay_from parameter (checkouts before it ignore it)",
+    )  # fmt: skip
     parser.add_argument("--window-ms", type=int, default=3000)
     parser.add_argument("--perf-analyzer", type=Path, default=PERF_ANALYZER)
     parser.add_argument(
@@ -83,6 +87,7 @@ def main() -> None:
         batching = (
             f"dynamic_batching {{ preferred_batch_size: [ 32 ] "
             f"max_queue_delay_microseconds: {args.delay_us} }}\n"
+            f'parameters {{ key: "queue_delay_from" value {{ string_value: "{args.queue_delay_from}" }} }}\n'
         )
         (repo / "mlp" / "config.pbtxt").write_text(config("mlp", WIDTH, batching))
         servers = [start_server(repo, root) for root in roots]

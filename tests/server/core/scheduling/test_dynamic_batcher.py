@@ -306,7 +306,7 @@ class _GatedRecorder:
         pass
 
 
-def _batches_after_a_busy_spell(more_after_free: int) -> list[int]:
+def _batches_after_a_busy_spell(more_after_free: int, delay_from_instance_free: bool) -> list[int]:
     """One instance, ``preferred_batch_size: [ 4 ]``, a 100 ms delay: a first request of 4 takes the
     instance and holds it 250 ms while two requests of 1 queue; as soon as it is free again (its answer is
     in), ``more_after_free`` further requests come. The batch sizes executed."""
@@ -324,7 +324,7 @@ def _batches_after_a_busy_spell(more_after_free: int) -> list[int]:
         pool = InstancePool("availability-test", [instance])
         batcher = DynamicBatcher(
             pool, ModelStatistics("m", "1"), max_batch_size=8, preferred_batch_sizes=[4],
-            max_queue_delay_us=100_000,
+            max_queue_delay_us=100_000, delay_from_instance_free=delay_from_instance_free,
         )  # fmt: skip
 
         def submit(rows: int = 1) -> asyncio.Future:
@@ -345,12 +345,41 @@ def _batches_after_a_busy_spell(more_after_free: int) -> list[int]:
     return instance.batches
 
 
-def test_requests_that_waited_for_a_busy_instance_still_wait_the_delay_for_a_preferred_batch() -> None:
-    # Counted from arrival their delay had passed and they would have gone as a batch of 2 (Triton's
-    # rule, which with one instance splits a closed loop of clients for good); counted from when the
-    # instance came free, the two that arrive next join them.
-    assert _batches_after_a_busy_spell(more_after_free=2) == [4, 4]
+def test_requests_that_waited_for_a_busy_instance_go_at_once_when_it_frees_by_default() -> None:
+    # Triton's rule: the delay counts from arrival, so the two that waited 200 ms for the instance go
+    # as a batch of 2 the moment it frees, and the two that come next wait their own delay.
+    assert _batches_after_a_busy_spell(more_after_free=2, delay_from_instance_free=False) == [4, 2, 2]
 
 
-def test_requests_that_waited_for_a_busy_instance_go_once_the_delay_passes_after_it_frees() -> None:
-    assert _batches_after_a_busy_spell(more_after_free=0) == [4, 2]
+def test_counted_from_instance_free_they_still_wait_the_delay_for_a_preferred_batch() -> None:
+    # ``queue_delay_from: "instance_free"``: counted from when the instance came free, the two that
+    # arrive next join them (with one instance, arrival's rule splits a closed loop of clients for good).
+    assert _batches_after_a_busy_spell(more_after_free=2, delay_from_instance_free=True) == [4, 4]
+
+
+def test_counted_from_instance_free_they_go_once_the_delay_passes_after_it_frees() -> None:
+    assert _batches_after_a_busy_spell(more_after_free=0, delay_from_instance_free=True) == [4, 2]
+
+
+@pytest.mark.parametrize(
+    ("parameter", "expected"), [(None, False), ("arrival", False), (" instance_free ", True)]
+)
+def test_queue_delay_from_is_read_from_the_model_config(parameter: str | None, expected: bool) -> None:
+    from trt.protos import model_config_pb2
+    from trt.server.core.scheduling.dynamic_batcher import QUEUE_DELAY_FROM, _delay_from_instance_free
+
+    config = model_config_pb2.ModelConfig(name="m", max_batch_size=8)
+    if parameter is not None:
+        config.parameters[QUEUE_DELAY_FROM].string_value = parameter
+    assert _delay_from_instance_free(config) is expected
+
+
+def test_an_unknown_queue_delay_from_is_a_config_error_naming_the_parameter() -> None:
+    from trt.protos import model_config_pb2
+    from trt.server.core.errors import ModelConfigError
+    from trt.server.core.scheduling.dynamic_batcher import QUEUE_DELAY_FROM, _delay_from_instance_free
+
+    config = model_config_pb2.ModelConfig(name="m", max_batch_size=8)
+    config.parameters[QUEUE_DELAY_FROM].string_value = "later"
+    with pytest.raises(ModelConfigError, match="queue_delay_from 'later'"):
+        _delay_from_instance_free(config)

@@ -3,18 +3,18 @@
 Requests queue in arrival order. When an instance is free, the batcher takes the oldest request and
 the following ones whose non-batch shapes match it, up to ``max_batch_size``. If that reaches a
 preferred size, the largest preferred batch goes now; otherwise it goes when it is full, when
-``max_queue_delay_microseconds`` has passed since the oldest request arrived (or an instance came
-free, whichever is later: below), or at once when the delay is 0. Inputs are concatenated once;
-each request's outputs are views of the batch's.
+``max_queue_delay_microseconds`` has passed since the oldest request arrived, or at once when the
+delay is 0. Inputs are concatenated once; each request's outputs are views of the batch's.
 
-The queue delay is the time a batch waits for more requests while an instance could take it: a
-request queued while every instance was busy counts it from when one came free. Triton counts it
-from the request's arrival; with one instance and a closed loop of clients that splits the clients
-for good into two batches that each wait the other's execution (the delay has always passed when
-the instance comes free), which costs a memory-bound model nearly a full batch's time per split.
-Counted from availability, the first split heals: the waiting requests go with the next arrivals as
-one preferred batch. Once an instance is free no batch waits longer than the delay for company; a
-request that waited for a busy instance may wait that long again, where Triton would send it at once.
+Where the delay counts from is Triton's by default: the oldest request's arrival. The model config
+parameter ``queue_delay_from: "instance_free"`` (an extension Triton lacks) counts it instead from
+when an instance could take the batch: a request queued while every instance was busy counts it from
+when one came free. With one instance, an execution longer than the delay and a closed loop of
+clients, arrival's rule splits the clients for good into two batches that each wait the other's
+execution (the delay has always passed when the instance comes free), which costs a memory-bound
+model nearly a full batch's time per split; counted from availability the first split heals. Its
+price, and why it is not the default: a request that waited for a busy instance may wait up to the
+delay again, where Triton would send it at once, so the delay is no longer a bound on queueing.
 
 Queue policies as Triton's: ``max_queue_size`` refuses a request at once when its queue is full
 (UNAVAILABLE), ``default_timeout_microseconds`` (lowered per request with ``timeout`` when
@@ -39,7 +39,7 @@ import numpy as np
 
 from trt.protos import model_config_pb2
 from trt.server.core.backends.base import BackendRequest, BackendResponse, ModelInstance
-from trt.server.core.errors import InvalidInput, Unavailable
+from trt.server.core.errors import InvalidInput, ModelConfigError, Unavailable
 from trt.server.core.extensions.statistics import ModelStatistics
 from trt.server.core.scheduling.instance_pool import InstancePool
 from trt.server.core.scheduling.timers import PreciseDeadlineTimer
@@ -98,12 +98,14 @@ class DynamicBatcher:
         default_priority_level: int = 0,
         policies: dict[int, QueuePolicy] | None = None,
         preserve_ordering: bool = False,
+        delay_from_instance_free: bool = False,
     ) -> None:
         self._pool = pool
         self._stats = stats
         self._max_batch = max_batch_size
         self._preferred = sorted({size for size in preferred_batch_sizes if 0 < size <= max_batch_size})
         self._max_delay_ns = max_queue_delay_us * 1000
+        self._delay_from_instance_free = delay_from_instance_free
         self._levels = max(priority_levels, 1)
         self._default_level = min(max(default_priority_level, 1), self._levels)
         self._policies = policies or {}
@@ -131,6 +133,7 @@ class DynamicBatcher:
             int(batching.default_priority_level),
             {level: policies.get(level, default_policy) for level in range(1, levels + 1)},
             batching.preserve_ordering,
+            _delay_from_instance_free(config),
         )
 
     async def execute(
@@ -233,7 +236,10 @@ class DynamicBatcher:
         reachable = [size for size in self._preferred if size <= total]
         if reachable:
             return _trim(batch, reachable[-1]), 0
-        waited = time.perf_counter_ns() - max(head.queued_ns, self._pool.available_since_ns)
+        counted_from = head.queued_ns
+        if self._delay_from_instance_free:
+            counted_from = max(counted_from, self._pool.available_since_ns)
+        waited = time.perf_counter_ns() - counted_from
         if total >= limit or self._max_delay_ns == 0 or waited >= self._max_delay_ns:
             return batch, 0
         return None, self._max_delay_ns - waited
@@ -309,3 +315,18 @@ def _trim(batch: list[_Pending], size: int) -> list[_Pending]:
         kept.append(item)
         total += item.batch_size
     return kept or batch[:1]
+
+
+QUEUE_DELAY_FROM = "queue_delay_from"
+
+
+def _delay_from_instance_free(config: model_config_pb2.ModelConfig) -> bool:
+    """The ``queue_delay_from`` parameter: ``arrival`` (Triton's rule, the default) or ``instance_free``."""
+    if QUEUE_DELAY_FROM not in config.parameters:
+        return False
+    value: str = config.parameters[QUEUE_DELAY_FROM].string_value.strip()
+    if value not in ("arrival", "instance_free"):
+        raise ModelConfigError(
+            f"parameter {QUEUE_DELAY_FROM} '{value}': expected 'arrival' (the default) or 'instance_free'"
+        )
+    return value == "instance_free"

@@ -34,6 +34,7 @@ from trt.server.core.types import (
     OutputTensor,
     RequestedOutput,
 )
+from trt.server.grpc.response_wire import plain_response_parts, varint
 
 # The typed ``InferTensorContents`` field that carries each datatype (FP16/BF16 only travel raw).
 _CONTENTS_FIELD: dict[str, str] = {
@@ -286,15 +287,6 @@ def _varint(data: memoryview, at: int) -> tuple[int, int]:
             return value, at
 
 
-def _encode_varint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 # Top-level fields scanned in Python before leaving a message to protobuf's parser. A real request
 # has a few per input; a hostile one can pack a large message with 2-byte fields, each costing this
 # loop far more than protobuf's C parser (2 MiB of them: 4 s of the event loop against 15 ms), and
@@ -361,6 +353,10 @@ def decode_infer_message(data: bytes | memoryview) -> InferenceRequest:
 def encode_infer_parts(response: InferenceResponse) -> list[bytes | memoryview]:
     """A serialized ``ModelInferResponse`` in pieces whose concatenation is the message; the raw
     outputs of a large response are views of the output arrays (no copy on the way out)."""
+    plain = plain_response_parts(response)
+    if plain is not None:
+        pieces, raw_size = plain
+        return [b"".join(pieces)] if raw_size < LARGE_MESSAGE else pieces
     if sum(output.data.nbytes for output in response.outputs if output.data is not None) < LARGE_MESSAGE:
         return [encode_infer_response(response).SerializeToString()]
     raw: list[bytes | memoryview] = []
@@ -375,8 +371,8 @@ def encode_infer_parts(response: InferenceResponse) -> list[bytes | memoryview]:
     )
     head = encode_infer_response(bare)
     del head.raw_output_contents[:]
-    parts: list[bytes | memoryview] = [head.SerializeToString()]
+    parts = [head.SerializeToString()]
     for data in raw:
-        parts.append(_RAW_OUTPUTS_TAG + _encode_varint(len(data)))
+        parts.append(_RAW_OUTPUTS_TAG + varint(len(data)))
         parts.append(data)
     return parts

@@ -34,6 +34,7 @@ from trt.server.core.types import (
     OutputTensor,
     RequestedOutput,
 )
+from trt.server.grpc import request_wire
 from trt.server.grpc.response_wire import plain_response_parts, varint
 
 # The typed ``InferTensorContents`` field that carries each datatype (FP16/BF16 only travel raw).
@@ -346,8 +347,24 @@ def parse_infer_message(data: bytes | memoryview) -> tuple[pb.ModelInferRequest,
 
 def decode_infer_message(data: bytes | memoryview) -> InferenceRequest:
     """``decode_infer_request`` of a serialized ``ModelInferRequest``; the raw inputs of a large one are
-    read in place, so its tensors are views of ``data``."""
-    return decode_infer_request(*parse_infer_message(data))
+    read in place, so its tensors are views of ``data``; a small one seen before (its tensors' bytes
+    aside) is built from what it decoded to then (``request_wire``)."""
+    if len(data) >= LARGE_MESSAGE:
+        return decode_infer_request(*parse_infer_message(data))
+    try:
+        message = pb.ModelInferRequest.FromString(data)
+    except DecodeError:
+        raise InvalidArgument("malformed ModelInferRequest") from None
+    raw = list(message.raw_input_contents)
+    prefix = request_wire.prefix_of(data, raw) if raw else None
+    if prefix is not None:
+        template = request_wire.cached(prefix)
+        if template is not None and len(template.inputs) == len(raw):
+            return template.request(raw)
+    decoded = decode_infer_request(message, raw)
+    if prefix is not None:
+        request_wire.remember(prefix, len(raw), decoded)
+    return decoded
 
 
 def encode_infer_parts(response: InferenceResponse) -> list[bytes | memoryview]:

@@ -77,6 +77,9 @@ class _Plan:
     response_encoding: str | None
 
 
+_PLANS = (_Plan, _Refusal)
+
+
 def _plan(app: GrpcApp, head: RequestHead) -> _Plan | _Refusal:
     """The checks on a call's head, in the order the gRPC spec and Triton make them."""
     if head.method != "POST":
@@ -179,7 +182,7 @@ class GrpcCall(H2Stream):
         app = self.app
         self.head = head
         plan = head.derived.get(app)
-        if plan is None:
+        if not isinstance(plan, _PLANS):
             plan = head.derived[app] = _plan(app, head)
         if isinstance(plan, _Refusal):
             if plan.http_status:

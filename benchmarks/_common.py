@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import socket
 import subprocess
 import tempfile
@@ -40,10 +41,12 @@ def answered_requests(http_port: int, model: str) -> int:
 
 
 def perf_analyzer_run(
-    binary: str, model: str, url: str, protocol: str, concurrency: int, interval_ms: int
-) -> dict[str, float]:
+    binary: str, model: str, url: str, protocol: str, concurrency: int, interval_ms: int,
+    cpus: set[int] | None = None,
+) -> dict[str, float]:  # fmt: skip
     """One perf_analyzer measurement at one concurrency; its CSV row as numbers. A run that cannot
-    stabilise (others load this shared machine) is tried again, up to three times."""
+    stabilise (others load this shared machine) is tried again, up to three times. ``cpus``: run it
+    on these cores only."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "out.csv"
         for attempt in range(3):
@@ -51,6 +54,7 @@ def perf_analyzer_run(
                 [binary, "-m", model, "-u", url, "-i", protocol, "-p", str(interval_ms), "-s", "25",
                  "-r", "10", "--concurrency-range", f"{concurrency}:{concurrency}", "-f", str(out)],
                 capture_output=True, text=True, timeout=300,
+                preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
             )  # fmt: skip
             unstable = "Failed to obtain stable measurement" in result.stdout + result.stderr
             if result.returncode == 0 or not unstable or attempt == 2:

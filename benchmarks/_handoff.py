@@ -119,3 +119,147 @@ def measure_handoff(in_flight: int, count: int = 40_000) -> HandoffCost:
         os.close(to_worker_wake)
     worker_cpu = (end_cpu.ru_utime + end_cpu.ru_stime) - (start_cpu.ru_utime + start_cpu.ru_stime)
     return HandoffCost(in_flight, count / elapsed, worker_cpu / count * 1e6, core_cpu / count * 1e6)
+
+
+# -- the channel --frontend-workers uses: a Unix socket pair, and the rings, carrying the same frames --
+
+
+def _frame(sequence: int) -> bytes:
+    """A request-sized frame of the front end's codec (a gRPC ``simple`` request's bytes)."""
+    from trt.server.frontend import codec
+    from trt.server.frontend import messages as m
+
+    tensors = np.arange(16, dtype=np.int32).tobytes()
+    payload = b"\n\x06simple" + (b"\x22\x1a\n\x06INPUT0\x12\x05INT32\x1a\x02\x01\x10" + tensors) * 2
+    return codec.encode(m.GrpcUnary(sequence, "/inference.GRPCInferenceService/ModelInfer", payload))
+
+
+def _socket_core_side(sock: object, count: int, report: Connection) -> None:
+    """The core's side over the socket: read what arrived, decode, answer each with a frame, one write."""
+    import socket as socket_module
+
+    from trt.server.frontend import codec
+
+    assert isinstance(sock, socket_module.socket)
+    reader = codec.FrameReader(1 << 20)
+    start = resource.getrusage(resource.RUSAGE_SELF)
+    answered = 0
+    while answered < count:
+        messages = reader.feed(sock.recv(1 << 18))
+        if messages:
+            sock.sendall(b"".join(_frame(message.call) for message in messages))  # type: ignore[union-attr]
+            answered += len(messages)
+    end = resource.getrusage(resource.RUSAGE_SELF)
+    report.send((end.ru_utime + end.ru_stime) - (start.ru_utime + start.ru_stime))
+
+
+def measure_socket_handoff(in_flight: int, count: int = 40_000) -> HandoffCost:
+    """As ``measure_handoff``, over a Unix socket pair with the front end's frames (encoded and
+    decoded on both sides): the channel ``--frontend-workers`` uses."""
+    import socket as socket_module
+
+    from trt.server.frontend import codec
+
+    ours, theirs = socket_module.socketpair(socket_module.AF_UNIX, socket_module.SOCK_STREAM)
+    receive, send = mp.Pipe(duplex=False)
+    core = mp.get_context("fork").Process(target=_socket_core_side, args=(theirs, count, send))
+    core.start()
+    theirs.close()
+    reader = codec.FrameReader(1 << 20)
+    start_cpu = resource.getrusage(resource.RUSAGE_SELF)
+    started = time.perf_counter()
+    sent = answered = 0
+    while answered < count:
+        burst = []
+        while sent < count and sent - answered < in_flight:
+            burst.append(_frame(sent))
+            sent += 1
+        if burst:
+            ours.sendall(b"".join(burst))
+        answered += len(reader.feed(ours.recv(1 << 18)))
+    elapsed = time.perf_counter() - started
+    end_cpu = resource.getrusage(resource.RUSAGE_SELF)
+    core_cpu = float(receive.recv())
+    core.join(30)
+    ours.close()
+    worker_cpu = (end_cpu.ru_utime + end_cpu.ru_stime) - (start_cpu.ru_utime + start_cpu.ru_stime)
+    return HandoffCost(in_flight, count / elapsed, worker_cpu / count * 1e6, core_cpu / count * 1e6)
+
+
+def _ring_core_side(
+    segment: int, size: int, spills: tuple[int, int], wake_in: int, wake_out: int, count: int,
+    report: Connection,
+) -> None:  # fmt: skip
+    """As ``_socket_core_side``, over the rings: decode each frame, answer with a new one, wake once."""
+    from trt.server.frontend import codec
+
+    buffer = _ipc.map_segment(segment, size)
+    ring_in, ring_out = _ipc.ring_pair(buffer, _CAPACITY, spills)
+    start = resource.getrusage(resource.RUSAGE_SELF)
+    answered = 0
+    while answered < count:
+        _ipc.wait(wake_in)
+        replies = 0
+        while (frame := ring_in.get()) is not _ipc.EMPTY:
+            (message,) = codec.FrameReader(1 << 20).feed(frame)
+            while not ring_out.put(_frame(message.call)):  # type: ignore[union-attr]
+                time.sleep(0)
+            replies += 1
+        if replies:
+            _ipc.wake(wake_out)
+            answered += replies
+    end = resource.getrusage(resource.RUSAGE_SELF)
+    report.send((end.ru_utime + end.ru_stime) - (start.ru_utime + start.ru_stime))
+    ring_in.close()
+    ring_out.close()
+    buffer.close()
+
+
+def measure_ring_frames(in_flight: int, count: int = 40_000) -> HandoffCost:
+    """As ``measure_socket_handoff``, the same frames (encoded and decoded the same way) through the
+    Python backend's rings and eventfds: the two differ only in how the bytes travel."""
+    from trt.server.frontend import codec
+
+    name = f"trt-bench-frames-{os.getpid()}-{in_flight}"
+    size = _ipc.control_bytes(_CAPACITY)
+    segment = _ipc.new_segment(name, size)
+    spills = (_ipc.new_segment(f"{name}-s", 0), _ipc.new_segment(f"{name}-m", 0))
+    buffer = _ipc.map_segment(segment, size)
+    to_core_wake, to_worker_wake = os.eventfd(0), os.eventfd(0)
+    receive, send = mp.Pipe(duplex=False)
+    core = mp.get_context("fork").Process(
+        target=_ring_core_side, args=(segment, size, spills, to_core_wake, to_worker_wake, count, send)
+    )
+    core.start()
+    to_core, to_worker = _ipc.ring_pair(buffer, _CAPACITY, spills)
+    reader = codec.FrameReader(1 << 20)
+    try:
+        start_cpu = resource.getrusage(resource.RUSAGE_SELF)
+        started = time.perf_counter()
+        sent = answered = 0
+        while answered < count:
+            burst = 0
+            while sent < count and sent - answered < in_flight:
+                while not to_core.put(_frame(sent)):
+                    time.sleep(0)
+                sent += 1
+                burst += 1
+            if burst:
+                _ipc.wake(to_core_wake)
+            _ipc.wait(to_worker_wake)
+            while (frame := to_worker.get()) is not _ipc.EMPTY:
+                answered += len(reader.feed(frame))
+        elapsed = time.perf_counter() - started
+        end_cpu = resource.getrusage(resource.RUSAGE_SELF)
+        core_cpu = float(receive.recv())
+        core.join(30)
+    finally:
+        to_core.close()
+        to_worker.close()
+        buffer.close()
+        for fd in (segment, *spills):
+            os.close(fd)
+        os.close(to_core_wake)
+        os.close(to_worker_wake)
+    worker_cpu = (end_cpu.ru_utime + end_cpu.ru_stime) - (start_cpu.ru_utime + start_cpu.ru_stime)
+    return HandoffCost(in_flight, count / elapsed, worker_cpu / count * 1e6, core_cpu / count * 1e6)

@@ -34,6 +34,7 @@ FORBIDDEN = {
         "trt.server.repo",
         "trt.server.metrics",
         "trt.server.runtime",
+        "trt.server.frontend",
         "trt.cli",
         "trt.perf",
         "trt.analyzer",
@@ -47,8 +48,10 @@ FORBIDDEN = {
         "trt.server.runtime",
         "trt.cli",
     ),
-    "trt.server.http": ("trt.server.backends", "trt.server.grpc", "trt.cli"),
-    "trt.server.grpc": ("trt.server.backends", "trt.server.http", "trt.cli"),
+    "trt.server.http": ("trt.server.backends", "trt.server.grpc", "trt.server.frontend", "trt.cli"),
+    "trt.server.grpc": ("trt.server.backends", "trt.server.http", "trt.server.frontend", "trt.cli"),
+    # Worker processes run the HTTP and gRPC transports and forward to the core's apps: no backend.
+    "trt.server.frontend": ("trt.server.backends", "trt.server.runtime", "trt.cli"),
     # It serves its routes through trt.server.http's HTTP/1.1 server, like the metrics endpoint.
     "trt.server.openai": ("trt.server.backends", "trt.server.grpc", "trt.cli"),
     "trt.perf": ("trt.server", "trt.cli", "trt.analyzer"),

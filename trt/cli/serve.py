@@ -100,6 +100,9 @@ def serve_command(
         None, "--cache-config", metavar="local,size=BYTES", help="Response cache for models that enable it."
     ),
     exit_timeout_secs: float = typer.Option(30.0, "--exit-timeout-secs"),
+    frontend_workers: int = typer.Option(
+        0, "--frontend-workers", min=0, help="HTTP and gRPC in N worker processes (0: in this one)."
+    ),
     http_max_input_size: int = typer.Option(64 * 1024 * 1024, "--http-max-input-size"),
     http_restricted_api: list[str] = typer.Option(
         None,
@@ -331,6 +334,7 @@ def serve_command(
         openai_options=_openai_options(
             tokenizer, chat_template, default_max_tokens, http_max_input_size, openai_restricted_api or []
         ),
+        frontend_workers=frontend_workers,
     )
     check_port_collisions(_listening_services(options))
 

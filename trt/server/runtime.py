@@ -60,12 +60,16 @@ class ServeOptions:
     vertex_ai: VertexAiOptions | None = None  # --allow-vertex-ai=true (or AIP_MODE=PREDICTION)
     openai: Endpoint = Endpoint(False, "0.0.0.0", 9000)  # --allow-openai, --openai-address/-port
     openai_options: OpenAIOptions = field(default_factory=OpenAIOptions)
+    # --frontend-workers: HTTP and gRPC served by this many worker processes (0: by this process)
+    frontend_workers: int = 0
 
 
-def _bind(endpoint: Endpoint, what: str) -> socket.socket:
+def _bind(endpoint: Endpoint, what: str, reuse_port: bool = False) -> socket.socket:
     family = socket.AF_INET6 if ":" in endpoint.address else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:  # front-end workers: one socket each on the port
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     try:
         sock.bind((endpoint.address, endpoint.port))
     except OSError as exc:
@@ -95,16 +99,18 @@ async def serve(options: ServeOptions, on_ready: Callable[[InferenceServer, dict
             loop.add_signal_handler(sig, stop.set)
 
     servers: list[HttpServer] = []
-    grpc_server = None
+    grpc_server: Any = None
     try:
-        if options.grpc.enabled:
+        if options.frontend_workers > 0 and (options.http.enabled or options.grpc.enabled):
+            grpc_server = await _start_frontend_workers(core, options)  # stopped as the gRPC server is
+        elif options.grpc.enabled:
             from trt.server.grpc.server import start_grpc_server
 
             grpc_options = dataclasses.replace(options.grpc_options, restrictions=options.grpc_restrictions)
             grpc_server = await start_grpc_server(core, options.grpc.address, options.grpc.port, grpc_options)
             logger.info("Started GRPCInferenceService at %s:%d", options.grpc.address, options.grpc.port)
         metrics = MetricsApp(core, options.gpu_metrics, options.cpu_metrics)
-        if options.http.enabled:
+        if options.http.enabled and options.frontend_workers == 0:
             http_app = HttpApp(
                 core, options.http_limits.max_body_size, options.http_restrictions,
                 options.http_header_cache_bytes,
@@ -127,7 +133,7 @@ async def serve(options: ServeOptions, on_ready: Callable[[InferenceServer, dict
         if options.openai.enabled:
             servers.append(await _start_openai(core, options, metrics if options.metrics.enabled else None))
     # ValueError: TLS files that cannot be loaded (HTTP's TlsSetupError is one, as gRPC's errors are)
-    except (OSError, ValueError, VertexAiSetupError) as exc:
+    except (OSError, ValueError, VertexAiSetupError, RuntimeError) as exc:
         logger.error("%s", exc)
         await _shutdown(core, servers, grpc_server, options.exit_timeout_secs)
         return 1
@@ -137,6 +143,56 @@ async def serve(options: ServeOptions, on_ready: Callable[[InferenceServer, dict
     logger.info("shutting down: finishing in-flight requests")
     await _shutdown(core, servers, grpc_server, options.exit_timeout_secs)
     return 0
+
+
+async def _start_frontend_workers(core: InferenceServer, options: ServeOptions) -> Any:
+    """HTTP and gRPC in ``options.frontend_workers`` processes; the apps they forward to run here."""
+    from trt.server.frontend.config import WorkerConfig
+    from trt.server.frontend.supervisor import FrontendWorkers, method_entries, more_listeners
+    from trt.server.grpc.server import listen, service_methods
+
+    count = options.frontend_workers
+    grpc_options = dataclasses.replace(
+        options.grpc_options,
+        restrictions=options.grpc_restrictions,
+        # each worker holds at most its share of the messages being received
+        max_receiving_bytes=max(options.grpc_options.max_receiving_bytes // count, 1),
+    )
+    http_app = http_sockets = grpc_sockets = None
+    if options.http.enabled:
+        http_app = HttpApp(
+            core,
+            options.http_limits.max_body_size,
+            options.http_restrictions,
+            options.http_header_cache_bytes,
+        )
+        http_sockets = more_listeners(_bind(options.http, "HTTPService", reuse_port=True), count)
+    if options.grpc.enabled:
+        grpc_sockets = more_listeners(listen(options.grpc.address, options.grpc.port, True), count)
+    methods = service_methods(core)
+    config = WorkerConfig(
+        index=0, channel_fd=-1, http_fd=-1, grpc_fd=-1, http_limits=options.http_limits,
+        http_tls=options.http_tls, queued_bytes=core.queued_bytes.limit // count, grpc_options=grpc_options,
+        grpc_methods=method_entries(methods), log_level=logging.getLogger().getEffectiveLevel(),
+    )  # fmt: skip
+    workers = FrontendWorkers(config, http_app, methods, http_sockets, grpc_sockets, count)
+    try:
+        await workers.start()
+    except BaseException:
+        await workers.stop(0)
+        raise
+    if options.http.enabled:
+        secure = " (HTTPS)" if options.http_tls is not None else ""
+        http = options.http
+        logger.info("Started HTTPService at %s:%d (%d workers)%s", http.address, http.port, count, secure)
+    if options.grpc.enabled:
+        logger.info(
+            "Started GRPCInferenceService at %s:%d (%d workers)",
+            options.grpc.address,
+            options.grpc.port,
+            count,
+        )
+    return workers
 
 
 async def _start_hosted_front_ends(core: InferenceServer, options: ServeOptions) -> list[HttpServer]:

@@ -10,16 +10,18 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TypeAlias, TypeVar
+from typing import TYPE_CHECKING, TypeAlias, TypeVar
 
 from google.protobuf.message import DecodeError, Message
 
 from trt.server.core.errors import InvalidArgument
-from trt.server.core.server import InferenceServer
 from trt.server.grpc.call import GrpcCall, MessageBudget
 from trt.server.grpc.errors import StatusCode
 from trt.server.grpc.h2.outbound import Outbound
 from trt.server.grpc.options import GrpcOptions
+
+if TYPE_CHECKING:
+    from trt.server.core.extensions.tracing import Tracer
 
 # What a unary handler answers: a message, its serialized bytes, or None once it answered itself.
 Reply: TypeAlias = Message | bytes | memoryview | None
@@ -57,7 +59,7 @@ def unary(
 class GrpcApp:
     """Opens a ``GrpcCall`` for each request stream of every connection of one endpoint."""
 
-    def __init__(self, core: InferenceServer, options: GrpcOptions, methods: dict[str, Method]) -> None:
+    def __init__(self, options: GrpcOptions, methods: dict[str, Method], tracer: Tracer | None) -> None:
         self.loop = asyncio.get_running_loop()
         self.methods = methods
         self.restrictions = options.restrictions
@@ -66,10 +68,11 @@ class GrpcApp:
         self.max_response_pool_size = options.max_response_pool_size
         self.max_unsent_bytes = options.max_unsent_bytes
         self.budget = MessageBudget(max(options.max_receiving_bytes, options.max_message_size))
-        self._tracer = core.tracer
+        # None in a front-end worker process: tracing happens in the core process, which has the tracer.
+        self._tracer = tracer
 
     def tracing(self) -> bool:
-        return self._tracer.active
+        return self._tracer is not None and self._tracer.active
 
     def open_stream(self, outbound: Outbound, stream_id: int) -> GrpcCall:
         return GrpcCall(self, outbound, stream_id)

@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from typing import TYPE_CHECKING
 
-from trt.server.core.server import InferenceServer
-from trt.server.grpc.app import GrpcApp
+from trt.server.grpc.app import GrpcApp, Method
 from trt.server.grpc.errors import GrpcBindError
 from trt.server.grpc.h2.connection import H2ServerConnection
 from trt.server.grpc.options import GrpcOptions
 from trt.server.grpc.service import GrpcInferenceService, HealthService
 from trt.server.tls import server_context
+
+if TYPE_CHECKING:
+    from trt.server.core.extensions.tracing import Tracer
+    from trt.server.core.server import InferenceServer
 
 
 def _target(address: str, port: int) -> str:
@@ -21,7 +25,7 @@ def _target(address: str, port: int) -> str:
     return f"{address}:{port}"
 
 
-def _listen(address: str, port: int, reuse_port: bool) -> socket.socket:
+def listen(address: str, port: int, reuse_port: bool) -> socket.socket:
     family = socket.AF_INET6 if ":" in address else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -40,25 +44,33 @@ def _listen(address: str, port: int, reuse_port: bool) -> socket.socket:
     return sock
 
 
-class GrpcServer:
-    """Triton's ``GRPCInferenceService`` and ``grpc.health.v1.Health`` on one address."""
+def service_methods(core: InferenceServer) -> dict[str, Method]:
+    """Triton's ``GRPCInferenceService`` and ``grpc.health.v1.Health``, by ``:path``."""
+    return GrpcInferenceService(core).methods() | HealthService(core).methods()
 
-    def __init__(self, core: InferenceServer, options: GrpcOptions) -> None:
-        self.core = core
+
+class GrpcServer:
+    """A method table (Triton's services, or a front-end worker's forwarders) on one address."""
+
+    def __init__(self, options: GrpcOptions, methods: dict[str, Method], tracer: Tracer | None) -> None:
         self.options = options
-        self.methods = GrpcInferenceService(core).methods() | HealthService(core).methods()
+        self.methods = methods
+        self.tracer = tracer
         self.connections: set[H2ServerConnection] = set()
         self._server: asyncio.base_events.Server | None = None
 
     async def start(self, address: str, port: int) -> None:
+        await self.start_on(listen(address, port, self.options.reuse_port))
+
+    async def start_on(self, sock: socket.socket) -> None:
+        """Serve on a listening socket bound already (a worker's, inherited from the core process)."""
         options = self.options
-        sock = _listen(address, port, options.reuse_port)
         try:
             context = server_context(options.tls, "--grpc", alpn=("h2",)) if options.tls is not None else None
         except ValueError:
             sock.close()
             raise
-        app = GrpcApp(self.core, options, self.methods)
+        app = GrpcApp(options, self.methods, self.tracer)
 
         def connection() -> H2ServerConnection:
             return H2ServerConnection(app, options.http2, options.keepalive, self.connections)
@@ -93,6 +105,6 @@ async def start_grpc_server(
     Raises ``GrpcBindError`` (an ``OSError``) when the address cannot be bound, ``ValueError`` when the
     TLS files cannot be loaded.
     """
-    server = GrpcServer(core, options or GrpcOptions())
+    server = GrpcServer(options or GrpcOptions(), service_methods(core), core.tracer)
     await server.start(address, port)
     return server

@@ -1,0 +1,271 @@
+"""The worker's side: hand each parsed request to the core over the channel, give back its answer.
+
+``HttpForwarder`` is an ``HttpServer`` handler and ``forwarding_methods`` a gRPC method table, so the
+worker runs today's transports unchanged (limits, keep-alive, TLS, HTTP/2, keepalive, compression,
+deadlines, restricted protocols); only the step that used to call the app crosses to the core. A
+handler cancelled by its transport (client gone, RST_STREAM, deadline) tells the core, which cancels
+the request there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from trt.server.frontend import messages as m
+from trt.server.frontend.channel import Channel
+from trt.server.grpc.app import Method, Reply
+from trt.server.grpc.call import GrpcCall
+from trt.server.grpc.errors import GrpcError, StatusCode
+from trt.server.http.protocol import HttpRequest, HttpResponse
+
+
+class CoreGone(Exception):
+    """The channel closed while a call waited on the core (the server is stopping or died)."""
+
+
+class _Pending:
+    """What the core sent for one call, in order, until the call takes it."""
+
+    __slots__ = ("items", "waiter")
+
+    def __init__(self) -> None:
+        self.items: deque[m.Message | None] = deque()  # None: the channel closed
+        self.waiter: asyncio.Future[None] | None = None
+
+    def put(self, item: m.Message | None) -> None:
+        self.items.append(item)
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def next(self) -> m.Message:
+        while not self.items:
+            self.waiter = asyncio.get_running_loop().create_future()
+            await self.waiter
+            self.waiter = None
+        item = self.items.popleft()
+        if item is None:
+            raise CoreGone
+        return item
+
+
+class CoreLink:
+    """The worker's calls in flight at the core, by number."""
+
+    def __init__(self) -> None:
+        self.channel: Channel | None = None
+        self._calls: dict[int, _Pending] = {}
+        self._next_id = 0
+
+    def open(self) -> tuple[int, _Pending]:
+        self._next_id += 1
+        pending = self._calls[self._next_id] = _Pending()
+        return self._next_id, pending
+
+    def forget(self, call: int) -> None:
+        self._calls.pop(call, None)
+
+    async def send(self, message: m.Message) -> None:
+        channel = self.channel
+        if channel is None or channel.closed:
+            raise CoreGone
+        await channel.writable()
+        channel.send(message)
+
+    def send_now(self, message: m.Message) -> None:
+        """A small control message (cancel, window): sent without waiting for room."""
+        if self.channel is not None:
+            self.channel.send(message)
+
+    def deliver(self, message: m.Message) -> None:
+        pending = self._calls.get(getattr(message, "call", 0))
+        if pending is not None:  # else: a call that ended here first (cancelled): nothing waits
+            pending.put(message)
+
+    def closed(self) -> None:
+        for pending in self._calls.values():
+            pending.put(None)
+
+
+class HttpForwarder:
+    """An ``HttpServer`` handler that answers through the core's ``HttpApp``."""
+
+    def __init__(self, link: CoreLink) -> None:
+        self.link = link
+
+    async def __call__(self, request: HttpRequest) -> HttpResponse:
+        link = self.link
+        call, pending = link.open()
+        streamed = False
+        try:
+            await link.send(
+                m.HttpCall(
+                    call,
+                    request.method,
+                    request.path,
+                    request.query,
+                    list(request.headers.items()),
+                    request.body,
+                    request.started_ns,
+                    request.received_ns,
+                )
+            )
+            request.body = b""  # the core has it now; do not hold a second copy while it answers
+            answer = await pending.next()
+            if not isinstance(answer, m.HttpAnswer):
+                raise CoreGone
+            if answer.streamed:
+                streamed = True
+                stream = _ChunkStream(link, call, pending)
+                return HttpResponse(answer.status, headers=answer.headers, stream=stream)
+            return HttpResponse(answer.status, answer.body, answer.headers)
+        except asyncio.CancelledError:
+            link.send_now(m.Cancel(call))
+            raise
+        except CoreGone:
+            return HttpResponse(
+                503, b'{"error":"the server is stopping"}', [(b"content-type", b"application/json")]
+            )
+        finally:
+            if not streamed:
+                link.forget(call)
+
+
+class _ChunkStream:
+    """A streamed HTTP body as it comes from the core. Not an async generator: one closed before its
+    first chunk (the client left at once) must still tell the core, and a generator that never
+    started runs no ``finally``."""
+
+    def __init__(self, link: CoreLink, call: int, pending: _Pending) -> None:
+        self.link, self.call, self.pending = link, call, pending
+        self.ended = False
+        self._written = False  # a chunk was handed out: the next request for one means it was written
+
+    def __aiter__(self) -> _ChunkStream:
+        return self
+
+    async def __anext__(self) -> bytes:
+        if self._written:
+            self._written = False
+            self.link.send_now(m.Written(self.call))  # the core may send one more
+        if self.ended:
+            raise StopAsyncIteration
+        try:
+            item = await self.pending.next()
+        except CoreGone:
+            self._end()
+            raise StopAsyncIteration from None
+        if isinstance(item, m.Chunk):
+            self._written = True
+            return item.data
+        self._end()  # End (or anything else: the stream is over)
+        raise StopAsyncIteration
+
+    def _end(self) -> None:
+        self.ended = True
+        self.link.forget(self.call)
+
+    async def aclose(self) -> None:
+        """The client went away (or the body was written whole): stop the core's side if it runs."""
+        if not self.ended:
+            self._end()
+            self.link.send_now(m.Cancel(self.call))
+
+
+@dataclass(frozen=True, slots=True)
+class MethodEntry:
+    """A method of the core's table as a worker needs it: where, what to check, unary or streaming."""
+
+    path: str
+    name: str
+    category: str | None
+    compressed: bool
+    streaming: bool
+
+
+def forwarding_methods(link: CoreLink, entries: list[MethodEntry]) -> dict[str, Method]:
+    """The core's gRPC method table, each method forwarding its call to the core."""
+    table = {}
+    for entry in entries:
+        if entry.streaming:
+            table[entry.path] = Method(
+                entry.name, entry.category, stream_handler=_stream_forwarder(link, entry.path),
+                compressed=entry.compressed,
+            )  # fmt: skip
+        else:
+            table[entry.path] = Method(
+                entry.name, entry.category, _unary_forwarder(link, entry.path), compressed=entry.compressed
+            )
+    return table
+
+
+def _ended(item: m.Message) -> None:
+    """The end of a call: OK returns, an error status raises for ``GrpcCall`` to answer with."""
+    if not isinstance(item, m.GrpcFinish):
+        raise GrpcError(StatusCode.INTERNAL, f"unexpected {type(item).__name__} from the core")
+    if item.code != StatusCode.OK:
+        raise GrpcError(StatusCode(item.code), item.message)
+
+
+def _unary_forwarder(link: CoreLink, path: str) -> Callable[[bytes | memoryview, GrpcCall], Awaitable[Reply]]:
+    async def forward(data: bytes | memoryview, call: GrpcCall) -> Reply:
+        number, pending = link.open()
+        try:
+            await link.send(m.GrpcUnary(number, path, bytes(data)))
+            item = await pending.next()
+            if isinstance(item, m.GrpcReply):
+                return item.data
+            _ended(item)
+            return None
+        except asyncio.CancelledError:
+            link.send_now(m.Cancel(number))
+            raise
+        except CoreGone:
+            raise GrpcError(StatusCode.UNAVAILABLE, "the server is stopping") from None
+        finally:
+            link.forget(number)
+
+    return forward
+
+
+def _stream_forwarder(link: CoreLink, path: str) -> Callable[[GrpcCall], Awaitable[None]]:
+    async def forward(call: GrpcCall) -> None:
+        number, pending = link.open()
+        loop = asyncio.get_running_loop()
+        pump: asyncio.Task[None] | None = None
+        try:
+            await link.send(m.GrpcOpen(number, path))
+            pump = loop.create_task(_pump_requests(link, number, call))
+            while True:
+                item = await pending.next()
+                if isinstance(item, m.Chunk):
+                    await call.writable()
+                    call.send_message(item.data)
+                    link.send_now(m.Written(number))
+                    continue
+                _ended(item)
+                return
+        except asyncio.CancelledError:
+            link.send_now(m.Cancel(number))
+            raise
+        except CoreGone:
+            raise GrpcError(StatusCode.UNAVAILABLE, "the server is stopping") from None
+        finally:
+            link.forget(number)
+            if pump is not None:
+                pump.cancel()
+
+    return forward
+
+
+async def _pump_requests(link: CoreLink, number: int, call: GrpcCall) -> None:
+    """The client's messages to the core as they come, then its half-close."""
+    try:
+        async for message in call.requests():
+            await link.send(m.GrpcMessage(number, bytes(message)))
+        await link.send(m.GrpcHalfClose(number))
+    except CoreGone:
+        pass

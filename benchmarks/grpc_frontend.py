@@ -67,14 +67,6 @@ class CountingTransport:
         return False
 
 
-class _NoTracing:
-    active = False
-
-
-class _Core:
-    tracer = _NoTracing()
-
-
 def _client_bytes(stream_id: int, block: bytes, message: bytes) -> bytes:
     updates = b""
     if stream_id > 1:  # the client credits the previous answer back, as grpc's C core does
@@ -96,7 +88,7 @@ async def front_end_us(requests: int, repeats: int) -> float:
         return reply
 
     options = GrpcOptions()
-    app = GrpcApp(_Core(), options, {INFER: Method("ModelInfer", "inference", answer, compressed=True)})  # type: ignore[arg-type]
+    app = GrpcApp(options, {INFER: Method("ModelInfer", "inference", answer, compressed=True)}, None)
     connection = H2ServerConnection(app, options.http2, options.keepalive, set())
     transport = CountingTransport()
     connection.connection_made(transport)  # type: ignore[arg-type]

@@ -92,6 +92,13 @@ def test_tensor_to_bytes_is_little_endian_row_major() -> None:
     assert bytes(tensor_to_bytes(array, "INT32")) == np.array([1, 2, 3, 4], "<i4").tobytes()
 
 
+@pytest.mark.parametrize("shape", [(0,), (2, 0), (0, 3)])
+def test_an_empty_tensor_is_no_bytes(shape: tuple[int, ...]) -> None:
+    """A model may answer an output with no elements; its raw form is empty (memoryview refuses to
+    cast such an array, and the response failed with a TypeError before)."""
+    assert bytes(tensor_to_bytes(np.zeros(shape, np.float32), "FP32")) == b""
+
+
 def test_config_and_wire_names() -> None:
     assert config_to_wire("TYPE_STRING") == "BYTES"
     assert config_to_wire("TYPE_FP16") == "FP16"

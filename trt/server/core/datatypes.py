@@ -189,6 +189,8 @@ def tensor_to_bytes(array: np.ndarray, datatype: str) -> bytes | memoryview:
     """Raw little-endian bytes of a tensor (a view where possible)."""
     if datatype == "BYTES":
         return serialize_bytes_tensor(array)
+    if array.size == 0:
+        return b""  # memoryview cannot cast a view with a zero in its shape
     contiguous = np.ascontiguousarray(array)
     if contiguous.dtype.byteorder == ">":
         contiguous = contiguous.astype(contiguous.dtype.newbyteorder("<"))

@@ -22,6 +22,7 @@ import struct
 import time
 from collections import deque
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from trt.http2.hpack import encode_header, encode_literal
@@ -55,6 +56,60 @@ def parse_timeout(value: str) -> float | None:
     if not digits.isdigit() or len(digits) > 8 or unit not in _TIMEOUT_UNITS:
         return None
     return int(digits) * _TIMEOUT_UNITS[unit]
+
+
+@dataclass(frozen=True, slots=True)
+class _Refusal:
+    """A head the call is refused for: an HTTP status (not a gRPC request) or a gRPC status."""
+
+    http_status: str
+    code: StatusCode
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """What a request head decides for its call (the same for every call with that head)."""
+
+    method: Method
+    timeout_s: float | None
+    request_encoding: str | None
+    response_encoding: str | None
+
+
+_PLANS = (_Plan, _Refusal)
+
+
+def _plan(app: GrpcApp, head: RequestHead) -> _Plan | _Refusal:
+    """The checks on a call's head, in the order the gRPC spec and Triton make them."""
+    if head.method != "POST":
+        return _Refusal("405", StatusCode.INTERNAL, "gRPC calls are POST requests")
+    content_type = head.get("content-type")
+    if content_type is None or not content_type.startswith("application/grpc"):
+        return _Refusal("415", StatusCode.INTERNAL, "gRPC calls have content-type application/grpc")
+    method = app.methods.get(head.path)
+    if method is None:
+        return _Refusal("", StatusCode.UNIMPLEMENTED, f"Method not found: {head.path}")
+    request_encoding = head.get("grpc-encoding")
+    if request_encoding == "identity":
+        request_encoding = None
+    if request_encoding is not None and request_encoding not in compression.KNOWN:
+        message = f"Compression algorithm '{request_encoding}' is not supported"
+        return _Refusal("", StatusCode.UNIMPLEMENTED, message)
+    response_encoding = None
+    if method.compressed:
+        response_encoding = compression.response_encoding(
+            app.compression_level, head.get("grpc-accept-encoding")
+        )
+    if app.restrictions:
+        unmet = app.restrictions.unmet(method.category, head.get)
+        if unmet is not None:
+            message = f"This protocol is restricted, expecting header '{unmet.header}'"
+            return _Refusal("", StatusCode.UNAVAILABLE, message)
+    timeout = head.get("grpc-timeout")
+    return _Plan(
+        method, parse_timeout(timeout) if timeout is not None else None, request_encoding, response_encoding
+    )
 
 
 class MessageBudget:
@@ -126,40 +181,22 @@ class GrpcCall(H2Stream):
     def on_open(self, head: RequestHead, end_stream: bool) -> None:
         app = self.app
         self.head = head
-        if head.method != "POST":
-            self._http_error("405", "gRPC calls are POST requests")
-            return
-        content_type = head.get("content-type")
-        if content_type is None or not content_type.startswith("application/grpc"):
-            self._http_error("415", "gRPC calls have content-type application/grpc")
+        plan = head.derived.get(app)
+        if not isinstance(plan, _PLANS):
+            plan = head.derived[app] = _plan(app, head)
+        if isinstance(plan, _Refusal):
+            if plan.http_status:
+                self._http_error(plan.http_status, plan.message)
+            else:
+                self.finish(plan.code, plan.message)
             return
         if app.tracing():
             self.opened_ns = time.perf_counter_ns()
-        timeout = head.get("grpc-timeout")
-        if timeout is not None and (seconds := parse_timeout(timeout)) is not None:
-            self.timer = app.loop.call_later(seconds, self._deadline_passed)
-        method = app.methods.get(head.path)
-        if method is None:
-            self.finish(StatusCode.UNIMPLEMENTED, f"Method not found: {head.path}")
-            return
-        self.method = method
-        encoding = head.get("grpc-encoding")
-        if encoding is not None and encoding != "identity":
-            if encoding not in compression.KNOWN:
-                self.finish(StatusCode.UNIMPLEMENTED, f"Compression algorithm '{encoding}' is not supported")
-                return
-            self.request_encoding = encoding
-        if method.compressed:
-            self.response_encoding = compression.response_encoding(
-                app.compression_level, head.get("grpc-accept-encoding")
-            )
-        if app.restrictions:
-            unmet = app.restrictions.unmet(method.category, head.get)
-            if unmet is not None:
-                self.finish(
-                    StatusCode.UNAVAILABLE, f"This protocol is restricted, expecting header '{unmet.header}'"
-                )
-                return
+        if plan.timeout_s is not None:
+            self.timer = app.loop.call_later(plan.timeout_s, self._deadline_passed)
+        method = self.method = plan.method
+        self.request_encoding = plan.request_encoding
+        self.response_encoding = plan.response_encoding
         if method.stream_handler is not None:
             self.task = app.loop.create_task(self._run_stream(method))
         if end_stream:

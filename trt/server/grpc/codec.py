@@ -34,6 +34,8 @@ from trt.server.core.types import (
     OutputTensor,
     RequestedOutput,
 )
+from trt.server.grpc import request_wire
+from trt.server.grpc.response_wire import plain_response_parts, varint
 
 # The typed ``InferTensorContents`` field that carries each datatype (FP16/BF16 only travel raw).
 _CONTENTS_FIELD: dict[str, str] = {
@@ -286,15 +288,6 @@ def _varint(data: memoryview, at: int) -> tuple[int, int]:
             return value, at
 
 
-def _encode_varint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 # Top-level fields scanned in Python before leaving a message to protobuf's parser. A real request
 # has a few per input; a hostile one can pack a large message with 2-byte fields, each costing this
 # loop far more than protobuf's C parser (2 MiB of them: 4 s of the event loop against 15 ms), and
@@ -354,13 +347,33 @@ def parse_infer_message(data: bytes | memoryview) -> tuple[pb.ModelInferRequest,
 
 def decode_infer_message(data: bytes | memoryview) -> InferenceRequest:
     """``decode_infer_request`` of a serialized ``ModelInferRequest``; the raw inputs of a large one are
-    read in place, so its tensors are views of ``data``."""
-    return decode_infer_request(*parse_infer_message(data))
+    read in place, so its tensors are views of ``data``; a small one seen before (its tensors' bytes
+    aside) is built from what it decoded to then (``request_wire``)."""
+    if len(data) >= LARGE_MESSAGE:
+        return decode_infer_request(*parse_infer_message(data))
+    try:
+        message = pb.ModelInferRequest.FromString(data)
+    except DecodeError:
+        raise InvalidArgument("malformed ModelInferRequest") from None
+    raw = list(message.raw_input_contents)
+    prefix = request_wire.prefix_of(data, raw) if raw else None
+    if prefix is not None:
+        template = request_wire.cached(prefix)
+        if template is not None and len(template.inputs) == len(raw):
+            return template.request(raw)
+    decoded = decode_infer_request(message, raw)
+    if prefix is not None:
+        request_wire.remember(prefix, len(raw), decoded)
+    return decoded
 
 
 def encode_infer_parts(response: InferenceResponse) -> list[bytes | memoryview]:
     """A serialized ``ModelInferResponse`` in pieces whose concatenation is the message; the raw
     outputs of a large response are views of the output arrays (no copy on the way out)."""
+    plain = plain_response_parts(response)
+    if plain is not None:
+        pieces, raw_size = plain
+        return [b"".join(pieces)] if raw_size < LARGE_MESSAGE else pieces
     if sum(output.data.nbytes for output in response.outputs if output.data is not None) < LARGE_MESSAGE:
         return [encode_infer_response(response).SerializeToString()]
     raw: list[bytes | memoryview] = []
@@ -375,8 +388,8 @@ def encode_infer_parts(response: InferenceResponse) -> list[bytes | memoryview]:
     )
     head = encode_infer_response(bare)
     del head.raw_output_contents[:]
-    parts: list[bytes | memoryview] = [head.SerializeToString()]
+    parts = [head.SerializeToString()]
     for data in raw:
-        parts.append(_RAW_OUTPUTS_TAG + _encode_varint(len(data)))
+        parts.append(_RAW_OUTPUTS_TAG + varint(len(data)))
         parts.append(data)
     return parts

@@ -355,6 +355,9 @@ def encode_response(
     response: InferenceResponse, binary_choice: dict[str, bool], default_binary: bool
 ) -> tuple[bytes, int | None]:
     """The response body and, when binary tensors follow the JSON, the JSON's length."""
+    cached = _binary_response(response, binary_choice, default_binary)
+    if cached is not None:
+        return cached
     outputs_json: list[dict[str, Any]] = []
     chunks: list[bytes | memoryview] = []
     for output in response.outputs:
@@ -384,6 +387,50 @@ def encode_response(
     header = orjson.dumps(document, option=orjson.OPT_SERIALIZE_NUMPY)
     if not chunks:
         return header, None
+    return b"".join([header, *chunks]), len(header)
+
+
+# JSON headers of all-binary responses without id or parameters, by what they hold (model, version,
+# each output's name, datatype, shape and byte count): the same bytes for every request of a model.
+_binary_headers: dict[tuple[object, ...], bytes] = {}
+_CACHED_HEADERS = 256  # a full cache starts over
+
+
+def _binary_response(
+    response: InferenceResponse, binary_choice: dict[str, bool], default_binary: bool
+) -> tuple[bytes, int] | None:
+    """``encode_response`` for the common case, its JSON header from ``_binary_headers``; None when
+    the response is not of that case."""
+    if response.id or response.parameters or not response.outputs:
+        return None
+    chunks: list[bytes | memoryview] = []
+    key: list[object] = [response.model_name, response.model_version]
+    for output in response.outputs:
+        if output.data is None or output.parameters or not binary_choice.get(output.name, default_binary):
+            return None
+        raw = tensor_to_bytes(output.data, output.datatype)
+        chunks.append(raw)
+        key += (output.name, output.datatype, tuple(output.shape), len(raw))
+    frozen = tuple(key)
+    header = _binary_headers.get(frozen)
+    if header is None:
+        document = {
+            "model_name": response.model_name,
+            "model_version": response.model_version,
+            "outputs": [
+                {
+                    "name": output.name,
+                    "datatype": output.datatype,
+                    "shape": list(output.shape),
+                    "parameters": {"binary_data_size": len(raw)},
+                }
+                for output, raw in zip(response.outputs, chunks, strict=True)
+            ],
+        }
+        header = orjson.dumps(document, option=orjson.OPT_SERIALIZE_NUMPY)
+        if len(_binary_headers) >= _CACHED_HEADERS:
+            _binary_headers.clear()
+        _binary_headers[frozen] = header
     return b"".join([header, *chunks]), len(header)
 
 

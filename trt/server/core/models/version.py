@@ -32,6 +32,7 @@ from trt.server.core.scheduling.scheduler import create_scheduler
 from trt.server.core.scheduling.timing import ExecutionTimes
 from trt.server.core.types import (
     RESERVED_PARAMETERS,
+    TRITON_CONTROL_PARAMETERS,
     InferenceRequest,
     InferenceResponse,
     InputTensor,
@@ -300,7 +301,9 @@ def _backend_request(
     request: InferenceRequest, feeds: dict[str, np.ndarray], output_names: Sequence[str]
 ) -> BackendRequest:
     parameters = request.parameters
-    if not parameters:  # most requests have none
+    # Most requests have none, or only the control flag Triton's clients send on every gRPC request
+    # (it is for the transport: the backend sees neither).
+    if not parameters or parameters.keys() <= TRITON_CONTROL_PARAMETERS:
         return BackendRequest(request.id, feeds, tuple(output_names), {}, trace=request.trace)
     flags = 0
     if parameters.get("sequence_start"):

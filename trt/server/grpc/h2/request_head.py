@@ -10,7 +10,7 @@ Trailers may hold no pseudo-header fields.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from trt.http2.hpack import Header
 
@@ -34,6 +34,9 @@ class RequestHead:
     path: str
     fields: tuple[Header, ...]  # the regular fields, in order (gRPC metadata among them)
     content_length: int | None
+    # What the application derived from this head: the connection hands the same head to every
+    # request whose header block is the same bytes, so that work is done once.
+    derived: dict[object, object] = field(default_factory=dict, compare=False, repr=False)
 
     def get(self, name: str) -> str | None:
         """The first value of a regular field (names are lower case)."""

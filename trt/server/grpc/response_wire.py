@@ -1,0 +1,76 @@
+"""A ``ModelInferResponse`` serialized from cached pieces, without building protobuf messages.
+
+Protobuf writes a message's fields in field-number order: ``model_name`` (1), ``model_version`` (2),
+``id`` (3), ``parameters`` (4), ``outputs`` (5), ``raw_output_contents`` (6). For a response without
+parameters, the bytes before ``id`` and those of ``outputs`` depend only on the model, its version and
+the outputs' names, datatypes and shapes, the same for every request of a model: they are serialized
+once by protobuf and kept (a bounded cache), and each response joins them with its own id and raw
+outputs. The result is byte for byte what ``encode_infer_response(...).SerializeToString()`` gives.
+"""
+
+from __future__ import annotations
+
+from trt.protos import grpc_service_pb2 as pb
+from trt.server.core.datatypes import tensor_to_bytes
+from trt.server.core.types import InferenceResponse
+
+_ID_TAG = b"\x1a"  # field 3, length-delimited
+_RAW_TAG = bytes([pb.ModelInferResponse.DESCRIPTOR.fields_by_name["raw_output_contents"].number << 3 | 2])
+_CACHED_HEADS = 256  # distinct (model, version, output signature) kept; a full cache starts over
+_Key = tuple[str, str, tuple[tuple[str, str, tuple[int, ...]], ...]]
+_heads: dict[_Key, tuple[bytes, bytes]] = {}
+
+
+def varint(value: int) -> bytes:
+    """Protobuf's base-128 varint of a non-negative integer."""
+    if value < 0x80:
+        return bytes((value,))
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _heads_for(response: InferenceResponse, key: _Key) -> tuple[bytes, bytes]:
+    """(fields 1-2, field 5) as protobuf serializes them."""
+    output_tensor = pb.ModelInferResponse.InferOutputTensor
+    before_id = pb.ModelInferResponse(
+        model_name=response.model_name, model_version=response.model_version
+    ).SerializeToString()
+    outputs = pb.ModelInferResponse(
+        outputs=[output_tensor(name=o.name, datatype=o.datatype, shape=o.shape) for o in response.outputs]
+    ).SerializeToString()
+    if len(_heads) >= _CACHED_HEADS:
+        _heads.clear()
+    _heads[key] = before_id, outputs
+    return before_id, outputs
+
+
+def plain_response_parts(response: InferenceResponse) -> tuple[list[bytes | memoryview], int] | None:
+    """The serialized response in pieces (its raw outputs as views of the output arrays) and its
+    size; None when it or an output carries parameters (then protobuf serializes it)."""
+    if response.parameters:
+        return None
+    signature = []
+    for output in response.outputs:
+        if output.parameters:
+            return None
+        signature.append((output.name, output.datatype, tuple(output.shape)))
+    key = (response.model_name, response.model_version, tuple(signature))
+    heads = _heads.get(key)
+    before_id, outputs = heads if heads is not None else _heads_for(response, key)
+    parts: list[bytes | memoryview] = [before_id]
+    if response.id:
+        identifier = response.id.encode()
+        parts.append(_ID_TAG + varint(len(identifier)) + identifier)
+    parts.append(outputs)
+    size = 0
+    for output in response.outputs:
+        data = b"" if output.data is None else tensor_to_bytes(output.data, output.datatype)
+        length = len(data)
+        parts.append(_RAW_TAG + varint(length))
+        parts.append(data)
+        size += length
+    return parts, size

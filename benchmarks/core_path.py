@@ -25,6 +25,7 @@ import argparse
 import asyncio
 import cProfile
 import json
+import os
 import pstats
 import shutil
 import sys
@@ -178,7 +179,16 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
     args = parser.parse_args()
     concurrencies = [int(c) for c in args.concurrency.split(",")]
-    rows = asyncio.run(_measure(args.requests, args.repeats, concurrencies))
+    # The Python model's process inherits stdout and prints there (add_sub's finalize does):
+    # send it to stderr while the models run, so that --json prints nothing but the rows.
+    stdout = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        rows = asyncio.run(_measure(args.requests, args.repeats, concurrencies))
+    finally:
+        sys.stdout.flush()
+        os.dup2(stdout, 1)
+        os.close(stdout)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps([asdict(row) for row in rows], indent=2) + "\n")
     if args.json:

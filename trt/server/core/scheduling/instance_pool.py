@@ -72,7 +72,9 @@ class InstancePool:
         self._executor = ThreadPoolExecutor(max_workers=len(instances), thread_name_prefix=f"trt-{name}")
         # Idle instances, and whoever waits for one (asyncio.Queue's discipline, without its layers
         # of method calls: taking and giving back an instance happens on every execution).
-        self._idle: deque[ModelInstance] = deque(instances)
+        # ``idle`` is read by the schedulers (a test cheaper than a call); only the pool changes it.
+        self.idle: deque[ModelInstance] = deque(instances)
+        self._idle = self.idle
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._executions = 0
         self._average_ns = float(INLINE_BUDGET_NS * 10)

@@ -88,7 +88,8 @@ def _get_bool(data: memoryview, at: int) -> tuple[Any, int]:
     return data[at] != 0, at + 1
 
 
-def _get_bytes(data: memoryview, at: int) -> tuple[Any, int]:
+def _span(data: memoryview, at: int) -> tuple[int, int]:
+    """Where the field at ``at`` (u32 length, then that many bytes) starts and ends, checked."""
     if len(data) - at < 4:
         _need(data, at, 4)
     (size,) = _U32.unpack_from(data, at)
@@ -96,17 +97,16 @@ def _get_bytes(data: memoryview, at: int) -> tuple[Any, int]:
     end = at + size
     if end > len(data):
         _need(data, at, size)
+    return at, end
+
+
+def _get_bytes(data: memoryview, at: int) -> tuple[Any, int]:
+    at, end = _span(data, at)
     return data[at:end].tobytes(), end
 
 
 def _get_str(data: memoryview, at: int) -> tuple[Any, int]:
-    if len(data) - at < 4:
-        _need(data, at, 4)
-    (size,) = _U32.unpack_from(data, at)
-    at += 4
-    end = at + size
-    if end > len(data):
-        _need(data, at, size)
+    at, end = _span(data, at)
     try:
         return str(data[at:end], "utf-8"), end
     except UnicodeDecodeError:

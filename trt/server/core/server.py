@@ -157,16 +157,13 @@ class InferenceServer:
         return self.models.get(name, version)
 
     async def infer(self, request: InferenceRequest) -> InferenceResponse:
-        return await self._infer_on(self._model_for(request), request)
+        if request.parameters:  # most requests have none: no call to check them
+            _check_reserved_keys(request.parameters)
+        return await self._infer_on(self.models.get(request.model_name, request.model_version), request)
 
     def _model_for(self, request: InferenceRequest) -> ModelVersion:
         """The version that serves ``request``, picked once (canary routing picks on each call)."""
-        for key in request.parameters:
-            if key.startswith("triton_") and key not in TRITON_CONTROL_PARAMETERS:
-                raise InvalidArgument(
-                    "parameter keys starting with 'triton_' are reserved for Triton usage and should "
-                    "not be specified."
-                )
+        _check_reserved_keys(request.parameters)
         return self.models.get(request.model_name, request.model_version)
 
     async def _infer_on(self, model: ModelVersion, request: InferenceRequest) -> InferenceResponse:
@@ -315,6 +312,15 @@ class InferenceServer:
     @property
     def explicit_mode(self) -> bool:
         return self.options.model_control_mode == ModelControlMode.EXPLICIT
+
+
+def _check_reserved_keys(parameters: dict[str, object]) -> None:
+    for key in parameters:
+        if key.startswith("triton_") and key not in TRITON_CONTROL_PARAMETERS:
+            raise InvalidArgument(
+                "parameter keys starting with 'triton_' are reserved for Triton usage and should "
+                "not be specified."
+            )
 
 
 def _shared_memory_use(request: InferenceRequest) -> tuple[bool, bool]:

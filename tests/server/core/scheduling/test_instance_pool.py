@@ -115,3 +115,48 @@ def test_the_loop_waits_for_the_worker_only_while_no_other_execution_runs(
 
     asyncio.run(scenario())
     assert waits_seen == [1, 1, 2]
+
+
+def test_a_waiter_cancelled_after_its_wake_up_passes_the_instance_to_the_next_one() -> None:
+    """Two requests wait for the one instance; it comes back, the first is woken and cancelled before
+    it runs: the second must get the instance, not wait for ever beside an idle one."""
+    instance = _EntryRecorder(0.0)
+
+    async def scenario() -> None:
+        pool = InstancePool("waiters-test", [instance])
+        taken = pool.take_idle()
+        assert taken is instance and not pool.has_idle()
+        first = asyncio.ensure_future(pool.acquire())
+        second = asyncio.ensure_future(pool.acquire())
+        await asyncio.sleep(0)  # both now wait, in this order
+        pool.give_back(instance)  # wakes the first
+        first.cancel()
+        assert await asyncio.wait_for(second, 1.0) is instance
+        assert first.cancelled() and not pool.has_idle()
+        pool.give_back(instance)
+        pool.shutdown()
+
+    asyncio.run(scenario())
+
+
+def test_waiters_get_the_instance_in_the_order_they_asked() -> None:
+    instance = _EntryRecorder(0.0)
+
+    async def scenario() -> list[int]:
+        pool = InstancePool("order-test", [instance])
+        assert pool.take_idle() is instance
+        served: list[int] = []
+
+        async def wait(number: int) -> None:
+            held = await pool.acquire()
+            served.append(number)
+            pool.give_back(held)
+
+        waiting = [asyncio.ensure_future(wait(n)) for n in range(4)]
+        await asyncio.sleep(0)
+        pool.give_back(instance)
+        await asyncio.wait_for(asyncio.gather(*waiting), 1.0)
+        pool.shutdown()
+        return served
+
+    assert asyncio.run(scenario()) == [0, 1, 2, 3]

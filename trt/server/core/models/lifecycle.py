@@ -113,10 +113,10 @@ class ModelManager:
                 chosen = entry.versions.get(entry.canary.pick())
                 if chosen is not None:
                     return chosen
-            model = entry.latest_ready()
-            if model is None:
+            versions = entry.versions  # latest_ready(), in line: this runs for every request
+            if not versions:
                 raise ModelNotFound(f"Request for unknown model: '{name}' has no available versions")
-            return model
+            return versions[max(versions)]
         model = entry.versions.get(number)
         if model is None:
             if number in entry.unavailable:

@@ -88,7 +88,9 @@ class ModelSignature:
                 )
             shape = tensor.shape
             if self.max_batch_size > 0:
-                if len(shape) != len(spec.dims) + 1 or not self._dims_match(shape[1:], spec.dims):
+                dims = spec.dims
+                rows = shape[1:]
+                if len(shape) != len(dims) + 1 or (rows != dims and not self._dims_match(rows, dims)):
                     raise self._shape_error(tensor, spec)
                 if shape[0] < 1 or shape[0] > self.max_batch_size:
                     raise InvalidInput(
@@ -102,7 +104,9 @@ class ModelSignature:
                         f"input '{tensor.name}': batch size {shape[0]} differs from "
                         f"the other inputs' {first_batch}"
                     )
-            elif len(shape) != len(spec.dims) or not self._dims_match(shape, spec.dims):
+            elif len(shape) != len(spec.dims) or (
+                shape != spec.dims and not self._dims_match(shape, spec.dims)
+            ):
                 raise self._shape_error(tensor, spec)
         if not self.required_inputs <= seen:
             missing = sorted(self.required_inputs - seen)
@@ -130,8 +134,8 @@ class ModelSignature:
 
     @staticmethod
     def _dims_match(shape: tuple[int, ...], dims: tuple[int, ...]) -> bool:
-        if shape == dims:  # the usual case, and the cheap one: this runs on every input
-            return True
+        """Whether ``shape`` fits ``dims`` with its -1 wildcards (the callers test equality first:
+        the usual case, and a call saved on every input)."""
         return all(got == want or want == -1 for got, want in zip(shape, dims, strict=True))
 
     def _shape_error(self, tensor: InputTensor, spec: TensorSpec) -> InvalidInput:

@@ -92,7 +92,7 @@ class ModelVersion:
         received = time.perf_counter_ns()
         self._in_flight += 1
         try:
-            response = await self._infer(request)
+            response = await self._infer(request, received)
         except ServerError as exc:
             reason = "REJECTED" if isinstance(exc, InvalidInput) else "BACKEND"
             self.stats.record_failure(time.perf_counter_ns() - received, reason)
@@ -179,8 +179,7 @@ class ModelVersion:
             if self._in_flight == 0 and self._drained is not None:
                 self._drained.set()
 
-    async def _infer(self, request: InferenceRequest) -> InferenceResponse:
-        received = time.perf_counter_ns()
+    async def _infer(self, request: InferenceRequest, received: int) -> InferenceResponse:
         signature = self.signature
         batch_size = signature.check_inputs(request.inputs)
         output_names = signature.check_outputs(request.outputs)
@@ -243,7 +242,7 @@ class ModelVersion:
     def _build_outputs(
         self, request: InferenceRequest, results: dict[str, np.ndarray], output_names: Sequence[str]
     ) -> list[OutputTensor]:
-        class_counts = _class_counts(request.outputs)
+        class_counts = None if request.outputs is None else _class_counts(request.outputs)
         outputs: list[OutputTensor] = []
         for name in output_names:
             spec = self.signature.outputs[name]

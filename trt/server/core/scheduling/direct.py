@@ -20,13 +20,16 @@ class DirectScheduler:
         self, request: BackendRequest, batch_size: int
     ) -> tuple[BackendResponse, ExecutionTimes]:
         queued = time.perf_counter_ns()
-        self._stats.pending += 1
-        try:
-            instance = await self._pool.acquire()
-        finally:
-            self._stats.pending -= 1
+        pool = self._pool
+        instance = pool.take_idle()
+        if instance is None:  # every instance is busy: the request waits, counted as pending
+            self._stats.pending += 1
+            try:
+                instance = await pool.acquire()
+            finally:
+                self._stats.pending -= 1
         started = time.perf_counter_ns()
-        outputs, compute_ns = await self._pool.run(instance, request.inputs, request.requested_outputs)
+        outputs, compute_ns = await pool.run(instance, request.inputs, request.requested_outputs)
         self._stats.record_execution(max(batch_size, 1), 0, compute_ns, 0)
         return BackendResponse(outputs), ExecutionTimes(started - queued, 0, compute_ns, 0)
 

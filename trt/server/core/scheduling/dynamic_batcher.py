@@ -82,8 +82,12 @@ class QueuePolicy:
         return self.timeout_us
 
 
+_NO_POLICY = QueuePolicy()
+
+
 def _shape_key(feeds: Mapping[str, np.ndarray]) -> tuple[tuple[str, tuple[int, ...], str], ...]:
-    return tuple((name, array.shape[1:], array.dtype.str) for name, array in sorted(feeds.items()))
+    # A list comprehension: one call, where a generator is resumed once per input.
+    return tuple([(name, array.shape[1:], array.dtype.str) for name, array in sorted(feeds.items())])
 
 
 class DynamicBatcher:
@@ -114,6 +118,7 @@ class DynamicBatcher:
         self._preserve_ordering = preserve_ordering
         self._completion: deque[_Pending] = deque()  # dispatched, in dispatch order (preserve_ordering)
         self._running: set[asyncio.Task[None]] = set()  # the loop keeps only weak references
+        self._loop: asyncio.AbstractEventLoop | None = None  # the serving loop, from the first request
 
     @classmethod
     def from_config(
@@ -149,11 +154,13 @@ class DynamicBatcher:
             raise InvalidInput(
                 f"priority {priority} is outside 1..{self._levels} (priority_levels of the model)"
             )
-        policy = self._policies.get(level, QueuePolicy())
+        policy = self._policies.get(level, _NO_POLICY)
         queue = self._queues[level - 1]
         if policy.max_queue_size and len(queue) >= policy.max_queue_size:
             raise Unavailable("Exceeds maximum queue size")
-        loop = asyncio.get_running_loop()
+        loop = self._loop
+        if loop is None:  # asked once: on Python 3.11 each call is a getpid() system call
+            loop = self._loop = asyncio.get_running_loop()
         pending = _Pending(
             feeds,
             output_names,
@@ -163,7 +170,7 @@ class DynamicBatcher:
             loop.create_future(),
             level,
         )
-        timeout = policy.timeout_for(timeout_us)
+        timeout = policy.timeout_for(timeout_us) if policy.timeout_us or timeout_us else 0
         if timeout and policy.reject_on_timeout:
             pending.expiry = loop.call_later(timeout / 1e6, self._expire, pending)
         queue.append(pending)
@@ -196,17 +203,24 @@ class DynamicBatcher:
     def _dispatch(self) -> None:
         """Form batches while an instance is idle. With none idle nothing is examined: the next
         instance to come free calls this again, so an arriving request costs O(1) while all are busy."""
-        while self._pool.has_idle():
-            queue = next((q for q in self._queues if q), None)  # the highest priority with work
-            if queue is None:
-                return
+        idle = self._pool.idle
+        while idle:
+            if self._levels == 1:
+                queue = self._queues[0]
+                if not queue:
+                    return
+            else:
+                found = next((q for q in self._queues if q), None)  # the highest priority with work
+                if found is None:
+                    return
+                queue = found
             batch, wait_ns = self._next_batch(queue)
             if batch is None:
                 self._wake.arm_in(wait_ns / 1e9)
                 return
             instance = self._pool.take_idle()
             assert instance is not None
-            if all(a is b for a, b in zip(queue, batch, strict=False)):  # usually the queue's head
+            if len(batch) == 1 or all(a is b for a, b in zip(queue, batch, strict=False)):  # the head
                 for _ in batch:
                     queue.popleft()
             else:
@@ -233,14 +247,17 @@ class DynamicBatcher:
                     total += item.batch_size
                     if total == limit:
                         break
-        reachable = [size for size in self._preferred if size <= total]
-        if reachable:
-            return _trim(batch, reachable[-1]), 0
+        if self._preferred:
+            reachable = [size for size in self._preferred if size <= total]
+            if reachable:
+                return _trim(batch, reachable[-1]), 0
+        if total >= limit or self._max_delay_ns == 0:
+            return batch, 0
         counted_from = head.queued_ns
         if self._delay_from_instance_free:
             counted_from = max(counted_from, self._pool.available_since_ns)
         waited = time.perf_counter_ns() - counted_from
-        if total >= limit or self._max_delay_ns == 0 or waited >= self._max_delay_ns:
+        if waited >= self._max_delay_ns:
             return batch, 0
         return None, self._max_delay_ns - waited
 
@@ -248,10 +265,11 @@ class DynamicBatcher:
         started = time.perf_counter_ns()
         handed_over = False  # the pool gives the instance back once the execution has ended
         try:
-            names = list(dict.fromkeys(name for item in batch for name in item.output_names))
             if len(batch) == 1:
+                names: Sequence[str] = batch[0].output_names
                 feeds = batch[0].feeds
             else:
+                names = list(dict.fromkeys(name for item in batch for name in item.output_names))
                 feeds = {
                     name: np.concatenate([item.feeds[name] for item in batch]) for name in batch[0].feeds
                 }
@@ -274,7 +292,7 @@ class DynamicBatcher:
             return
         finally:
             self._dispatch()
-        total = sum(item.batch_size for item in batch)
+        total = batch[0].batch_size if len(batch) == 1 else sum(item.batch_size for item in batch)
         self._stats.record_execution(total, concatenated - started, compute_ns, done - split_started)
         for item, result in zip(batch, results, strict=True):
             times = ExecutionTimes(

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
@@ -69,41 +70,81 @@ class InstancePool:
             id(instance): need for instance, need in zip(instances, needs, strict=False) if need[0]
         }
         self._executor = ThreadPoolExecutor(max_workers=len(instances), thread_name_prefix=f"trt-{name}")
-        self._idle: asyncio.Queue[ModelInstance] = asyncio.Queue()
-        for instance in instances:
-            self._idle.put_nowait(instance)
+        # Idle instances, and whoever waits for one (asyncio.Queue's discipline, without its layers
+        # of method calls: taking and giving back an instance happens on every execution).
+        # ``idle`` is read by the schedulers (a test cheaper than a call); only the pool changes it.
+        self.idle: deque[ModelInstance] = deque(instances)
+        self._idle = self.idle
+        self._waiters: deque[asyncio.Future[None]] = deque()
         self._executions = 0
         self._average_ns = float(INLINE_BUDGET_NS * 10)
+        self._inline = False  # runs_inline, kept up to date after each execution
         # When the pool last went from no idle instance to one (perf_counter_ns; 0: never busy).
         self.available_since_ns = 0
         self._in_threads = 0  # executions handed to the instance threads that have not ended
 
     @property
     def runs_inline(self) -> bool:
-        return self._executions >= _WARMUP_EXECUTIONS and self._average_ns < INLINE_BUDGET_NS
+        return self._inline
 
     def give_back(self, instance: ModelInstance) -> None:
         """Return an instance taken with ``take_idle`` that did not run."""
         self._put_idle(instance)
 
     def _put_idle(self, instance: ModelInstance) -> None:
-        if self._idle.empty():
+        idle = self._idle
+        if not idle:
             self.available_since_ns = time.perf_counter_ns()
-        self._idle.put_nowait(instance)
+        idle.append(instance)
+        self._wake_waiter()
+
+    def _wake_waiter(self) -> None:
+        """Wake the first one still waiting for an instance; it takes one if one is still idle when
+        it runs (as asyncio.Queue: one taken meanwhile sends it back to wait)."""
+        waiters = self._waiters
+        while waiters:
+            waiter = waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
 
     def has_idle(self) -> bool:
-        return not self._idle.empty()
+        return bool(self._idle)
 
     def take_idle(self) -> ModelInstance | None:
-        return None if self._idle.empty() else self._idle.get_nowait()
+        idle = self._idle
+        return idle.popleft() if idle else None
 
     async def acquire(self) -> ModelInstance:
-        return self._idle.get_nowait() if not self._idle.empty() else await self._idle.get()
+        idle = self._idle
+        while not idle:
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            try:
+                await waiter
+            except BaseException:
+                waiter.cancel()
+                try:
+                    self._waiters.remove(waiter)
+                except ValueError:  # already woken: pass the wake-up on, or the instance sits idle
+                    if idle:
+                        self._wake_waiter()
+                raise
+        return idle.popleft()
 
     async def run(
         self, instance: ModelInstance, feeds: Mapping[str, np.ndarray], names: Sequence[str]
     ) -> tuple[dict[str, np.ndarray], int]:
         """Execute on ``instance`` (taken from this pool) and give it back; outputs and compute time."""
+        if self._inline and self._limiter is None:  # the common case of a small model, in one frame
+            started = time.perf_counter_ns()
+            try:
+                outputs = instance.execute(feeds, names)
+                compute_ns = time.perf_counter_ns() - started
+            finally:
+                self._put_idle(instance)
+            self._executed(compute_ns)
+            return outputs, compute_ns
         return await self.run_held(instance, feeds, names, lambda: self._put_idle(instance))
 
     async def run_held(
@@ -146,7 +187,7 @@ class InstancePool:
     ) -> tuple[dict[str, np.ndarray], int]:
         """Execute on ``instance``, which the caller holds (from this pool, or by its own means:
         sequences keep one instance); ``finished`` runs when the execution has really ended."""
-        if self.runs_inline:
+        if self._inline:
             try:
                 outputs, compute_ns = _timed(instance, feeds, names)
             finally:
@@ -170,9 +211,13 @@ class InstancePool:
             if handoff:
                 started.wait(HANDOFF_WAIT_S)  # releases the GIL, which the worker takes
             outputs, compute_ns = await asyncio.shield(future)
+        self._executed(compute_ns)
+        return outputs, compute_ns
+
+    def _executed(self, compute_ns: int) -> None:
         self._executions += 1
         self._average_ns += _EWMA_WEIGHT * (compute_ns - self._average_ns)
-        return outputs, compute_ns
+        self._inline = self._executions >= _WARMUP_EXECUTIONS and self._average_ns < INLINE_BUDGET_NS
 
     def shutdown(self) -> None:
         self._executor.shutdown(wait=True)

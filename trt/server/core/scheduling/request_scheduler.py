@@ -93,16 +93,19 @@ class RequestScheduler:
         """Nothing to release: the instances are closed by the version that owns them."""
 
     def _dispatch(self) -> None:
-        while self._idle and self._drop_abandoned():
+        waiting = self._waiting
+        # _drop_abandoned() only when the head was cancelled (rare): this runs twice per request.
+        while self._idle and waiting and (not waiting[0].future.cancelled() or self._drop_abandoned()):
             instance = self._idle.popleft()
-            batch = [self._waiting.popleft()]
+            batch = [waiting.popleft()]
             total = batch[0].batch_size
             while (
                 self._gather
-                and self._drop_abandoned()
-                and total + self._waiting[0].batch_size <= self._max_batch
+                and waiting
+                and (not waiting[0].future.cancelled() or self._drop_abandoned())
+                and total + waiting[0].batch_size <= self._max_batch
             ):
-                item = self._waiting.popleft()
+                item = waiting.popleft()
                 batch.append(item)
                 total += item.batch_size
             # Each slot it has free is in ``_idle``: if not all the others are, it runs one already.

@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import tempfile
+import time
 import urllib.request
 from pathlib import Path
 
@@ -85,3 +86,17 @@ def measured_with_perf_analyzer(
     cpu_used = process_tree_cpu(pid) - cpu_before
     count = answered_requests(http_port, model) - count_before
     return {**figures, "server_cpu_us_per_request": cpu_used / max(count, 1) * 1e6}
+
+
+def wait_model_ready(port: int, process: subprocess.Popen[bytes], model: str, timeout: float = 120) -> None:
+    """Wait until the server on ``port`` says ``model`` is ready; exit if it dies or takes too long."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise SystemExit(f"a server exited with {process.returncode} before it was ready")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/models/{model}/ready", timeout=1):
+                return
+        except OSError:
+            time.sleep(0.3)
+    raise SystemExit(f"a server did not have {model} ready within {timeout:g} s")

@@ -21,8 +21,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -34,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from _common import answered_requests, free_port, perf_analyzer_run  # noqa: E402
+from _common import answered_requests, free_port, perf_analyzer_run, wait_model_ready  # noqa: E402
 
 from tests.server.backends.python.python_models import ADD_SUB, ADD_SUB_CONFIG  # noqa: E402
 
@@ -82,19 +80,6 @@ def serve_command(root: Path, repo: Path, ports: tuple[int, int, int]) -> list[s
     return [sys.executable, *entry, "serve", f"--model-repository={repo}", "--log-info=false",
             "--http-address=127.0.0.1", f"--http-port={http}", "--grpc-address=127.0.0.1",
             f"--grpc-port={grpc}", f"--metrics-port={metrics}"]  # fmt: skip
-
-
-def wait_ready(port: int, process: subprocess.Popen[bytes], timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise SystemExit(f"server exited with {process.returncode}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/models/add_sub/ready", timeout=1):
-                return
-        except OSError:
-            time.sleep(0.3)
-    raise SystemExit("server did not become ready")
 
 
 def cpu_seconds(pid: int) -> tuple[float, float]:
@@ -161,7 +146,7 @@ def main() -> None:
                 )
                 servers.append((process, ports))
             for process, ports in servers:
-                wait_ready(ports[0], process)
+                wait_model_ready(ports[0], process, "add_sub")
             for process, ports in servers:  # warm: first requests pay imports and allocator growth
                 measure(perf_analyzer, args.protocol, process.pid, ports, args.concurrency, 500)
             for number in range(args.rounds):

@@ -25,8 +25,6 @@ import resource
 import statistics
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import psutil
@@ -37,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from _common import answered_requests, free_port, perf_analyzer_run  # noqa: E402
+from _common import answered_requests, free_port, perf_analyzer_run, wait_model_ready  # noqa: E402
 
 
 def _children_cpu() -> float:
@@ -72,19 +70,6 @@ def _start(workers: int, cpus: set[int] | None) -> tuple[subprocess.Popen[bytes]
         preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
     )  # fmt: skip
     return process, http, grpc
-
-
-def _wait_ready(process: subprocess.Popen[bytes], port: int, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise SystemExit(f"trt serve exited with {process.returncode}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/models/simple/ready", timeout=1):
-                return
-        except OSError:
-            time.sleep(0.3)
-    raise SystemExit("trt serve did not become ready")
 
 
 def _split_cores(pin: bool, console: Console) -> tuple[set[int] | None, set[int] | None]:
@@ -166,7 +151,7 @@ def main() -> None:
     rows: list[dict[str, object]] = []
     try:
         for process, http, _ in servers.values():
-            _wait_ready(process, http)
+            wait_model_ready(http, process, "simple")
         total = args.rounds * len(protocols) * len(workers)
         with console.status("") as status:
             for round_index in range(args.rounds):

@@ -36,7 +36,6 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,7 +45,7 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from _common import free_port, process_tree_cpu  # noqa: E402
+from _common import free_port, process_tree_cpu, wait_model_ready  # noqa: E402
 
 MODEL = "tiny_llm"
 PROMPT = "trt serve speaks Triton's protocol"
@@ -215,19 +214,6 @@ def distinct_ports(count: int) -> list[int]:
     return ports
 
 
-def wait_ready(port: int, process: subprocess.Popen[bytes], timeout: float = 180) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise SystemExit(f"a server exited with {process.returncode} before it was ready")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/models/{MODEL}/ready", timeout=1):
-                return
-        except OSError:
-            time.sleep(0.3)
-    raise SystemExit("a server did not become ready")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -265,8 +251,8 @@ def main() -> None:
             start_trt(repo, trt_ports, openai_port, args.trt_flag, logs[1]),
         )
         try:
-            wait_ready(triton_ports[0], triton)
-            wait_ready(trt_ports[0], trt)
+            wait_model_ready(triton_ports[0], triton, MODEL, 180)
+            wait_model_ready(trt_ports[0], trt, MODEL, 180)
             stream_path = f"/v2/models/{MODEL}/generate_stream"
             targets = [
                 Target("triton generate_stream", triton_ports[0], stream_path, False, triton.pid),

@@ -23,8 +23,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 from pathlib import Path
 
 import psutil
@@ -40,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from _common import answered_requests, free_port, measured_with_perf_analyzer  # noqa: E402
+from _common import answered_requests, free_port, measured_with_perf_analyzer, wait_model_ready  # noqa: E402
 
 from tests.server.backends.python.python_models import ADD_SUB, ADD_SUB_CONFIG  # noqa: E402
 
@@ -51,19 +49,6 @@ def write_repository(folder: Path) -> Path:
     (model / "1" / "model.py").write_text(ADD_SUB)
     (model / "config.pbtxt").write_text(ADD_SUB_CONFIG)
     return folder
-
-
-def wait_ready(port: int, process: subprocess.Popen[bytes], timeout: float = 90) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise SystemExit(f"server exited with {process.returncode}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/models/add_sub/ready", timeout=1):
-                return
-        except OSError:
-            time.sleep(0.3)
-    raise SystemExit("server did not become ready")
 
 
 def _cpu_seconds(process: psutil.Process) -> float:
@@ -118,7 +103,7 @@ def main() -> None:
                     ports,
                 )
             for process, ports in servers.values():
-                wait_ready(ports[0], process)
+                wait_model_ready(ports[0], process, "add_sub")
             for round_index in range(args.rounds):
                 for concurrency in levels:
                     for name, (process, ports) in servers.items():

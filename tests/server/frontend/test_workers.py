@@ -19,40 +19,9 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from tests.server.backends.python.python_models import WAITER, WAITER_CONFIG
 from tests.server.http.test_generate import SPELL, SPELL_CONFIG
 from tests.support import ServerProcess, collect_stream, simple_inputs, write_python_model, write_simple
-
-# One request at a time; an id "wait..." waits up to 5 s for its client to give up, "nap..." sleeps 0.5 s.
-SLOW = """
-import time
-
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            rid = request.request_id()
-            pb_utils.Logger.log_info(f"slow: executing {rid}")
-            if rid.startswith("wait"):
-                began = time.monotonic()
-                while time.monotonic() - began < 5 and not request.is_cancelled():
-                    time.sleep(0.01)
-                outcome = "cancelled" if request.is_cancelled() else "not cancelled"
-                pb_utils.Logger.log_info(f"slow: {rid} {outcome}")
-            elif rid.startswith("nap"):
-                time.sleep(0.5)
-            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([1], np.int32))]))
-        return responses
-"""
-
-SLOW_CONFIG = """
-backend: "python"
-input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
-output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
-"""
 
 ADMIN = {"admin-key": "s3cret"}
 DATA = np.arange(16, dtype=np.int32).reshape(1, 16)
@@ -63,7 +32,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     repo = tmp_path_factory.mktemp("frontend_repo")
     write_simple(repo)
     write_python_model(repo, "spell", SPELL, SPELL_CONFIG)
-    write_python_model(repo, "slow", SLOW, SLOW_CONFIG)
+    write_python_model(repo, "slow", WAITER, WAITER_CONFIG)
     proc = ServerProcess(
         [repo],
         extra_args=[

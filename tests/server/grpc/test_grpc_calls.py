@@ -17,40 +17,12 @@ import tritonclient.grpc as grpcclient
 from onnx import TensorProto, helper
 from tritonclient.utils import InferenceServerException
 
+from tests.server.backends.python.python_models import WAITER, WAITER_CONFIG
 from tests.server.grpc.h2_peer import SERVICE, H2Peer, grpc_message, request_block
 from tests.support import ServerProcess, save_onnx, write_identity, write_python_model, write_simple
 from trt.http2.frames import END_STREAM, FrameType, Setting
 from trt.http2.hpack import encode_header
 from trt.protos import grpc_service_pb2 as pb
-
-# Answers at once, or (ids starting "wait") waits up to 5 s for its client to go away.
-WAITER = """
-import time
-
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            if request.request_id().startswith("wait"):
-                began = time.monotonic()
-                while time.monotonic() - began < 5 and not request.is_cancelled():
-                    time.sleep(0.01)
-                outcome = "cancelled" if request.is_cancelled() else "not cancelled"
-                pb_utils.Logger.log_info(f"waiter: {request.request_id()} {outcome}")
-            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([1], np.int32))]))
-        return responses
-"""
-
-WAITER_CONFIG = """
-backend: "python"
-input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
-output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
-instance_group [ { kind: KIND_CPU count: 1 } ]
-"""
 
 
 @pytest.fixture(scope="module")

@@ -254,3 +254,41 @@ class TritonPythonModel:
             responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("FIRSTS", np.array(firsts, dtype=np.int64))]))
         return responses
 """
+
+# One request at a time. A request whose id starts with "wait" waits up to 5 s for its client to give
+# up, one starting with "nap" sleeps 0.5 s; each logs "<model name>: executing <id>" and, for "wait",
+# "<model name>: <id> cancelled" or "... not cancelled".
+WAITER = """
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.name = args["model_name"]
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            rid = request.request_id()
+            pb_utils.Logger.log_info(f"{self.name}: executing {rid}")
+            if rid.startswith("wait"):
+                began = time.monotonic()
+                while time.monotonic() - began < 5 and not request.is_cancelled():
+                    time.sleep(0.01)
+                outcome = "cancelled" if request.is_cancelled() else "not cancelled"
+                pb_utils.Logger.log_info(f"{self.name}: {rid} {outcome}")
+            elif rid.startswith("nap"):
+                time.sleep(0.5)
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([1], np.int32))]))
+        return responses
+"""
+
+WAITER_CONFIG = """
+backend: "python"
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+instance_group [ { kind: KIND_CPU count: 1 } ]
+"""

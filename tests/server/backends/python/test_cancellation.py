@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
+from tests.server.backends.python.python_models import WAITER, WAITER_CONFIG
 from tests.support import ServerProcess, collect_stream, write_python_model
 
 # Streams a response every 20 ms for up to 10 s, until the client cancels.
@@ -85,36 +86,6 @@ output [
   { name: "RECEIVED" data_type: TYPE_INT32 dims: [ 1 ] },
   { name: "LAST_CODE" data_type: TYPE_INT32 dims: [ 1 ] }
 ]
-"""
-
-# One request at a time; those whose id starts with "wait" wait up to 5 s for their client to give up.
-WAITER = """
-import time
-
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            pb_utils.Logger.log_info(f"waiter: executing {request.request_id()}")
-            if request.request_id().startswith("wait"):
-                began = time.monotonic()
-                while time.monotonic() - began < 5 and not request.is_cancelled():
-                    time.sleep(0.01)
-                outcome = "cancelled" if request.is_cancelled() else "not cancelled"
-                pb_utils.Logger.log_info(f"waiter: {request.request_id()} {outcome}")
-            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([1], np.int32))]))
-        return responses
-"""
-
-WAITER_CONFIG = """
-backend: "python"
-input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
-output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
-instance_group [ { kind: KIND_CPU count: 1 } ]
 """
 
 

@@ -14,6 +14,7 @@ import multiprocessing as mp
 import os
 import resource
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 
@@ -31,15 +32,17 @@ def _request_message(sequence: int) -> tuple[object, ...]:
 
 
 def _drain_and_answer(
-    ring_in: _ipc.Ring, ring_out: _ipc.Ring, wake_in: int, wake_out: int, count: int
-) -> None:
-    """The core's side: take what arrived, answer each message with one of the same size."""
+    ring_in: _ipc.Ring, ring_out: _ipc.Ring, wake_in: int, wake_out: int, count: int,
+    reply: Callable[[object], object],
+) -> None:  # fmt: skip
+    """The core's side: take what arrived, answer each message with ``reply(message)``, wake once."""
     answered = 0
     while answered < count:
         _ipc.wait(wake_in)
         replies = 0
         while (message := ring_in.get()) is not _ipc.EMPTY:
-            while not ring_out.put(message):
+            answer = reply(message)
+            while not ring_out.put(answer):
                 time.sleep(0)
             replies += 1
         if replies:
@@ -48,18 +51,13 @@ def _drain_and_answer(
 
 
 def _core_side(
-    segment: int,
-    size: int,
-    spills: tuple[int, int],
-    wake_in: int,
-    wake_out: int,
-    count: int,
-    report: Connection,
-) -> None:
+    segment: int, size: int, spills: tuple[int, int], wake_in: int, wake_out: int, count: int,
+    report: Connection, reply: Callable[[object], object],
+) -> None:  # fmt: skip
     buffer = _ipc.map_segment(segment, size)
     to_core, to_worker = _ipc.ring_pair(buffer, _CAPACITY, spills)
     start = resource.getrusage(resource.RUSAGE_SELF)
-    _drain_and_answer(to_core, to_worker, wake_in, wake_out, count)
+    _drain_and_answer(to_core, to_worker, wake_in, wake_out, count, reply)
     end = resource.getrusage(resource.RUSAGE_SELF)
     report.send((end.ru_utime + end.ru_stime) - (start.ru_utime + start.ru_stime))
     to_core.close()
@@ -75,9 +73,14 @@ class HandoffCost:
     core_us: float  # per request, the receiving side
 
 
-def measure_handoff(in_flight: int, count: int = 40_000) -> HandoffCost:
-    """Round trips of ``count`` request-sized messages with ``in_flight`` outstanding."""
-    name = f"trt-bench-handoff-{os.getpid()}-{in_flight}"
+def _measure_rings(
+    label: str, in_flight: int, count: int, request: Callable[[int], object],
+    reply: Callable[[object], object], answers_in: Callable[[object], int],
+) -> HandoffCost:  # fmt: skip
+    """Round trips of ``count`` messages ``request(n)`` through the rings with ``in_flight``
+    outstanding; the core answers each with ``reply(message)``; ``answers_in`` counts the answers an
+    item taken from the ring completes."""
+    name = f"trt-bench-{label}-{os.getpid()}-{in_flight}"
     size = _ipc.control_bytes(_CAPACITY)
     segment = _ipc.new_segment(name, size)  # memfds, as the backend's: the forked side inherits them
     spills = (_ipc.new_segment(f"{name}-s", 0), _ipc.new_segment(f"{name}-m", 0))
@@ -85,7 +88,8 @@ def measure_handoff(in_flight: int, count: int = 40_000) -> HandoffCost:
     to_core_wake, to_worker_wake = os.eventfd(0), os.eventfd(0)
     receive, send = mp.Pipe(duplex=False)
     core = mp.get_context("fork").Process(
-        target=_core_side, args=(segment, size, spills, to_core_wake, to_worker_wake, count, send)
+        target=_core_side,
+        args=(segment, size, spills, to_core_wake, to_worker_wake, count, send, reply),
     )
     core.start()
     to_core, to_worker = _ipc.ring_pair(buffer, _CAPACITY, spills)
@@ -96,15 +100,15 @@ def measure_handoff(in_flight: int, count: int = 40_000) -> HandoffCost:
         while answered < count:
             burst = 0
             while sent < count and sent - answered < in_flight:
-                while not to_core.put(_request_message(sent)):
+                while not to_core.put(request(sent)):
                     time.sleep(0)
                 sent += 1
                 burst += 1
             if burst:
                 _ipc.wake(to_core_wake)
             _ipc.wait(to_worker_wake)
-            while to_worker.get() is not _ipc.EMPTY:
-                answered += 1
+            while (item := to_worker.get()) is not _ipc.EMPTY:
+                answered += answers_in(item)
         elapsed = time.perf_counter() - started
         end_cpu = resource.getrusage(resource.RUSAGE_SELF)
         core_cpu = float(receive.recv())
@@ -119,6 +123,12 @@ def measure_handoff(in_flight: int, count: int = 40_000) -> HandoffCost:
         os.close(to_worker_wake)
     worker_cpu = (end_cpu.ru_utime + end_cpu.ru_stime) - (start_cpu.ru_utime + start_cpu.ru_stime)
     return HandoffCost(in_flight, count / elapsed, worker_cpu / count * 1e6, core_cpu / count * 1e6)
+
+
+def measure_handoff(in_flight: int, count: int = 40_000) -> HandoffCost:
+    """Round trips of ``count`` request-sized messages with ``in_flight`` outstanding, each answered
+    with itself."""
+    return _measure_rings("handoff", in_flight, count, _request_message, lambda message: message, lambda _: 1)
 
 
 # -- the channel --frontend-workers uses: a Unix socket pair, and the rings, carrying the same frames --
@@ -186,80 +196,21 @@ def measure_socket_handoff(in_flight: int, count: int = 40_000) -> HandoffCost:
     return HandoffCost(in_flight, count / elapsed, worker_cpu / count * 1e6, core_cpu / count * 1e6)
 
 
-def _ring_core_side(
-    segment: int, size: int, spills: tuple[int, int], wake_in: int, wake_out: int, count: int,
-    report: Connection,
-) -> None:  # fmt: skip
-    """As ``_socket_core_side``, over the rings: decode each frame, answer with a new one, wake once."""
-    from trt.server.frontend import codec
-
-    buffer = _ipc.map_segment(segment, size)
-    ring_in, ring_out = _ipc.ring_pair(buffer, _CAPACITY, spills)
-    start = resource.getrusage(resource.RUSAGE_SELF)
-    answered = 0
-    while answered < count:
-        _ipc.wait(wake_in)
-        replies = 0
-        while (frame := ring_in.get()) is not _ipc.EMPTY:
-            (message,) = codec.FrameReader(1 << 20).feed(frame)
-            while not ring_out.put(_frame(message.call)):  # type: ignore[union-attr]
-                time.sleep(0)
-            replies += 1
-        if replies:
-            _ipc.wake(wake_out)
-            answered += replies
-    end = resource.getrusage(resource.RUSAGE_SELF)
-    report.send((end.ru_utime + end.ru_stime) - (start.ru_utime + start.ru_stime))
-    ring_in.close()
-    ring_out.close()
-    buffer.close()
-
-
 def measure_ring_frames(in_flight: int, count: int = 40_000) -> HandoffCost:
     """As ``measure_socket_handoff``, the same frames (encoded and decoded the same way) through the
     Python backend's rings and eventfds: the two differ only in how the bytes travel."""
     from trt.server.frontend import codec
 
-    name = f"trt-bench-frames-{os.getpid()}-{in_flight}"
-    size = _ipc.control_bytes(_CAPACITY)
-    segment = _ipc.new_segment(name, size)
-    spills = (_ipc.new_segment(f"{name}-s", 0), _ipc.new_segment(f"{name}-m", 0))
-    buffer = _ipc.map_segment(segment, size)
-    to_core_wake, to_worker_wake = os.eventfd(0), os.eventfd(0)
-    receive, send = mp.Pipe(duplex=False)
-    core = mp.get_context("fork").Process(
-        target=_ring_core_side, args=(segment, size, spills, to_core_wake, to_worker_wake, count, send)
-    )
-    core.start()
-    to_core, to_worker = _ipc.ring_pair(buffer, _CAPACITY, spills)
+    def reply(frame: object) -> bytes:  # in the core: decode the request, answer with a new frame
+        (message,) = codec.FrameReader(1 << 20).feed(frame)  # type: ignore[arg-type]
+        return _frame(message.call)  # type: ignore[union-attr]
+
     reader = codec.FrameReader(1 << 20)
-    try:
-        start_cpu = resource.getrusage(resource.RUSAGE_SELF)
-        started = time.perf_counter()
-        sent = answered = 0
-        while answered < count:
-            burst = 0
-            while sent < count and sent - answered < in_flight:
-                while not to_core.put(_frame(sent)):
-                    time.sleep(0)
-                sent += 1
-                burst += 1
-            if burst:
-                _ipc.wake(to_core_wake)
-            _ipc.wait(to_worker_wake)
-            while (frame := to_worker.get()) is not _ipc.EMPTY:
-                answered += len(reader.feed(frame))
-        elapsed = time.perf_counter() - started
-        end_cpu = resource.getrusage(resource.RUSAGE_SELF)
-        core_cpu = float(receive.recv())
-        core.join(30)
-    finally:
-        to_core.close()
-        to_worker.close()
-        buffer.close()
-        for fd in (segment, *spills):
-            os.close(fd)
-        os.close(to_core_wake)
-        os.close(to_worker_wake)
-    worker_cpu = (end_cpu.ru_utime + end_cpu.ru_stime) - (start_cpu.ru_utime + start_cpu.ru_stime)
-    return HandoffCost(in_flight, count / elapsed, worker_cpu / count * 1e6, core_cpu / count * 1e6)
+    return _measure_rings(
+        "frames",
+        in_flight,
+        count,
+        _frame,
+        reply,
+        lambda frame: len(reader.feed(frame)),  # type: ignore[arg-type]
+    )

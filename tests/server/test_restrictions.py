@@ -51,6 +51,13 @@ def test_http_restricted_categories_need_their_header(server: ServerProcess) -> 
         client.infer("simple", simple_inputs(httpclient, data), headers={"infer-key": "wrong"})
     result = client.infer("simple", simple_inputs(httpclient, data), headers=dict(USER))
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), 2 * data)
+    # The same heads again (the server looks a head it has seen up rather than parsing it): the
+    # restriction holds for every request without the header, and the key opens it every time.
+    for _ in range(3):
+        with pytest.raises(InferenceServerException, match="expecting header 'infer-key'"):
+            client.infer("simple", simple_inputs(httpclient, data))
+        result = client.infer("simple", simple_inputs(httpclient, data), headers=dict(USER))
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), 2 * data)
 
     with pytest.raises(InferenceServerException, match="expecting header 'admin-key'"):
         client.get_model_repository_index()

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from trt.server.core.server import InferenceServer
 from trt.server.http.app import HttpApp
-from trt.server.http.protocol import Handler
+from trt.server.http.messages import Handler
 from trt.server.restrictions import Restrictions
 from trt.server.sagemaker import SageMakerApp, SageMakerOptions
 from trt.server.vertex_ai import VertexAiApp, VertexAiOptions

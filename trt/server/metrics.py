@@ -14,7 +14,7 @@ from typing import Any
 from trt.server.core.extensions.custom_metrics import FamilySnapshot, MetricKind
 from trt.server.core.extensions.statistics import FAILURE_REASONS
 from trt.server.core.server import InferenceServer
-from trt.server.http.protocol import HttpRequest, HttpResponse
+from trt.server.http.messages import HttpRequest, HttpResponse
 
 logger = logging.getLogger("trt.metrics")
 

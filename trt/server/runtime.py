@@ -23,7 +23,7 @@ from trt.server.hosted_front_ends import hosted_front_ends
 from trt.server.http.app import HttpApp
 from trt.server.http.codec import DEFAULT_HEADER_CACHE_BYTES
 from trt.server.http.limits import HttpLimits
-from trt.server.http.protocol import HttpServer
+from trt.server.http.server import HttpServer
 from trt.server.metrics import MetricsApp
 from trt.server.openai.options import OpenAIOptions
 from trt.server.restrictions import Restrictions

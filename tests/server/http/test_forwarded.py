@@ -7,7 +7,7 @@ import pytest
 
 from trt.server.core.errors import InvalidArgument
 from trt.server.http.forwarded import as_http_request, json_header_size
-from trt.server.http.protocol import HttpRequest
+from trt.server.http.messages import HttpRequest
 
 MIME = "application/vnd.sagemaker-triton.binary+json;json-header-size="
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import socket
+import struct
 import subprocess
 import time
 
@@ -79,6 +80,47 @@ def test_a_keep_alive_connection_is_answered_after_pauses_and_bursts(server: Ser
             assert [status for status, _, _ in answers] == [200] * burst
             assert json.loads(answers[0][2])["outputs"][0]["data"][:3] == [1, 2, 3]
         assert not buffer
+
+
+def _binary_infer(first: int, second: int, extra: str = "", compress: bool = False) -> bytes:
+    """An infer request of ``simple`` with binary inputs: the same head for any two values."""
+    header = json.dumps(
+        {
+            "inputs": [
+                {"name": n, "shape": [1, 16], "datatype": "INT32", "parameters": {"binary_data_size": 64}}
+                for n in ("INPUT0", "INPUT1")
+            ],
+            "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": False}}],
+        }
+    ).encode()
+    body = header + struct.pack("<16i", *[first] * 16) + struct.pack("<16i", *[second] * 16)
+    if compress:
+        body, extra = gzip.compress(body, mtime=0), extra + "Content-Encoding: gzip\r\n"
+    return _post(
+        "/v2/models/simple/infer", body, f"{extra}Inference-Header-Content-Length: {len(header)}\r\n"
+    )
+
+
+@pytest.mark.parametrize("compress", [False, True], ids=["plain", "gzip-body"])
+def test_requests_with_the_same_head_each_get_their_own_answer(server: ServerProcess, compress: bool) -> None:
+    """A head seen before is looked up, not parsed: each body is still read, decoded and answered."""
+    with _connect(server) as sock:
+        buffer = bytearray()
+        for value in (1, 2, 3, 50, -7):
+            sock.sendall(_binary_infer(value, 1, compress=compress))
+            status, _, payload = _read_response(sock, buffer)
+            assert status == 200
+            assert json.loads(payload)["outputs"][0]["data"] == [value + 1] * 16
+
+
+def test_a_repeated_head_asking_for_gzip_gets_gzip_every_time(server: ServerProcess) -> None:
+    with _connect(server) as sock:
+        buffer = bytearray()
+        for value in (4, 5, 6):
+            sock.sendall(_binary_infer(value, 1, "Accept-Encoding: gzip\r\n"))
+            status, headers, payload = _read_response(sock, buffer)
+            assert status == 200 and headers["content-encoding"] == "gzip"
+            assert json.loads(gzip.decompress(payload))["outputs"][0]["data"] == [value + 1] * 16
 
 
 def test_connection_close_and_http_1_0_close_after_the_answer(server: ServerProcess) -> None:

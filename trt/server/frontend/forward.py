@@ -19,7 +19,7 @@ from trt.server.frontend.channel import Channel
 from trt.server.grpc.app import Method, Reply
 from trt.server.grpc.call import GrpcCall
 from trt.server.grpc.errors import GrpcError, StatusCode
-from trt.server.http.protocol import HttpRequest, HttpResponse
+from trt.server.http.messages import HttpRequest, HttpResponse
 
 
 class CoreGone(Exception):

@@ -21,7 +21,7 @@ from trt.server.frontend.channel import Channel
 from trt.server.grpc.app import Method, Reply
 from trt.server.grpc.call import GrpcCall
 from trt.server.grpc.errors import StatusCode, status_of
-from trt.server.http.protocol import Handler, HttpRequest, HttpResponse, close_stream
+from trt.server.http.messages import Handler, HttpRequest, HttpResponse, close_stream
 
 logger = logging.getLogger("trt.frontend")
 

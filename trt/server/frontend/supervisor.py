@@ -26,7 +26,7 @@ from trt.server.frontend.config import WorkerConfig, request_frame_limit
 from trt.server.frontend.forward import MethodEntry
 from trt.server.frontend.serving import WorkerSession
 from trt.server.grpc.app import Method
-from trt.server.http.protocol import Handler
+from trt.server.http.messages import Handler
 
 logger = logging.getLogger("trt.frontend")
 

@@ -24,7 +24,7 @@ from trt.server.frontend.config import ANSWER_FRAME_LIMIT, WorkerConfig
 from trt.server.frontend.forward import CoreLink, HttpForwarder, forwarding_methods
 from trt.server.grpc.server import GrpcServer
 from trt.server.http.app import HttpApp
-from trt.server.http.protocol import HttpServer
+from trt.server.http.server import HttpServer
 from trt.server.tls import server_context
 
 logger = logging.getLogger("trt.frontend")

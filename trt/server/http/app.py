@@ -15,6 +15,7 @@ import logging
 import re
 import zlib
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -25,7 +26,7 @@ from trt.server.core.models.config import config_to_json
 from trt.server.core.server import InferenceServer
 from trt.server.core.types import InferenceResponse, StreamItem
 from trt.server.http import codec, generate
-from trt.server.http.protocol import HttpRequest, HttpResponse, close_stream
+from trt.server.http.messages import HttpRequest, HttpResponse, close_stream
 from trt.server.http.statistics import statistics_json
 from trt.server.restrictions import Restrictions
 
@@ -40,6 +41,17 @@ _SHM_ROUTE = re.compile(r"/v2/(system|cuda)sharedmemory(?:/region/([^/]+))?/(sta
 
 _JSON_HEADERS = [(b"content-type", b"application/json")]
 _SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8")]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class _InferRoute:
+    """Where an inference request goes and how its answer is encoded: what its head decides."""
+
+    app: HttpApp
+    model_name: str
+    model_version: str
+    header_length: int | None  # Inference-Header-Content-Length
+    accept_encoding: str | None
 
 
 class HttpError(Exception):
@@ -70,6 +82,17 @@ class HttpApp:
         return _is_inference(path)
 
     async def __call__(self, request: HttpRequest) -> HttpResponse:
+        plan = request.plan
+        if plan is not None:  # a head seen before: its route, if it was an inference, is known
+            route = plan.route
+            if type(route) is _InferRoute and route.app is self:
+                try:
+                    return await self._infer_on(request, route)
+                except ServerError as exc:
+                    return _error(exc.http_status, exc.message)
+                except Exception as exc:  # a bug of ours must not take the server down
+                    logger.exception("unhandled error on %s %s", request.method, request.path)
+                    return _error(500, f"internal error: {exc}")
         path = request.path
         if self.restrictions.by_category:
             unmet = self.restrictions.unmet(_category(path), request.headers.get)
@@ -108,8 +131,24 @@ class HttpApp:
                 raise InvalidArgument(
                     f"Unable to parse Inference-Header-Content-Length, got: {header_length}"
                 ) from None
+        route = _InferRoute(
+            self, match.group(1), match.group(2) or "", length, headers.get("accept-encoding")
+        )
+        plan = http_request.plan
+        # Everything the route holds follows from the head; a compressed body is not remembered, so
+        # that the requests of its head go through ``_body`` each time.
+        if plan is not None and headers.get("content-encoding") is None:
+            plan.route = route
+        return await self._infer_on(http_request, route, body)
+
+    async def _infer_on(
+        self, http_request: HttpRequest, route: _InferRoute, body: bytes | None = None
+    ) -> HttpResponse:
         request, binary_choice, default_binary = self._decoder.decode(
-            match.group(1), match.group(2) or "", body, length
+            route.model_name,
+            route.model_version,
+            http_request.body if body is None else body,
+            route.header_length,
         )
         tracer = self.core.tracer
         if tracer.active and (trace := tracer.start(request.model_name, request.model_version, request.id)):
@@ -118,21 +157,20 @@ class HttpApp:
                 trace,
                 HTTP_TRACE_POINTS,
                 (http_request.started_ns, http_request.received_ns),
-                lambda response: self._infer_response(http_request, response, binary_choice, default_binary),
+                lambda response: self._infer_response(route, response, binary_choice, default_binary),
             )
             http_response.sent = sent
             return http_response
         response = await self.core.infer(request)
-        return self._infer_response(http_request, response, binary_choice, default_binary)
+        return self._infer_response(route, response, binary_choice, default_binary)
 
     def _infer_response(
         self,
-        http_request: HttpRequest,
+        route: _InferRoute,
         response: InferenceResponse,
         binary_choice: dict[str, bool],
         default_binary: bool,
     ) -> HttpResponse:
-        headers = http_request.headers
         payload, json_length = codec.encode_response(response, binary_choice, default_binary)
         if json_length is None:
             out_headers = [(b"content-type", b"application/json")]
@@ -141,9 +179,8 @@ class HttpApp:
                 (b"content-type", b"application/octet-stream"),
                 (b"inference-header-content-length", str(json_length).encode()),
             ]
-        accept = headers.get("accept-encoding")
-        if accept:
-            payload, out_headers = _compress(payload, out_headers, accept)
+        if route.accept_encoding:
+            payload, out_headers = _compress(payload, out_headers, route.accept_encoding)
         return HttpResponse(200, payload, out_headers)
 
     # -- the generate extension ----------------------------------------------------------------

@@ -9,7 +9,7 @@ a request into the HTTP app's own, so the two front ends share its decoding, err
 from __future__ import annotations
 
 from trt.server.core.errors import InvalidArgument
-from trt.server.http.protocol import HttpRequest
+from trt.server.http.messages import HttpRequest
 
 _COMPRESSION_HEADERS = ("content-encoding", "accept-encoding")
 

@@ -9,6 +9,10 @@ Supported: keep-alive and pipelining (answered in order), ``Expect: 100-continue
 bodies, HEAD, write backpressure, an idle timeout, and a graceful stop that lets requests in progress
 finish.
 
+A head seen before is not parsed again: ``heads.HeadCache`` remembers what httptools made of each
+head's bytes, and a request whose head is one of them has its body read by its ``Content-Length``
+through the same limits and accounting (``_planned``).
+
 Every buffer is bounded (``HttpLimits``): the request line and headers together (431, counted on the
 bytes as they arrive, since httptools itself keeps a header value it has not finished in one growing
 buffer), the number of headers (431), the body (413), and, through the core's ``QueuedBytes``, the
@@ -19,57 +23,28 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
-import ssl
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
 from http import HTTPStatus
-from typing import Any
+from typing import TYPE_CHECKING
 
 import httptools
 
-from trt.server.core.scheduling.queued_bytes import QueuedBytes
-from trt.server.http.limits import HttpLimits, over_budget, too_large
+from trt.server.http.heads import HEAD_END, HeadPlan, plannable
+from trt.server.http.limits import over_budget
+from trt.server.http.messages import Handler, HttpRequest, HttpResponse, close_stream
+
+if TYPE_CHECKING:
+    from trt.server.http.server import HttpServer
 
 logger = logging.getLogger("trt.http")
 
 _REASONS = {status.value: status.phrase.encode() for status in HTTPStatus}
 _MAX_PIPELINED = 32  # stop reading from a client that queues more than this
-_HEAD_END = b"\r\n\r\n"
 
 
 class _HeadTooLarge(Exception):
     """Raised from a parser callback to stop parsing a request whose head breaks a limit."""
-
-
-@dataclass(slots=True)
-class HttpRequest:
-    method: str
-    path: str
-    query: str
-    headers: dict[str, str]  # names in lower case
-    body: bytes
-    body_too_large: bool = False  # over the limit: the body was dropped and the answer is 413
-    over_budget: bool = False  # the server held too many bytes: the body was dropped, the answer is 503
-    reserved: int = 0  # bytes of the body counted against the server's QueuedBytes until answered
-    started_ns: int = 0  # perf_counter_ns when its first byte was parsed, and when its last was
-    received_ns: int = 0
-
-
-@dataclass(slots=True)
-class HttpResponse:
-    status: int
-    body: bytes = b""
-    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
-    # Sent after the head with chunked transfer encoding, chunk by chunk as it yields (server-sent
-    # events); ``body`` is then ignored. Closed early if the client goes away.
-    stream: AsyncIterator[bytes] | None = None
-    sent: Callable[[], None] | None = None  # called once the response is written (tracing)
-
-
-Handler = Callable[[HttpRequest], Awaitable[HttpResponse]]
 
 
 class HttpProtocol(asyncio.Protocol):
@@ -105,6 +80,15 @@ class HttpProtocol(asyncio.Protocol):
         self._too_large = False
         self._over_budget = False
         self._reserved = 0
+        # Heads seen before: the parser holds nothing of a next message (it is between two), the
+        # head of the message the parser reads (its bytes, when they came at once: to remember),
+        # and the head whose body is arriving without the parser.
+        self._heads = server.heads if server.heads.max_heads else None
+        self._parser_idle = True
+        self._head_bytes: bytes | None = None
+        self._head_chunk = 0  # the length of the chunk that ``_head_bytes`` began
+        self._planned_head: HeadPlan | None = None
+        self._planned_left = 0
 
     # -- connection ---------------------------------------------------------------------------
 
@@ -142,6 +126,14 @@ class HttpProtocol(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.last_active = self._loop.time()
+        if self._planned_head is not None:
+            data = self._planned_body(data)
+            if not data:
+                return
+        if self._parser_idle and self._heads is not None:
+            data = self._planned(data)
+            if not data:
+                return
         if self._in_head:
             if not self._line_ended and b"\n" in data:
                 self._line_ended = True
@@ -149,12 +141,12 @@ class HttpProtocol(asyncio.Protocol):
             # few bytes of a next pipelined head in the same chunk go uncounted, so the bound is exact
             # to within one read.
             tail = self._head_tail
-            across = (tail + data[:3]).find(_HEAD_END) if tail else -1
+            across = (tail + data[:3]).find(HEAD_END) if tail else -1
             if across >= 0:
-                self._head_size += across + len(_HEAD_END) - len(tail)
+                self._head_size += across + len(HEAD_END) - len(tail)
             else:
-                end = data.find(_HEAD_END)
-                self._head_size += len(data) if end < 0 else end + len(_HEAD_END)
+                end = data.find(HEAD_END)
+                self._head_size += len(data) if end < 0 else end + len(HEAD_END)
             self._head_tail = data[-3:]
             if self._head_size > self._server.limits.max_header_size:
                 self._reject_head()
@@ -170,6 +162,58 @@ class HttpProtocol(asyncio.Protocol):
                 raise
         except httptools.HttpParserError as exc:
             self._reject(400, f"malformed HTTP request: {exc}".encode())
+
+    def _planned(self, data: bytes) -> bytes:
+        """Take the messages at the front of ``data`` whose heads were seen before; the rest, from
+        the first head that was not (the parser's, which holds nothing of it yet)."""
+        heads = self._heads
+        assert heads is not None
+        while data:
+            end = data.find(HEAD_END, 0, heads.max_head_bytes)
+            if end < 0:
+                self._head_bytes = None
+                return data
+            head = data[: end + 4]
+            plan = heads.get(head)
+            if plan is None:
+                # Remembered once the parser has read it, if the message was this chunk alone: then
+                # the parser's head was exactly these bytes (see on_message_complete).
+                self._head_bytes, self._head_chunk = head, len(data)
+                return data
+            self._begin()
+            self._in_head = False
+            size = plan.content_length
+            start = end + 4
+            available = len(data) - start
+            if available < size:  # the rest of the body comes later
+                if available:
+                    self.on_body(data[start:])
+                self._planned_head, self._planned_left = plan, size - available
+                return b""
+            if size:
+                self.on_body(data[start : start + size])
+            self._complete_planned(plan)
+            data = data[start + size :]
+        return data
+
+    def _planned_body(self, data: bytes) -> bytes:
+        """More of the body of a message whose head was seen before; what follows it."""
+        plan = self._planned_head
+        assert plan is not None
+        left = self._planned_left
+        if len(data) < left:
+            self.on_body(data)
+            self._planned_left = left - len(data)
+            return b""
+        self.on_body(data[:left] if len(data) > left else data)
+        self._planned_head = None
+        self._complete_planned(plan)
+        return data[left:]
+
+    def _complete_planned(self, plan: HeadPlan) -> None:
+        self._complete(
+            plan.method, plan.path, plan.query, plan.headers, plan.keep_alive, plan.say_keep_alive, plan
+        )
 
     def _reject_head(self) -> None:
         limits = self._server.limits
@@ -198,6 +242,11 @@ class HttpProtocol(asyncio.Protocol):
     # -- httptools callbacks ------------------------------------------------------------------
 
     def on_message_begin(self) -> None:
+        self._parser_idle = False
+        self._begin()
+
+    def _begin(self) -> None:
+        """A new message: its state starts empty."""
         self._started = time.perf_counter_ns()
         self._url = []
         self._url_size = 0
@@ -255,27 +304,61 @@ class HttpProtocol(asyncio.Protocol):
             self._server.queued_bytes.release(size)
 
     def on_message_complete(self) -> None:
-        self._in_head = True
         url = httptools.parse_url(b"".join(self._url))
         path = url.path.decode("latin-1")
         if "%" in path:
             from urllib.parse import unquote
 
             path = unquote(path)
+        method = self._parser.get_method().decode("latin-1")
+        query = url.query.decode("latin-1") if url.query else ""
+        headers = self._headers
+        keep_alive = self._parser.should_keep_alive()
+        # An HTTP/1.0 client keeps the connection only when the answer says so.
+        say_keep_alive = keep_alive and self._parser.get_http_version() == "1.0"
+        plan = None
+        head = self._head_bytes
+        if head is not None:
+            self._head_bytes = None
+            heads = self._heads
+            size = plannable(headers, self._body_size)
+            whole = size is not None and len(head) + size == self._head_chunk
+            if (
+                heads is not None
+                and size is not None
+                and whole
+                and not (self._too_large or self._over_budget)
+            ):
+                plan = HeadPlan(method, path, query, headers, size, keep_alive, say_keep_alive)
+                heads.remember(head, plan)
+        self._complete(method, path, query, headers, keep_alive, say_keep_alive, plan)
+        self._parser_idle = True
+
+    def _complete(
+        self,
+        method: str,
+        path: str,
+        query: str,
+        headers: dict[str, str],
+        keep_alive: bool,
+        say_keep_alive: bool,
+        plan: HeadPlan | None,
+    ) -> None:
+        """A whole request has arrived: queue it to be answered."""
+        self._in_head = True
         request = HttpRequest(
-            method=self._parser.get_method().decode("latin-1"),
-            path=path,
-            query=url.query.decode("latin-1") if url.query else "",
-            headers=self._headers,
-            body=self._body[0] if len(self._body) == 1 else b"".join(self._body),
+            method,
+            path,
+            query,
+            headers,
+            self._body[0] if len(self._body) == 1 else b"".join(self._body),
+            plan=plan,
         )
         self._body = []  # the pieces, once joined, must not live on beside the request until the next
         request.body_too_large, request.over_budget = self._too_large, self._over_budget
         request.reserved, self._reserved = self._reserved, 0
         request.started_ns, request.received_ns = self._started, time.perf_counter_ns()
-        keep_alive = self._parser.should_keep_alive()
-        # An HTTP/1.0 client keeps the connection only when the answer says so.
-        self._pending.append((request, keep_alive, keep_alive and self._parser.get_http_version() == "1.0"))
+        self._pending.append((request, keep_alive, say_keep_alive))
         if len(self._pending) > _MAX_PIPELINED and self._transport is not None:
             self._transport.pause_reading()
         if not self._busy:
@@ -389,17 +472,6 @@ class HttpProtocol(asyncio.Protocol):
             await close_stream(response.stream)
 
 
-def _too_large(limit: int) -> HttpResponse:
-    return HttpResponse(*too_large(limit))
-
-
-async def close_stream(stream: AsyncIterator[Any]) -> None:
-    """Close an async generator early (a consumer that stops reading); other iterators need nothing."""
-    close = getattr(stream, "aclose", None)
-    if close is not None:
-        await close()
-
-
 def _head(status: int, length: int | None, headers: list[tuple[bytes, bytes]], keep_alive: bool) -> bytes:
     """The status line and headers; ``length`` None announces a chunked body."""
     framing = b"transfer-encoding: chunked" if length is None else b"content-length: %d" % length
@@ -410,63 +482,3 @@ def _head(status: int, length: int | None, headers: list[tuple[bytes, bytes]], k
         lines.append(b"connection: close\r\n")
     lines.append(b"\r\n")
     return b"".join(lines)
-
-
-class HttpServer:
-    """Owns the listening socket and the open connections."""
-
-    def __init__(
-        self,
-        handler: Handler,
-        limits: HttpLimits | None = None,
-        idle_timeout: float = 75.0,
-        cancellable: Callable[[str], bool] = lambda path: False,
-        queued_bytes: QueuedBytes | None = None,
-        ssl_context: ssl.SSLContext | None = None,
-        too_large: Callable[[int], HttpResponse] | None = None,
-    ) -> None:
-        self.handler = handler
-        self.limits = limits or HttpLimits()
-        # The answer to a body over ``limits.max_body_size``, given the limit: each API words it its own way.
-        self.too_large = too_large or _too_large
-        self.idle_timeout = idle_timeout
-        # Paths whose handling stops when the client disconnects (inference); others run to the end.
-        self.cancellable = cancellable
-        # Bodies being received or waiting to be answered count against the core's bound.
-        self.queued_bytes = queued_bytes
-        self.ssl_context = ssl_context  # HTTPS when set
-        self.connections: set[HttpProtocol] = set()
-        self._server: asyncio.base_events.Server | None = None
-        self._sweeper: asyncio.Task[None] | None = None
-
-    async def start(self, sock: socket.socket) -> None:
-        loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            lambda: HttpProtocol(self.handler, self), sock=sock, ssl=self.ssl_context
-        )
-        self._sweeper = loop.create_task(self._close_idle())
-
-    async def _close_idle(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            await asyncio.sleep(min(10.0, self.idle_timeout))
-            now = loop.time()
-            for connection in list(self.connections):
-                if connection.idle and now - connection.last_active > self.idle_timeout:
-                    connection.close()
-
-    async def stop(self, timeout: float) -> None:
-        """Stop accepting, finish requests in progress (up to ``timeout``), close everything."""
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-        if self._server is not None:
-            self._server.close()
-        for connection in list(self.connections):
-            connection.close()
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while self.connections and loop.time() < deadline:
-            await asyncio.sleep(0.05)
-        for connection in list(self.connections):
-            if connection._transport is not None:
-                connection._transport.abort()

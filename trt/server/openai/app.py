@@ -21,7 +21,7 @@ import orjson
 
 from trt.server.core.errors import ServerError
 from trt.server.core.server import InferenceServer
-from trt.server.http.protocol import HttpRequest, HttpResponse
+from trt.server.http.messages import HttpRequest, HttpResponse
 from trt.server.openai import completions, responses
 from trt.server.openai.errors import OpenAIError, from_server_error, model_not_found
 from trt.server.openai.generation import VllmContract

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from trt.server.core.errors import ServerError
 from trt.server.core.server import InferenceServer
-from trt.server.http.protocol import HttpResponse, close_stream
+from trt.server.http.messages import HttpResponse, close_stream
 from trt.server.openai.errors import OpenAIError, from_server_error
 from trt.server.openai.generation import Generated, VllmContract, generate
 from trt.server.openai.responses import DONE, Completion, Usage, error_event

@@ -22,7 +22,7 @@ from trt.protos import model_config_pb2
 from trt.server.core.errors import ServerError
 from trt.server.core.server import InferenceServer
 from trt.server.core.types import InferenceRequest, InferenceResponse, InputTensor
-from trt.server.http.protocol import close_stream
+from trt.server.http.messages import close_stream
 from trt.server.openai.errors import OpenAIError, invalid
 
 PROMPT_INPUT = "text_input"

@@ -19,7 +19,7 @@ import orjson
 from trt.server.core.errors import ServerError
 from trt.server.http.app import HttpApp
 from trt.server.http.forwarded import as_http_request, json_header_size
-from trt.server.http.protocol import HttpRequest, HttpResponse
+from trt.server.http.messages import HttpRequest, HttpResponse
 from trt.server.sagemaker.multi_model import MultiModelEndpoint
 from trt.server.sagemaker.options import SageMakerOptions
 

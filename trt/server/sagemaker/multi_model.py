@@ -20,7 +20,7 @@ import orjson
 
 from trt.server.core.errors import AlreadyExists, ServerError
 from trt.server.core.server import InferenceServer
-from trt.server.http.protocol import HttpResponse
+from trt.server.http.messages import HttpResponse
 
 logger = logging.getLogger("trt.sagemaker")
 

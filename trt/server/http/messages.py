@@ -1,0 +1,45 @@
+"""What the HTTP server hands its handler and takes back: one request, one response."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from trt.server.http.heads import HeadPlan
+
+
+@dataclass(slots=True)
+class HttpRequest:
+    method: str
+    path: str
+    query: str
+    headers: dict[str, str]  # names in lower case
+    body: bytes
+    body_too_large: bool = False  # over the limit: the body was dropped and the answer is 413
+    over_budget: bool = False  # the server held too many bytes: the body was dropped, the answer is 503
+    reserved: int = 0  # bytes of the body counted against the server's QueuedBytes until answered
+    started_ns: int = 0  # perf_counter_ns when its first byte was parsed, and when its last was
+    received_ns: int = 0
+    plan: HeadPlan | None = None  # its head was seen before (see ``heads``); None: parsed afresh
+
+
+@dataclass(slots=True)
+class HttpResponse:
+    status: int
+    body: bytes = b""
+    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+    # Sent after the head with chunked transfer encoding, chunk by chunk as it yields (server-sent
+    # events); ``body`` is then ignored. Closed early if the client goes away.
+    stream: AsyncIterator[bytes] | None = None
+    sent: Callable[[], None] | None = None  # called once the response is written (tracing)
+
+
+Handler = Callable[[HttpRequest], Awaitable[HttpResponse]]
+
+
+async def close_stream(stream: AsyncIterator[Any]) -> None:
+    """Close an async generator early (a consumer that stops reading); other iterators need nothing."""
+    close = getattr(stream, "aclose", None)
+    if close is not None:
+        await close()

@@ -1,0 +1,82 @@
+"""The HTTP server: its listening socket, its connections (``protocol.HttpProtocol``), what they
+share (limits, the byte bound, the heads seen before) and how it stops."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import ssl
+from collections.abc import Callable
+
+from trt.server.core.scheduling.queued_bytes import QueuedBytes
+from trt.server.http.heads import HeadCache
+from trt.server.http.limits import HttpLimits, too_large
+from trt.server.http.messages import Handler, HttpResponse
+from trt.server.http.protocol import HttpProtocol
+
+
+def _too_large(limit: int) -> HttpResponse:
+    return HttpResponse(*too_large(limit))
+
+
+class HttpServer:
+    """Owns the listening socket and the open connections."""
+
+    def __init__(
+        self,
+        handler: Handler,
+        limits: HttpLimits | None = None,
+        idle_timeout: float = 75.0,
+        cancellable: Callable[[str], bool] = lambda path: False,
+        queued_bytes: QueuedBytes | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        too_large: Callable[[int], HttpResponse] | None = None,
+        heads: HeadCache | None = None,
+    ) -> None:
+        self.handler = handler
+        self.limits = limits or HttpLimits()
+        # The answer to a body over ``limits.max_body_size``, given the limit: each API words it its own way.
+        self.too_large = too_large or _too_large
+        self.idle_timeout = idle_timeout
+        # Paths whose handling stops when the client disconnects (inference); others run to the end.
+        self.cancellable = cancellable
+        # Bodies being received or waiting to be answered count against the core's bound.
+        self.queued_bytes = queued_bytes
+        self.ssl_context = ssl_context  # HTTPS when set
+        # Heads seen before, shared by every connection (``heads``); None: each is parsed.
+        self.heads = heads if heads is not None else HeadCache()
+        self.connections: set[HttpProtocol] = set()
+        self._server: asyncio.base_events.Server | None = None
+        self._sweeper: asyncio.Task[None] | None = None
+
+    async def start(self, sock: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: HttpProtocol(self.handler, self), sock=sock, ssl=self.ssl_context
+        )
+        self._sweeper = loop.create_task(self._close_idle())
+
+    async def _close_idle(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(min(10.0, self.idle_timeout))
+            now = loop.time()
+            for connection in list(self.connections):
+                if connection.idle and now - connection.last_active > self.idle_timeout:
+                    connection.close()
+
+    async def stop(self, timeout: float) -> None:
+        """Stop accepting, finish requests in progress (up to ``timeout``), close everything."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+        if self._server is not None:
+            self._server.close()
+        for connection in list(self.connections):
+            connection.close()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while self.connections and loop.time() < deadline:
+            await asyncio.sleep(0.05)
+        for connection in list(self.connections):
+            if connection._transport is not None:
+                connection._transport.abort()

@@ -401,7 +401,7 @@ def test_the_fenced_ring_other_architectures_use_carries_messages_between_thread
 
 
 def _instance(tmp_path: Path, source: str, config: dict[str, object], **sizes: int) -> PythonModelInstance:
-    (tmp_path / "1").mkdir(exist_ok=True)
+    (tmp_path / "1").mkdir(parents=True, exist_ok=True)
     (tmp_path / "1" / "model.py").write_text(source)
     args = {
         "model_config": json.dumps({"name": "m", **config}),
@@ -538,9 +538,9 @@ class TritonPythonModel:
 def test_an_instance_holds_its_next_request_while_it_runs_one_and_times_it_from_its_start(
     tmp_path: Path,
 ) -> None:
-    """The scheduler hands a Python instance the next request while one executes (it is in the
-    model process's ring when the first ends); they still run one at a time, in order, and the
-    statistics see the held one as queued until it starts, as Triton's would."""
+    """The scheduler hands a Python model's only instance the next requests while one executes (they
+    are in the model process's ring when the first ends); they still run one at a time, in order,
+    and the statistics see the held ones as queued until each starts, as Triton's would."""
     instance = _instance(tmp_path, TIMED, {})
     stats = ModelStatistics("m", "1")
     scheduler = RequestScheduler([instance], stats)
@@ -554,7 +554,7 @@ def test_an_instance_holds_its_next_request_while_it_runs_one_and_times_it_from_
             ]
             await asyncio.sleep(0.2)
             pending_while_first_runs = stats.pending
-            assert len(instance._executions) == 2  # the running one, and the next in its ring
+            assert len(instance._executions) == 3  # the running one, and the next two in its ring
             await asyncio.sleep(0.4)
             pending_while_second_runs = stats.pending
             answers = await asyncio.gather(*calls)
@@ -572,6 +572,34 @@ def test_an_instance_holds_its_next_request_while_it_runs_one_and_times_it_from_
         assert abs(times.queue_ns - (span[0] - submitted)) < 50_000_000, (times, span - submitted)
         assert 0.4e9 <= times.infer_ns < 0.55e9, times
     assert stats.execution_count == 3 and stats.pending == 0
+
+
+def test_each_of_several_instances_holds_one_request_behind_the_one_it_runs(tmp_path: Path) -> None:
+    """With two instances, a request never waits in one's ring behind a second queued one while
+    the other could take it: each holds the running execution and the next, the rest wait in the
+    scheduler's queue."""
+    instances = [_instance(tmp_path / name, TIMED, {}) for name in ("a", "b")]
+    stats = ModelStatistics("m", "1")
+    scheduler = RequestScheduler(instances, stats)
+
+    async def scenario() -> tuple[list[int], int]:
+        try:
+            calls = [
+                asyncio.ensure_future(scheduler.schedule(BackendRequest(str(n), {}, ("PID",), {}), 1))
+                for n in range(6)
+            ]
+            await asyncio.sleep(0.2)
+            held = [len(instance._executions) for instance in instances]
+            waiting = len(scheduler._waiting)
+            await asyncio.gather(*calls)
+            return held, waiting
+        finally:
+            for instance in instances:
+                await instance.aclose()
+
+    held, waiting = asyncio.run(scenario())
+    assert held == [2, 2] and waiting == 2
+    assert stats.execution_count == 6 and stats.pending == 0
 
 
 def test_a_request_held_behind_one_whose_process_dies_runs_on_the_new_process(tmp_path: Path) -> None:

@@ -1,9 +1,9 @@
 """The executions a Python model's instance holds: each one ``execute(requests)`` call in its model
 process, from the moment it is sent until its last response.
 
-The scheduler may hand an instance its next execution while one runs (``EXECUTION_SLOTS``), so that
-the model process goes from one ``execute`` to the next without waiting for the event loop to see
-the first one's result. Each execution's tensors travel in the pair of arenas of a free slot, held
+The scheduler may hand an instance its next executions while one runs (up to ``EXECUTION_SLOTS``),
+so that the model process goes from one ``execute`` to the next without waiting for the event loop
+to see the first one's result. Each execution's tensors travel in the pair of arenas of a free slot, held
 until its last response; with none free they travel inline, in the messages. Answers arrive as one
 ``result`` message (the responses ``execute`` returned), or, for a model that uses response
 senders, as ``response`` messages one by one and a ``result`` saying ``execute`` returned.
@@ -158,11 +158,14 @@ class Executions:
         """A pair of arenas no unfinished execution holds. An execution holds its pair until its
         last response: a model may read its inputs from another thread until it sends its final
         flag. With none free (streams left open) the tensors travel inline, in the messages."""
-        free = list(range(EXECUTION_SLOTS))
-        for execution in self._executions.values():
-            if execution.slot is not None:
-                free.remove(execution.slot)
-        return free[0] if free else None
+        executions = self._executions
+        if not executions:
+            return 0
+        held = {execution.slot for execution in executions.values()}
+        for slot in range(EXECUTION_SLOTS):
+            if slot not in held:
+                return slot
+        return None
 
     # -- what the model process sends ----------------------------------------------------------
 

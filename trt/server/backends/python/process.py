@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import mmap
 import os
 import secrets
 import socket
@@ -30,8 +31,8 @@ from trt.server.core.scheduling.cpu_colocation import CpuColocation
 logger = logging.getLogger("trt.backends.python")
 
 STUB = Path(__file__).resolve().parent / "stub" / "trt_python_stub.py"
-ARENA_BYTES = 16 * 1024 * 1024  # per slot and direction
-EXECUTION_SLOTS = 2
+ARENA_BYTES = 16 * 1024 * 1024  # per slot and direction (shared memory: pages are taken as written)
+EXECUTION_SLOTS = 8  # executions an instance holds at once (see core.scheduling.request_scheduler)
 RING_BYTES = 1 << 20  # per direction; a message over a quarter of it goes through the ring's spill
 START_TIMEOUT_S = 120.0
 REAP_TIMEOUT_S = 5.0
@@ -69,7 +70,8 @@ class ModelProcess:
         self._on_exit = on_exit
         self._colocation = colocation
         self.tag = tag = f"trt_{os.getpid()}_{secrets.token_hex(4)}"
-        self._arena_bytes = arena_bytes
+        granule = mmap.ALLOCATIONGRANULARITY  # each slot's arena is mapped on its own, from its start
+        self._arena_bytes = arena_bytes = -(-arena_bytes // granule) * granule
         self._ring_bytes = ring_bytes
         # After the rings, the number of the last execution the process took off its ring (it
         # writes it before running it): on a death, those after it never started.

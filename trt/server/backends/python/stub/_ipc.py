@@ -385,14 +385,16 @@ EMPTY: Any = _Empty()
 class Arena:
     """A shared-memory region filled front to back for one execution, then reused: the ``size``
     bytes from ``start`` of the segment open as ``fd`` (a segment holds one arena per execution
-    slot)."""
+    slot; ``start`` is a multiple of the page size). Offsets are from the arena's own start."""
 
     def __init__(self, fd: int, size: int, start: int = 0) -> None:
+        if os.fstat(fd).st_size < start + size:
+            raise ValueError(f"the segment has {os.fstat(fd).st_size} bytes, not {start + size}")
         self.size = size
-        self._map = map_segment(fd, start + size)
-        self._start = start
-        self._end = start + size
-        self._used = start
+        self._map = mmap.mmap(fd, size, offset=start)  # this arena's bytes only, not those before it
+        self._start = 0
+        self._end = size
+        self._used = 0
 
     def reset(self) -> None:
         self._used = self._start

@@ -146,3 +146,38 @@ def test_requests_that_change_every_time_are_not_kept(what: str) -> None:
 def test_a_long_prefix_is_not_kept() -> None:
     message = _request(model="m" * 5000)
     assert request_wire.prefix_of(message.SerializeToString(), list(message.raw_input_contents)) is None
+
+
+def test_a_request_seen_before_is_read_without_protobuf_and_as_protobuf_reads_it() -> None:
+    data = _request(model="looked up", values=3).SerializeToString()
+    codec.decode_infer_message(data)
+    looked_up = request_wire.lookup(_request(model="looked up", values=5).SerializeToString())
+    assert looked_up is not None
+    _same(looked_up, codec.decode_infer_request(_request(model="looked up", values=5)))
+
+
+@pytest.mark.parametrize("field", ["an id", "a parameter"])
+def test_fields_after_the_raw_inputs_are_read_by_protobuf(field: str) -> None:
+    """The kept prefix, the raw inputs, then another field (protobuf reads fields in any order and
+    the last value of a field wins): the cached template does not hold it, so protobuf decodes."""
+    message = _request(model="fields after")
+    codec.decode_infer_message(message.SerializeToString())
+    later = pb.ModelInferRequest(id="late") if field == "an id" else pb.ModelInferRequest()
+    if field == "a parameter":
+        later.parameters["priority"].uint64_param = 3
+    data = message.SerializeToString() + later.SerializeToString()
+    assert request_wire.lookup(data) is None
+    decoded = codec.decode_infer_message(data)
+    _same(decoded, codec.decode_infer_request(pb.ModelInferRequest.FromString(data)))
+    assert decoded.id == "late" if field == "an id" else decoded.parameters["priority"] == 3
+
+
+@pytest.mark.parametrize("cut", [1, 2, 30], ids=["an input missing", "in its length", "in its bytes"])
+def test_a_message_cut_short_in_its_raw_inputs_is_malformed(cut: int) -> None:
+    message = _request(model="cut short")
+    codec.decode_infer_message(message.SerializeToString())
+    data = message.SerializeToString()
+    data = data[: len(data) - 64 - 2 + cut - 1] if cut < 30 else data[:-30]
+    assert request_wire.lookup(data) is None
+    with pytest.raises(InvalidArgument):
+        codec.decode_infer_message(data)

@@ -82,8 +82,11 @@ def test_a_keep_alive_connection_is_answered_after_pauses_and_bursts(server: Ser
         assert not buffer
 
 
-def _binary_infer(first: int, second: int, extra: str = "", compress: bool = False) -> bytes:
-    """An infer request of ``simple`` with binary inputs: the same head for any two values."""
+def _binary_infer(
+    first: int, second: int, extra: str = "", compress: bool = False, model: str = "simple"
+) -> bytes:
+    """An infer request of ``model`` (``simple``'s inputs) with binary inputs: the same head for any
+    two values."""
     header = json.dumps(
         {
             "inputs": [
@@ -97,7 +100,7 @@ def _binary_infer(first: int, second: int, extra: str = "", compress: bool = Fal
     if compress:
         body, extra = gzip.compress(body, mtime=0), extra + "Content-Encoding: gzip\r\n"
     return _post(
-        "/v2/models/simple/infer", body, f"{extra}Inference-Header-Content-Length: {len(header)}\r\n"
+        f"/v2/models/{model}/infer", body, f"{extra}Inference-Header-Content-Length: {len(header)}\r\n"
     )
 
 
@@ -111,6 +114,20 @@ def test_requests_with_the_same_head_each_get_their_own_answer(server: ServerPro
             status, _, payload = _read_response(sock, buffer)
             assert status == 200
             assert json.loads(payload)["outputs"][0]["data"] == [value + 1] * 16
+
+
+def test_a_request_layout_is_checked_by_each_model_it_is_sent_to(server: ServerProcess) -> None:
+    """The same JSON header (INT32 [1,16] inputs) to a model that takes it and to one that takes FP32:
+    what one model found of the layout is never taken for the other's answer."""
+    with _connect(server) as sock:
+        buffer = bytearray()
+        for _ in range(3):
+            for model, expected in (("simple", 200), ("autocomplete_fp32", 400)):
+                sock.sendall(_binary_infer(2, 1, model=model))
+                status, _, payload = _read_response(sock, buffer)
+                assert status == expected, (model, payload)
+                if status == 400:
+                    assert "datatype" in json.loads(payload)["error"]
 
 
 def test_a_repeated_head_asking_for_gzip_gets_gzip_every_time(server: ServerProcess) -> None:

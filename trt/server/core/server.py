@@ -10,9 +10,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from trt import __version__
 from trt.protos import model_config_pb2
@@ -156,10 +156,12 @@ class InferenceServer:
     def model(self, name: str, version: str = "") -> ModelVersion:
         return self.models.get(name, version)
 
-    async def infer(self, request: InferenceRequest) -> InferenceResponse:
+    def infer(self, request: InferenceRequest) -> Coroutine[Any, Any, InferenceResponse]:
+        """Run ``request``; await the result. The version is picked now (an unknown model, or a bad
+        parameter, raises here) and the request runs in ``_infer_on``'s coroutine: no layer of its own."""
         if request.parameters:  # most requests have none: no call to check them
             _check_reserved_keys(request.parameters)
-        return await self._infer_on(self.models.get(request.model_name, request.model_version), request)
+        return self._infer_on(self.models.get(request.model_name, request.model_version), request)
 
     def _model_for(self, request: InferenceRequest) -> ModelVersion:
         """The version that serves ``request``, picked once (canary routing picks on each call)."""

@@ -54,6 +54,11 @@ class InferenceRequest:
     outputs: list[RequestedOutput] | None = None
     parameters: dict[str, Any] = field(default_factory=dict)
     trace: Trace | None = None  # set by the transport when this request is one it traces
+    # Stands for the request's layout (its inputs' names, datatypes and shapes, the outputs it asks
+    # for and their classification counts): the same object for every request laid out alike, set by
+    # a decoder that built the request from one it remembered. A model checks a layout once and
+    # remembers the result (``ModelVersion``). None: the request is checked on its own.
+    layout: object | None = None
 
 
 @dataclass(slots=True)

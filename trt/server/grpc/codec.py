@@ -351,6 +351,9 @@ def decode_infer_message(data: bytes | memoryview) -> InferenceRequest:
     aside) is built from what it decoded to then (``request_wire``)."""
     if len(data) >= LARGE_MESSAGE:
         return decode_infer_request(*parse_infer_message(data))
+    known = request_wire.lookup(data)
+    if known is not None:
+        return known
     try:
         message = pb.ModelInferRequest.FromString(data)
     except DecodeError:

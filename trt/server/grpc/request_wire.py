@@ -9,6 +9,13 @@ tensors' data; what it derived the first time is kept under the prefix's bytes (
 each later request only views its raw inputs as arrays. Requests with an id or a sequence id (which
 change from one request to the next) are not kept, nor any request that is not all raw inputs; they,
 and every request the first time, are decoded by ``decode_infer_request``.
+
+A request whose first bytes are a kept prefix is not parsed by protobuf at all (``lookup``): protobuf
+reads a message front to back, so bytes that equal a prefix read as that prefix read, and if what
+follows is nothing but raw inputs (read here, tag, length and bytes, each checked against the
+message's end), the message is that prefix's request with those inputs. Only the prefix lengths of the
+last few kept prefixes are tried, so a client that sends many kinds of request costs at most that
+many lookups before the ordinary path.
 """
 
 from __future__ import annotations
@@ -23,7 +30,9 @@ from trt.server.core.types import InferenceRequest, InputTensor, RequestedOutput
 from trt.server.grpc.response_wire import varint
 
 _RAW_TAG = bytes([pb.ModelInferRequest.DESCRIPTOR.fields_by_name["raw_input_contents"].number << 3 | 2])
+_RAW_TAG_BYTE = _RAW_TAG[0]
 _CACHED_TEMPLATES = 256  # distinct request prefixes kept; a full cache starts over
+_LENGTHS_TRIED = 4  # prefix lengths ``lookup`` tries, the most recently seen first
 _MAX_PREFIX = 4096  # bytes of a kept prefix (a real one is about a hundred): the cache stays under 1 MiB
 
 
@@ -37,7 +46,7 @@ class _Input:
     parameters: dict[str, object]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)  # one object per layout: known by identity
 class Template:
     """What a request's prefix decodes to, its tensors' data aside."""
 
@@ -47,7 +56,7 @@ class Template:
     outputs: tuple[RequestedOutput, ...] | None
     parameters: dict[str, object]
 
-    def request(self, raw: list[bytes]) -> InferenceRequest:
+    def request(self, raw: list[bytes] | list[bytes | memoryview]) -> InferenceRequest:
         inputs = []
         for spec, data in zip(self.inputs, raw, strict=True):
             if spec.dtype is not None and len(data) == spec.size:
@@ -59,11 +68,59 @@ class Template:
         if self.outputs is not None:
             outputs = [RequestedOutput(o.name, o.class_count, dict(o.parameters)) for o in self.outputs]
         return InferenceRequest(
-            self.model_name, self.model_version, "", inputs, outputs, dict(self.parameters)
+            self.model_name, self.model_version, "", inputs, outputs, dict(self.parameters), layout=self
         )
 
 
 _templates: dict[bytes, Template] = {}
+_lengths: list[int] = []  # the lengths of the prefixes last kept or found, most recent first
+
+
+def lookup(data: bytes | memoryview) -> InferenceRequest | None:
+    """The request a message whose first bytes are a kept prefix carries, its raw inputs viewed in
+    ``data``; None when no kept prefix starts it or the rest is not just its raw inputs."""
+    for length in _lengths:
+        template = _templates.get(bytes(data[:length]))
+        if template is not None:
+            raw = _raw_inputs(data, length, len(template.inputs))
+            if raw is not None:
+                return template.request(raw)
+    return None
+
+
+def _raw_inputs(data: bytes | memoryview, at: int, count: int) -> list[bytes | memoryview] | None:
+    """``count`` raw inputs (field 7, length-delimited) from ``at`` to the end of ``data``, else None."""
+    view = memoryview(data)
+    end = len(view)
+    raw: list[bytes | memoryview] = []
+    while at < end:
+        if view[at] != _RAW_TAG_BYTE or len(raw) == count:
+            return None
+        at += 1
+        size = shift = 0
+        while True:  # the length, a varint of at most 5 bytes here (messages are under 4 GiB)
+            if at >= end or shift > 28:
+                return None
+            byte = view[at]
+            at += 1
+            size |= (byte & 0x7F) << shift
+            if byte < 0x80:
+                break
+            shift += 7
+        if size > end - at:
+            return None
+        raw.append(view[at : at + size])
+        at += size
+    return raw if len(raw) == count else None
+
+
+def _seen(length: int) -> None:
+    if _lengths and _lengths[0] == length:
+        return
+    if length in _lengths:
+        _lengths.remove(length)
+    _lengths.insert(0, length)
+    del _lengths[_LENGTHS_TRIED:]
 
 
 def prefix_of(data: bytes | memoryview, raw: list[bytes]) -> bytes | None:
@@ -76,7 +133,10 @@ def prefix_of(data: bytes | memoryview, raw: list[bytes]) -> bytes | None:
 
 
 def cached(prefix: bytes) -> Template | None:
-    return _templates.get(prefix)
+    template = _templates.get(prefix)
+    if template is not None:
+        _seen(len(prefix))
+    return template
 
 
 def remember(prefix: bytes, raw_count: int, decoded: InferenceRequest) -> None:
@@ -101,3 +161,4 @@ def remember(prefix: bytes, raw_count: int, decoded: InferenceRequest) -> None:
     _templates[prefix] = Template(
         decoded.model_name, decoded.model_version, tuple(inputs), outputs, dict(decoded.parameters)
     )
+    _seen(len(prefix))

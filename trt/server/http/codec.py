@@ -101,7 +101,7 @@ class _InputPlan:
     parameters: dict[str, Any]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)  # one object per layout: known by identity
 class _DecodePlan:
     """What one JSON header decodes to, less the tensors: enough to read the binary part of any
     body that carries the same header."""
@@ -152,7 +152,9 @@ class _DecodePlan:
         outputs = None
         if self.outputs is not None:
             outputs = [RequestedOutput(name, count, dict(p)) for name, count, p in self.outputs]
-        return InferenceRequest(model_name, model_version, "", inputs, outputs, dict(self.parameters))
+        return InferenceRequest(
+            model_name, model_version, "", inputs, outputs, dict(self.parameters), layout=self
+        )
 
 
 class RequestDecoder:

@@ -43,6 +43,8 @@ from trt.server.core.types import (
 
 logger = logging.getLogger("trt.model")
 
+_CHECKED_LAYOUTS = 64  # request layouts a version remembers having checked; a full memory starts over
+
 
 class ModelVersion:
     """One version of one model, ready to serve."""
@@ -74,6 +76,8 @@ class ModelVersion:
         self._in_flight = 0
         self._drained: asyncio.Event | None = None
         self._closing = False
+        # What checking each request layout seen gave: its batch size and the outputs to answer.
+        self._checked: dict[object, tuple[int, tuple[str, ...]]] = {}
 
     @property
     def ready(self) -> bool:
@@ -91,8 +95,52 @@ class ModelVersion:
             raise ModelNotReady(f"model '{self.name}' version {self.version} is unloading")
         received = time.perf_counter_ns()
         self._in_flight += 1
+        # One coroutine for the whole request (its checks, scheduling and answer), not one within
+        # another: each layer costs a frame and a step on every resumption.
         try:
-            response = await self._infer(request, received)
+            batch_size, output_names = self._check(request)
+            cache_key = None
+            if self.cache is not None:
+                lookup_started = time.perf_counter_ns()
+                cache_key = self.cache.key(self.name, self.version_str, request)
+                cached = self.cache.get(cache_key, request.id)
+                if cached is not None:
+                    now = time.perf_counter_ns()
+                    self.stats.record_cache_hit(now - received, now - lookup_started)
+                    if request.trace is not None:
+                        self._stamp(request.trace, (("REQUEST_START", received), ("REQUEST_END", now)))
+                    return cached
+            feeds = self._feeds(request.inputs)
+            if request.trace is not None and request.trace.with_tensors:
+                _trace_tensors(request.trace, "TENSOR_QUEUE_INPUT", request.inputs)
+            input_done = time.perf_counter_ns()
+            answer, times = await self._scheduler.schedule(
+                _backend_request(request, feeds, output_names), batch_size
+            )
+            if answer.error is not None:
+                raise answer.error
+            results = answer.outputs
+            for name in output_names:
+                if name not in results:
+                    missing = [name for name in output_names if name not in results]
+                    raise ServerError(f"model '{self.name}' did not produce output(s) {', '.join(missing)}")
+            output_started = time.perf_counter_ns()
+            outputs = self._build_outputs(request, results, output_names)
+            done = time.perf_counter_ns()
+            # Executions (and batch sizes) are counted by the scheduler that ran them; this counts
+            # the request.
+            input_ns = input_done - received + times.input_ns
+            output_ns = done - output_started + times.output_ns
+            self.stats.record_success(done - received, times.queue_ns, input_ns, times.infer_ns, output_ns)
+            if request.trace is not None:
+                self._stamp(request.trace, _trace_points(received, input_done, times, done))
+                if request.trace.with_tensors:
+                    _trace_tensors(request.trace, "TENSOR_BACKEND_OUTPUT", outputs)
+            response = InferenceResponse(self.name, self.version_str, request.id, outputs, answer.parameters)
+            if cache_key is not None and self.cache is not None:
+                self.cache.put(cache_key, response)
+                self.stats.cache_miss.add(time.perf_counter_ns() - done)
+            return response
         except ServerError as exc:
             reason = "REJECTED" if isinstance(exc, InvalidInput) else "BACKEND"
             self.stats.record_failure(time.perf_counter_ns() - received, reason)
@@ -108,7 +156,6 @@ class ModelVersion:
             self._in_flight -= 1
             if self._in_flight == 0 and self._drained is not None:
                 self._drained.set()
-        return response
 
     def _stamp(self, trace: Trace, points: Sequence[tuple[str, int]]) -> None:
         trace.model_version = self.version_str
@@ -179,51 +226,21 @@ class ModelVersion:
             if self._in_flight == 0 and self._drained is not None:
                 self._drained.set()
 
-    async def _infer(self, request: InferenceRequest, received: int) -> InferenceResponse:
+    def _check(self, request: InferenceRequest) -> tuple[int, tuple[str, ...]]:
+        """The request's batch size and the outputs to answer; InvalidInput if it does not fit the
+        model. A layout seen before (``InferenceRequest.layout``) was checked then."""
+        layout = request.layout
+        if layout is not None:
+            checked = self._checked.get(layout)
+            if checked is not None:
+                return checked
         signature = self.signature
-        batch_size = signature.check_inputs(request.inputs)
-        output_names = signature.check_outputs(request.outputs)
-        cache_key = None
-        if self.cache is not None:
-            lookup_started = time.perf_counter_ns()
-            cache_key = self.cache.key(self.name, self.version_str, request)
-            cached = self.cache.get(cache_key, request.id)
-            if cached is not None:
-                now = time.perf_counter_ns()
-                self.stats.record_cache_hit(now - received, now - lookup_started)
-                if request.trace is not None:
-                    self._stamp(request.trace, (("REQUEST_START", received), ("REQUEST_END", now)))
-                return cached
-        feeds = self._feeds(request.inputs)
-        if request.trace is not None and request.trace.with_tensors:
-            _trace_tensors(request.trace, "TENSOR_QUEUE_INPUT", request.inputs)
-        input_done = time.perf_counter_ns()
-        answer, times = await self._scheduler.schedule(
-            _backend_request(request, feeds, output_names), batch_size
-        )
-        if answer.error is not None:
-            raise answer.error
-        results = answer.outputs
-        for name in output_names:
-            if name not in results:
-                missing = [name for name in output_names if name not in results]
-                raise ServerError(f"model '{self.name}' did not produce output(s) {', '.join(missing)}")
-        output_started = time.perf_counter_ns()
-        outputs = self._build_outputs(request, results, output_names)
-        done = time.perf_counter_ns()
-        # Executions (and batch sizes) are counted by the scheduler that ran them; this counts the request.
-        input_ns = input_done - received + times.input_ns
-        output_ns = done - output_started + times.output_ns
-        self.stats.record_success(done - received, times.queue_ns, input_ns, times.infer_ns, output_ns)
-        if request.trace is not None:
-            self._stamp(request.trace, _trace_points(received, input_done, times, done))
-            if request.trace.with_tensors:
-                _trace_tensors(request.trace, "TENSOR_BACKEND_OUTPUT", outputs)
-        response = InferenceResponse(self.name, self.version_str, request.id, outputs, answer.parameters)
-        if cache_key is not None and self.cache is not None:
-            self.cache.put(cache_key, response)
-            self.stats.cache_miss.add(time.perf_counter_ns() - done)
-        return response
+        checked = signature.check_inputs(request.inputs), signature.check_outputs(request.outputs)
+        if layout is not None:
+            if len(self._checked) >= _CHECKED_LAYOUTS:
+                self._checked.clear()
+            self._checked[layout] = checked
+        return checked
 
     def _feeds(self, inputs: list[InputTensor]) -> dict[str, np.ndarray]:
         """Each input's data in the shape the model takes (its config's ``reshape``)."""

@@ -35,6 +35,7 @@ import platform
 import struct
 import sys
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -55,13 +56,11 @@ def _lock_fence() -> None:
     lock.acquire()
 
 
-def _no_fence() -> None:
-    pass
-
-
 _FENCE_LOCKS = threading.local()  # one held lock per thread: threads fence independently
-# x86 keeps stores in order and loads in order: no fence is needed there.
-_fence = _no_fence if platform.machine().lower() in ("x86_64", "amd64", "i386", "i686") else _lock_fence
+# x86 keeps stores in order and loads in order: no fence is needed there (None: no call at all).
+_fence: Callable[[], None] | None = (
+    None if platform.machine().lower() in ("x86_64", "amd64", "i386", "i686") else _lock_fence
+)
 
 _LENGTH = struct.Struct("<I")
 _WRAP = 0xFFFFFFFF  # in a ring: the next message starts at the beginning of the data
@@ -239,14 +238,16 @@ class Ring:
         skip = self._capacity - index if index + need > self._capacity else 0
         if self._capacity - (tail - self._head.value) < skip + need:
             return False
-        _fence()  # the reader finished with the bytes behind the head before they are overwritten
+        if _fence is not None:
+            _fence()  # the reader finished with the bytes behind the head before they are overwritten
         start = self._data + index
         if skip:
             _LENGTH.pack_into(self._map, start, _WRAP)
             start = self._data
         _LENGTH.pack_into(self._map, start, mark)
         self._map[start + 4 : start + 4 + size] = payload
-        _fence()
+        if _fence is not None:
+            _fence()
         self._tail.value = tail + skip + need  # published last: the reader trusts what is before it
         return True
 
@@ -255,7 +256,8 @@ class Ring:
         head = self._head.value
         if head == self._tail.value:
             return EMPTY
-        _fence()  # the bytes before the tail just seen are read only after it
+        if _fence is not None:
+            _fence()  # the bytes before the tail just seen are read only after it
         index = head & self._mask
         (mark,) = _LENGTH.unpack_from(self._map, self._data + index)
         if mark == _WRAP:
@@ -264,7 +266,8 @@ class Ring:
             (mark,) = _LENGTH.unpack_from(self._map, self._data)
         start = self._data + 4 + index
         if mark == _SPILL:
-            _fence()
+            if _fence is not None:
+                _fence()
             self._head.value = head + self._size_on_ring(0)
             assert self._spill is not None
             return trt_pb_wire.decode(self._spill.read())
@@ -272,7 +275,8 @@ class Ring:
             with memoryview(self._map) as view:
                 return loads(view[start : start + mark])
         finally:  # a refused message is consumed all the same: the next one is readable
-            _fence()  # done with the bytes before handing their space back
+            if _fence is not None:
+                _fence()  # done with the bytes before handing their space back
             self._head.value = head + self._size_on_ring(mark)
 
     def close(self) -> None:

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("trt.http")
 
 _REASONS = {status.value: status.phrase.encode() for status in HTTPStatus}
+_STATUS_LINES = {status: b"HTTP/1.1 %d %s\r\n" % (status, reason) for status, reason in _REASONS.items()}
 _MAX_PIPELINED = 32  # stop reading from a client that queues more than this
 
 
@@ -401,8 +402,9 @@ class HttpProtocol(asyncio.Protocol):
                 self._current = request
                 # The body's bytes leave the server's count here: an inference request is counted
                 # again by the core, as tensors, for as long as it is queued or running.
-                self._release(request.reserved)
-                request.reserved = 0
+                if request.reserved:
+                    self._release(request.reserved)
+                    request.reserved = 0
                 try:
                     if request.body_too_large:
                         response = self._server.too_large(self._server.limits.max_body_size)
@@ -474,11 +476,10 @@ class HttpProtocol(asyncio.Protocol):
 
 def _head(status: int, length: int | None, headers: list[tuple[bytes, bytes]], keep_alive: bool) -> bytes:
     """The status line and headers; ``length`` None announces a chunked body."""
-    framing = b"transfer-encoding: chunked" if length is None else b"content-length: %d" % length
-    lines = [b"HTTP/1.1 %d %s\r\n%s\r\n" % (status, _REASONS.get(status, b"Unknown"), framing)]
+    line = _STATUS_LINES.get(status) or b"HTTP/1.1 %d %s\r\n" % (status, _REASONS.get(status, b"Unknown"))
+    framing = b"transfer-encoding: chunked\r\n" if length is None else b"content-length: %d\r\n" % length
+    lines = [line, framing]
     for name, value in headers:
         lines.append(name + b": " + value + b"\r\n")
-    if not keep_alive:
-        lines.append(b"connection: close\r\n")
-    lines.append(b"\r\n")
+    lines.append(b"\r\n" if keep_alive else b"connection: close\r\n\r\n")
     return b"".join(lines)

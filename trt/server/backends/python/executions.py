@@ -193,8 +193,11 @@ class Executions:
             for request, answer in zip(execution.requests, answers, strict=True):
                 if request.on_response is not None:  # a decoupled model that returned its responses anyway
                     request.on_response(answer, True)
-            execution.finals.update(range(execution.count))
+            # Every request has its final answer: nothing more can come for it, and its arenas are
+            # free for the next execution, which ``settle`` may start.
+            del self._executions[number]
             execution.settle(answers)
+            return
         if execution.finished:
             self._executions.pop(number, None)
 

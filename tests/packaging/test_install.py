@@ -7,6 +7,7 @@ folder outside the checkout so that nothing is imported from the source tree.
 One current pip drives every environment from outside (``pip --python``): the pip that ``python -m venv``
 bundles with Python 3.11 takes over twice as long to choose among PyPI's files, and most of this module's
 time went there. The environments themselves hold neither pip nor setuptools, as Python 3.12's do not.
+The installs run in the background two at a time (see ``environments``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -109,6 +112,13 @@ def pip(tmp_path_factory: pytest.TempPathFactory) -> str:
     return python
 
 
+# trt with its wire libraries at the lowest versions it allows, and at the newest majors.
+BOUNDS = {
+    "lowest": ["protobuf==6.30.0", "grpcio==1.72.1"],
+    "newest": ["protobuf>=7", "grpcio>=1.85"],
+}
+
+
 @dataclass(frozen=True)
 class StackAlone:
     """A fresh environment with the stack alone, and the versions it resolved to before anything else."""
@@ -117,12 +127,46 @@ class StackAlone:
     versions: dict[str, str]
 
 
-@pytest.fixture(scope="module")
-def stack_alone(pip: str, tmp_path_factory: pytest.TempPathFactory) -> StackAlone:
-    """The stack on its own, without trt. Its versions are read before any test adds trt to ``env``."""
-    env = Venv(tmp_path_factory.mktemp("stack") / "venv", pip)
+def _stack_alone(path: Path, pip: str) -> StackAlone:
+    env = Venv(path, pip)
     env.install(*STACK)
     return StackAlone(env, env.versions())
+
+
+def _trt_then_stack(path: Path, pip: str, wheel: Path) -> Venv:
+    env = Venv(path, pip)
+    env.install(str(wheel))
+    env.install(*STACK)
+    return env
+
+
+def _trt_at(path: Path, pip: str, wheel: Path, bounds: list[str]) -> Venv:
+    env = Venv(path, pip)
+    env.install(str(wheel), *bounds)
+    return env
+
+
+@dataclass(frozen=True)
+class Environments:
+    """Each test's fresh environment, as its installs finish."""
+
+    stack_alone: Future[StackAlone]  # its versions are read before a test adds trt to its env
+    trt_then_stack: Future[Venv]
+    trt_at: dict[str, Future[Venv]]  # by the name of the end of BOUNDS
+
+
+@pytest.fixture(scope="module")
+def environments(wheel: Path, pip: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Environments]:
+    """Every environment of the module, installed in the background two at a time from the first test on
+    (even when only one test is run): pip spends its time on one core, and CI's machine has two. A test
+    waits for its own; a failed install fails the tests that use that environment."""
+    folder = lambda name: tmp_path_factory.mktemp(name) / "venv"  # noqa: E731
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        yield Environments(
+            stack_alone=pool.submit(_stack_alone, folder("stack"), pip),
+            trt_then_stack=pool.submit(_trt_then_stack, folder("trt_then_stack"), pip, wheel),
+            trt_at={end: pool.submit(_trt_at, folder(end), pip, wheel, b) for end, b in BOUNDS.items()},
+        )
 
 
 def _serve_and_infer(env: Venv, workdir: Path, client: str) -> str:
@@ -169,10 +213,11 @@ print("ok")
 
 
 def test_trt_after_tritonclient_and_onnx_changes_neither(
-    wheel: Path, stack_alone: StackAlone, tmp_path: Path
+    wheel: Path, environments: Environments, tmp_path: Path
 ) -> None:
     # The stack's own environment, trt added on top: what a Triton user does.
-    env, before = stack_alone.env, stack_alone.versions
+    stack = environments.stack_alone.result()
+    env, before = stack.env, stack.versions
     env.install(str(wheel))
     after = env.versions()
     assert {name: after[name] for name in SHARED} == {name: before[name] for name in SHARED}
@@ -187,13 +232,11 @@ def test_trt_after_tritonclient_and_onnx_changes_neither(
 
 
 def test_tritonclient_and_onnx_after_trt_resolve_as_they_would_alone(
-    wheel: Path, pip: str, stack_alone: StackAlone, tmp_path: Path
+    environments: Environments, tmp_path: Path
 ) -> None:
-    env = Venv(tmp_path / "venv", pip)
-    env.install(str(wheel))
-    env.install(*STACK)
+    env = environments.trt_then_stack.result()  # trt installed, then the stack
     after = env.versions()
-    alone = stack_alone.versions
+    alone = environments.stack_alone.result().versions
     assert {name: after[name] for name in SHARED} == {name: alone[name] for name in SHARED}
     env.pip_check()
     env.run_python(
@@ -201,20 +244,13 @@ def test_tritonclient_and_onnx_after_trt_resolve_as_they_would_alone(
     )
 
 
-@pytest.mark.parametrize(
-    "bounds",
-    [
-        pytest.param(["protobuf==6.30.0", "grpcio==1.72.1"], id="lowest"),
-        pytest.param(["protobuf>=7", "grpcio>=1.85"], id="newest"),
-    ],
-)
+@pytest.mark.parametrize("end", list(BOUNDS))
 def test_trt_serves_at_either_end_of_its_wire_library_bounds(
-    wheel: Path, pip: str, bounds: list[str], tmp_path: Path
+    environments: Environments, end: str, tmp_path: Path
 ) -> None:
-    env = Venv(tmp_path / "venv", pip)
-    env.install(str(wheel), *bounds)
+    env = environments.trt_at[end].result()  # trt installed with BOUNDS[end]
     versions = env.versions()
-    for bound in bounds:
+    for bound in BOUNDS[end]:
         name, operator, wanted = bound.partition("==") if "==" in bound else bound.partition(">=")
         if operator == "==":
             assert versions[name] == wanted

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -35,17 +36,23 @@ def generate(output: Path) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture(scope="module")
-def generated(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    output = tmp_path_factory.mktemp("generated") / "model_repository"
-    generate(output)
-    return output
+def generations(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """Two runs of the generator into two folders, at the same time: each keeps one core busy for
+    seconds, and the runs share nothing but the script."""
+    first, second = (tmp_path_factory.mktemp(name) / "model_repository" for name in ("generated", "again"))
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        list(pool.map(generate, (first, second)))  # list(): a failed run raises here
+    return first, second
 
 
 @pytest.fixture(scope="module")
-def generated_again(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    output = tmp_path_factory.mktemp("generated_again") / "model_repository"
-    generate(output)
-    return output
+def generated(generations: tuple[Path, Path]) -> Path:
+    return generations[0]
+
+
+@pytest.fixture(scope="module")
+def generated_again(generations: tuple[Path, Path]) -> Path:
+    return generations[1]
 
 
 def session(path: Path) -> ort.InferenceSession:

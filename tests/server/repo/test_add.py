@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +27,14 @@ from tests.support import ROOT, ServerProcess, add_sub_model, save_onnx, simple_
 from trt.server.core.models.config import read_config_file
 
 SIMPLE_ONNX = ROOT / "model_repository" / "simple" / "1" / "model.onnx"
+
+
+def run_trt_each(*commands: list[str]) -> list[subprocess.CompletedProcess[str]]:
+    """``run_trt`` for commands that neither write nor read what another writes, two at a time: each
+    spends a second or more on one core starting Python and importing trt (and torch for some)."""
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return list(pool.map(lambda command: run_trt(*command), commands))
+
 
 AUTO_COMPLETE_PY = """import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -158,20 +167,23 @@ def test_every_added_model_serves_with_tritonclient(served: ServerProcess) -> No
 
 
 def test_show_prints_what_the_server_reports_as_its_config(added: Path, served: ServerProcess) -> None:
+    models = ("addsub", "scale", "lengths")
+    *shown_json, pbtxt = run_trt_each(
+        *(["repo", "show", model, "-r", str(added), "--json"] for model in models),
+        ["repo", "show", "addsub", "-r", str(added)],
+    )
     client = httpclient.InferenceServerClient(served.http_url)
     try:
-        for model in ("addsub", "scale", "lengths"):
-            shown = run_trt("repo", "show", model, "-r", str(added), "--json")
+        for model, shown in zip(models, shown_json, strict=True):
             assert shown.returncode == 0, shown.stderr
             assert json.loads(shown.stdout) == client.get_model_config(model)
     finally:
         client.close()
-    pbtxt = run_trt("repo", "show", "addsub", "-r", str(added))
     assert 'name: "addsub"' in pbtxt.stdout and "kind: KIND_CPU" in pbtxt.stdout
 
 
 def test_list_describes_each_model(added: Path) -> None:
-    result = run_trt("repo", "list", str(added), "--json")
+    result, table = run_trt_each(["repo", "list", str(added), "--json"], ["repo", "list", str(added)])
     assert result.returncode == 0, result.stderr
     models = {m["name"]: m for m in json.loads(result.stdout)}
     assert set(models) == {"addsub", "scale", "lengths", "triple"}
@@ -179,7 +191,6 @@ def test_list_describes_each_model(added: Path) -> None:
     assert models["addsub"]["batching"] == "dynamic (max 8)" and models["addsub"]["instances"] == "2x CPU"
     assert models["triple"]["batching"] == "none" and models["scale"]["backend"] == "pytorch"
     assert all(m["error"] == "" for m in models.values())
-    table = run_trt("repo", "list", str(added))
     assert "addsub" in table.stdout and "OUTPUT__1 INT64 [1]" in table.stdout
 
 
@@ -226,8 +237,7 @@ def test_bad_requests_are_refused_with_what_to_do(tmp_path: Path, sources: Path)
         (["repo", "add", str(sources / "scale.pt"), "-r", str(tmp_path), "--input", "INPUT__0:FP32:3"],
          "did not run on zeros"),
     ]  # fmt: skip
-    for command, message in cases:
-        result = run_trt(*command)
+    for (command, message), result in zip(cases, run_trt_each(*(c for c, _ in cases)), strict=True):
         assert result.returncode == 2, command
         assert message in " ".join(result.stderr.split()), (command, result.stderr)
     (tmp_path / "model.bin").write_bytes(b"x")
@@ -475,8 +485,13 @@ def test_files_that_cannot_go_beside_the_model_are_refused(file_sources: Path, t
         ([], str(tmp_path / "no_model"), "is a folder without model.py"),
         (["--include", str(tmp_path)], fivefold, f"the repository {repo} is inside {tmp_path}"),
     ]  # fmt: skip
-    for options, model, message in cases:
-        result = run_trt("repo", "add", model, "-r", str(repo), "--max-batch-size", "0", *options)
+    results = run_trt_each(
+        *(
+            ["repo", "add", model, "-r", str(repo), "--max-batch-size", "0", *options]
+            for options, model, _ in cases
+        )
+    )
+    for (options, _, message), result in zip(cases, results, strict=True):
         assert result.returncode == 2, (options, result.stdout)
         assert message in " ".join(result.stderr.split()), (options, result.stderr)
     assert not repo.exists(), "a refused add wrote to the repository"

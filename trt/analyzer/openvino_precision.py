@@ -63,6 +63,17 @@ def unavailable_reason(precision: str, device: str = "CPU") -> str:
     return f"no {precision} for OpenVINO models"
 
 
+_LONG_TYPE_NAMES = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}
+
+
+def _type_name(value: Any) -> str:
+    """An OpenVINO element type by its short name ("f16"), whether the release gives the hint as a
+    ``Type`` (whose ``str`` is "<Type: 'float16'>") or as a string."""
+    name = getattr(value, "get_type_name", None)
+    text = str(name()) if callable(name) else str(value)
+    return _LONG_TYPE_NAMES.get(text, text)
+
+
 @contextlib.contextmanager
 def _quiet_nncf() -> Iterator[Any]:
     """NNCF, imported without its telemetry (it would send usage data to Intel from the user's machine
@@ -104,8 +115,8 @@ def run(
     core = _core()
     compiled = core.compile_model(core.read_model(str(path)), "CPU", properties or {})
     for key, wanted in (properties or {}).items():
-        if key == "INFERENCE_PRECISION_HINT" and str(compiled.get_property(key)) not in (wanted, "float16"):
-            raise ValueError(f"this CPU runs {compiled.get_property(key)}, not {wanted}")
+        if key == "INFERENCE_PRECISION_HINT" and (runs := _type_name(compiled.get_property(key))) != wanted:
+            raise ValueError(f"this CPU runs {runs}, not {wanted}")
     request = compiled.create_infer_request()
     request.infer({name: inputs[name] for name in inputs})
     return {t.name: np.array(request.get_tensor(t.name).data) for t in config.output}

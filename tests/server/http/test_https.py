@@ -182,6 +182,34 @@ def test_mutual_tls_needs_a_client_certificate(tmp_path: Path, certificates: dic
         server.stop()
 
 
+def test_an_idle_https_client_does_not_hold_up_the_shutdown(
+    tmp_path: Path, certificates: dict[str, str]
+) -> None:
+    """A TLS connection is closed with close_notify, which an idle keep-alive client never reads to
+    answer: the server stopped only at --exit-timeout-secs. It stops once no request is in progress."""
+    server = _start(
+        tmp_path,
+        [
+            "--http-use-ssl=true",
+            f"--http-server-cert={certificates['server_cert']}",
+            f"--http-server-key={certificates['server_key']}",
+            "--exit-timeout-secs=30",
+        ],
+    )
+    try:
+        _wait_live(server, _client_context(certificates, True))
+        client = httpclient.InferenceServerClient(
+            server.http_url, ssl=True, ssl_options={"ca_certs": certificates["ca"]}
+        )
+        first, _ = int_inputs()
+        client.infer("simple", simple_inputs(httpclient, first))  # its connection stays open, idle
+        started = time.monotonic()
+        assert server.stop(timeout=60) == 0, server.log()
+        assert time.monotonic() - started < 15, "the server waited for the idle client"
+    finally:
+        server.stop()
+
+
 def _gevent_context(certificates: dict[str, str]) -> gevent.ssl.SSLContext:
     context = gevent.ssl.create_default_context(cafile=certificates["ca"])
     context.load_cert_chain(certificates["client_cert"], certificates["client_key"])

@@ -120,10 +120,21 @@ class HttpProtocol(asyncio.Protocol):
     def idle(self) -> bool:
         return not self._busy and not self._pending
 
+    @property
+    def settled(self) -> bool:
+        """Idle, and every answer written out of the transport's buffer."""
+        transport = self._transport
+        return self.idle and (transport is None or not transport.get_write_buffer_size())
+
     def close(self) -> None:
         self._closing = True
         if self._transport is not None and self.idle:
             self._transport.close()
+
+    def abort(self) -> None:
+        """Drop the connection at once (the server is stopping)."""
+        if self._transport is not None:
+            self._transport.abort()
 
     def data_received(self, data: bytes) -> None:
         self.last_active = self._loop.time()

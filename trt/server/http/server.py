@@ -75,8 +75,10 @@ class HttpServer:
             connection.close()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        while self.connections and loop.time() < deadline:
+        # Waited for: connections answering a request or still writing an answer out. An idle one is
+        # closed already, but over TLS the close waits for the client's close_notify, which a
+        # keep-alive client that is not reading never sends: those are cut once nothing else is left.
+        while loop.time() < deadline and any(not connection.settled for connection in self.connections):
             await asyncio.sleep(0.05)
         for connection in list(self.connections):
-            if connection._transport is not None:
-                connection._transport.abort()
+            connection.abort()

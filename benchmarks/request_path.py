@@ -10,8 +10,8 @@ thread, and Python calls (cProfile), each the best of ``--repeats`` runs. With n
 client at a time, the figures repeat within a few percent on a quiet machine: compare commits with it
 (``--json`` rows), and confirm with perf_analyzer against a served checkout.
 
-    flock /tmp/trt-bench.lock python benchmarks/http_path.py [--requests 4000] [--repeats 5] \\
-        [--models add_sub,simple] [--json]
+    flock /tmp/trt-bench.lock python benchmarks/request_path.py [--protocol grpc] [--requests 4000] \\
+        [--repeats 5] [--models add_sub,simple] [--json]
 """
 
 from __future__ import annotations

@@ -67,6 +67,21 @@ class CountingTransport:
         return False
 
 
+# The HEADERS block of a ModelInfer call as perf_analyzer's grpc C core sends it (HPACK, no indexing).
+PERF_ANALYZER_HEADERS = b"".join(
+    [
+        encode_header(":method", "POST"),
+        encode_header(":scheme", "http"),
+        encode_header(":path", INFER),
+        encode_header(":authority", "127.0.0.1:8001"),
+        encode_literal("te", "trailers"),
+        encode_literal("content-type", "application/grpc"),
+        encode_literal("user-agent", "grpc-c++/1.67.1 grpc-c/43.0.0 (linux; chttp2)"),
+        encode_literal("grpc-accept-encoding", "identity, deflate, gzip"),
+    ]
+)
+
+
 def _client_bytes(stream_id: int, block: bytes, message: bytes) -> bytes:
     updates = b""
     if stream_id > 1:  # the client credits the previous answer back, as grpc's C core does
@@ -93,18 +108,7 @@ async def front_end_us(requests: int, repeats: int) -> float:
     transport = CountingTransport()
     connection.connection_made(transport)  # type: ignore[arg-type]
     connection.data_received(PREFACE + frame_head(0, FrameType.SETTINGS, 0, 0))
-    block = b"".join(
-        [
-            encode_header(":method", "POST"),
-            encode_header(":scheme", "http"),
-            encode_header(":path", INFER),
-            encode_header(":authority", "127.0.0.1:8001"),
-            encode_literal("te", "trailers"),
-            encode_literal("content-type", "application/grpc"),
-            encode_literal("user-agent", "grpc-c++/1.67.1 grpc-c/43.0.0 (linux; chttp2)"),
-            encode_literal("grpc-accept-encoding", "identity, deflate, gzip"),
-        ]
-    )
+    block = PERF_ANALYZER_HEADERS
     body = b"m" * 150
     message = struct.pack(">BI", 0, len(body)) + body
     chunks = [_client_bytes(1 + 2 * i, block, message) for i in range(requests * (repeats + 1))]

@@ -39,9 +39,9 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from core_path import _repository  # noqa: E402
+from grpc_frontend import PERF_ANALYZER_HEADERS  # noqa: E402
 
 from trt.http2.frames import END_HEADERS, END_STREAM, PREFACE, FrameType, frame_head  # noqa: E402
-from trt.http2.hpack import encode_header, encode_literal  # noqa: E402
 from trt.protos import grpc_service_pb2 as pb  # noqa: E402
 from trt.server.core.options import CoreOptions, ModelControlMode  # noqa: E402
 from trt.server.core.server import InferenceServer  # noqa: E402
@@ -54,7 +54,6 @@ from trt.server.http.protocol import HttpProtocol  # noqa: E402
 from trt.server.http.server import HttpServer  # noqa: E402
 
 MODELS = ("add_sub", "simple")
-INFER = "/inference.GRPCInferenceService/ModelInfer"
 
 
 def _tensors(model: str) -> tuple[list[tuple[str, str, list[int]]], tuple[str, ...], bytes]:
@@ -103,20 +102,6 @@ def grpc_request(model: str) -> bytes:
     return struct.pack(">BI", 0, len(message)) + message
 
 
-_GRPC_HEADERS = b"".join(
-    [
-        encode_header(":method", "POST"),
-        encode_header(":scheme", "http"),
-        encode_header(":path", INFER),
-        encode_header(":authority", "127.0.0.1:8001"),
-        encode_literal("te", "trailers"),
-        encode_literal("content-type", "application/grpc"),
-        encode_literal("user-agent", "grpc-c++/1.67.1 grpc-c/43.0.0 (linux; chttp2)"),
-        encode_literal("grpc-accept-encoding", "identity, deflate, gzip"),
-    ]
-)
-
-
 def grpc_call_bytes(stream_id: int, message: bytes, credit: int) -> bytes:
     """One call as grpc's C core sends it: credit back for the previous answer, HEADERS, DATA."""
     updates = b""
@@ -124,8 +109,8 @@ def grpc_call_bytes(stream_id: int, message: bytes, credit: int) -> bytes:
         updates = frame_head(4, FrameType.WINDOW_UPDATE, 0, 0) + struct.pack(">I", credit)
     return (
         updates
-        + frame_head(len(_GRPC_HEADERS), FrameType.HEADERS, END_HEADERS, stream_id)
-        + _GRPC_HEADERS
+        + frame_head(len(PERF_ANALYZER_HEADERS), FrameType.HEADERS, END_HEADERS, stream_id)
+        + PERF_ANALYZER_HEADERS
         + frame_head(len(message), FrameType.DATA, END_STREAM, stream_id)
         + message
     )

@@ -35,7 +35,8 @@ from trt.server.core.types import (
     RequestedOutput,
 )
 from trt.server.grpc import request_wire
-from trt.server.grpc.response_wire import plain_response_parts, varint
+from trt.server.grpc.response_wire import plain_response_parts
+from trt.server.grpc.varints import read_varint, varint
 
 # The typed ``InferTensorContents`` field that carries each datatype (FP16/BF16 only travel raw).
 _CONTENTS_FIELD: dict[str, str] = {
@@ -274,20 +275,6 @@ _RAW_OUTPUTS_TAG = bytes(
 )
 
 
-def _varint(data: memoryview, at: int) -> tuple[int, int]:
-    value = shift = 0
-    end = len(data)
-    while True:
-        if at >= end or shift > 63:
-            raise InvalidArgument("malformed ModelInferRequest: a truncated varint")
-        byte = data[at]
-        at += 1
-        value |= (byte & 0x7F) << shift
-        shift += 7
-        if not byte & 0x80:
-            return value, at
-
-
 # Top-level fields scanned in Python before leaving a message to protobuf's parser. A real request
 # has a few per input; a hostile one can pack a large message with 2-byte fields, each costing this
 # loop far more than protobuf's C parser (2 MiB of them: 4 s of the event loop against 15 ms), and
@@ -307,10 +294,10 @@ def split_raw_inputs(data: memoryview) -> tuple[bytes, list[memoryview]] | None:
         if fields > MAX_SCANNED_FIELDS:
             return None
         start = at
-        key, at = _varint(data, at)
+        key, at = read_varint(data, at)
         wire = key & 7
         if wire == 2:
-            length, at = _varint(data, at)
+            length, at = read_varint(data, at)
             if at + length > end:
                 raise InvalidArgument("malformed ModelInferRequest: a field runs past the message")
             if key >> 3 == _RAW_INPUTS:
@@ -319,7 +306,7 @@ def split_raw_inputs(data: memoryview) -> tuple[bytes, list[memoryview]] | None:
                 continue
             at += length
         elif wire == 0:
-            _, at = _varint(data, at)
+            _, at = read_varint(data, at)
         elif wire in (1, 5):
             at += 8 if wire == 1 else 4
         else:

@@ -26,8 +26,9 @@ import numpy as np
 
 from trt.protos import grpc_service_pb2 as pb
 from trt.server.core.datatypes import FIXED_SIZE_DTYPES, element_count, tensor_from_bytes
+from trt.server.core.errors import InvalidArgument
 from trt.server.core.types import InferenceRequest, InputTensor, RequestedOutput
-from trt.server.grpc.response_wire import varint
+from trt.server.grpc.varints import read_varint, varint
 
 _RAW_TAG = bytes([pb.ModelInferRequest.DESCRIPTOR.fields_by_name["raw_input_contents"].number << 3 | 2])
 _RAW_TAG_BYTE = _RAW_TAG[0]
@@ -96,17 +97,10 @@ def _raw_inputs(data: bytes | memoryview, at: int, count: int) -> list[bytes | m
     while at < end:
         if view[at] != _RAW_TAG_BYTE or len(raw) == count:
             return None
-        at += 1
-        size = shift = 0
-        while True:  # the length, a varint of at most 5 bytes here (messages are under 4 GiB)
-            if at >= end or shift > 28:
-                return None
-            byte = view[at]
-            at += 1
-            size |= (byte & 0x7F) << shift
-            if byte < 0x80:
-                break
-            shift += 7
+        try:
+            size, at = read_varint(view, at + 1)
+        except InvalidArgument:
+            return None  # protobuf's parser says what is wrong
         if size > end - at:
             return None
         raw.append(view[at : at + size])

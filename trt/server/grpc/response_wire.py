@@ -13,24 +13,13 @@ from __future__ import annotations
 from trt.protos import grpc_service_pb2 as pb
 from trt.server.core.datatypes import tensor_to_bytes
 from trt.server.core.types import InferenceResponse
+from trt.server.grpc.varints import varint
 
 _ID_TAG = b"\x1a"  # field 3, length-delimited
 _RAW_TAG = bytes([pb.ModelInferResponse.DESCRIPTOR.fields_by_name["raw_output_contents"].number << 3 | 2])
 _CACHED_HEADS = 256  # distinct (model, version, output signature) kept; a full cache starts over
 _Key = tuple[str, str, tuple[tuple[str, str, tuple[int, ...]], ...]]
 _heads: dict[_Key, tuple[bytes, bytes]] = {}
-
-
-def varint(value: int) -> bytes:
-    """Protobuf's base-128 varint of a non-negative integer."""
-    if value < 0x80:
-        return bytes((value,))
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def _heads_for(response: InferenceResponse, key: _Key) -> tuple[bytes, bytes]:

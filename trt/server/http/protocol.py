@@ -329,16 +329,14 @@ class HttpProtocol(asyncio.Protocol):
         # An HTTP/1.0 client keeps the connection only when the answer says so.
         say_keep_alive = keep_alive and self._parser.get_http_version() == "1.0"
         plan = None
-        head = self._head_bytes
-        if head is not None:
+        head, heads = self._head_bytes, self._heads
+        if head is not None and heads is not None:  # a head that came whole in one read: remember it?
             self._head_bytes = None
-            heads = self._heads
             size = plannable(headers, self._body_size)
-            whole = size is not None and len(head) + size == self._head_chunk
+            # Only if this message was the whole chunk: then the parser read exactly these bytes.
             if (
-                heads is not None
-                and size is not None
-                and whole
+                size is not None
+                and len(head) + size == self._head_chunk
                 and not (self._too_large or self._over_budget)
             ):
                 plan = HeadPlan(method, path, query, headers, size, keep_alive, say_keep_alive)

@@ -396,18 +396,16 @@ class Arena:
             raise ValueError(f"the segment has {os.fstat(fd).st_size} bytes, not {start + size}")
         self.size = size
         self._map = mmap.mmap(fd, size, offset=start)  # this arena's bytes only, not those before it
-        self._start = 0
-        self._end = size
         self._used = 0
 
     def reset(self) -> None:
-        self._used = self._start
+        self._used = 0
 
     def put(self, array: np.ndarray) -> tuple[int, int] | None:
         """Copy ``array`` (C-contiguous) in; return (offset, nbytes), or None if it does not fit."""
         nbytes = array.nbytes
         offset = (self._used + 63) & ~63  # cache-line aligned (segments start page-aligned)
-        if offset + nbytes > self._end:
+        if offset + nbytes > self.size:
             return None
         if nbytes:
             self._map[offset : offset + nbytes] = array.data  # a slice copy: cheaper than numpy's copyto

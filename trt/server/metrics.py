@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from trt.server.core.extensions.custom_metrics import FamilySnapshot, MetricKind
@@ -222,14 +222,30 @@ class GpuMetrics:
 
     def __init__(self) -> None:
         self._nvml: Any = None
+        self._energy_at_start: list[int | None] = []
         try:
             import pynvml
 
             pynvml.nvmlInit()
             if pynvml.nvmlDeviceGetCount() > 0:
                 self._nvml = pynvml
+                self._energy_at_start = [
+                    self._energy_mj(index) for index in range(pynvml.nvmlDeviceGetCount())
+                ]
         except Exception as exc:  # ImportError or NVMLError: no GPU metrics
             logger.debug("GPU metrics disabled: %s", exc)
+
+    def _reading(self, read: Callable[[Any], Any], handle: Any) -> Any:
+        try:
+            return read(handle)
+        except self._nvml.NVMLError:
+            return None
+
+    def _energy_mj(self, index: int) -> int | None:
+        """The GPU's energy counter in millijoules (since the driver loaded); None where it has none."""
+        handle = self._nvml.nvmlDeviceGetHandleByIndex(index)
+        energy = self._reading(self._nvml.nvmlDeviceGetTotalEnergyConsumption, handle)
+        return None if energy is None else int(energy)
 
     @property
     def available(self) -> bool:
@@ -253,16 +269,26 @@ class GpuMetrics:
             handle = nvml.nvmlDeviceGetHandleByIndex(index)
             uuid = nvml.nvmlDeviceGetUUID(handle)
             uuid = uuid.decode() if isinstance(uuid, bytes) else uuid
-            memory = nvml.nvmlDeviceGetMemoryInfo(handle)
-            utilization.add_metric([uuid], nvml.nvmlDeviceGetUtilizationRates(handle).gpu / 100.0)
-            memory_total.add_metric([uuid], memory.total)
-            memory_used.add_metric([uuid], memory.used)
-            power.add_metric([uuid], nvml.nvmlDeviceGetPowerUsage(handle) / 1000.0)
-            power_limit.add_metric([uuid], nvml.nvmlDeviceGetPowerManagementLimit(handle) / 1000.0)
-            try:
-                energy.add_metric([uuid], nvml.nvmlDeviceGetTotalEnergyConsumption(handle) / 1000.0)
-            except nvml.NVMLError:
-                pass  # not every GPU reports energy
+            # A reading this GPU (or a virtual machine's view of it) does not support leaves its gauge
+            # out for this GPU; the others still come.
+            memory = self._reading(nvml.nvmlDeviceGetMemoryInfo, handle)
+            if memory is not None:
+                memory_total.add_metric([uuid], memory.total)
+                memory_used.add_metric([uuid], memory.used)
+            rates = self._reading(nvml.nvmlDeviceGetUtilizationRates, handle)
+            if rates is not None:
+                utilization.add_metric([uuid], rates.gpu / 100.0)
+            for family, read in (
+                (power, nvml.nvmlDeviceGetPowerUsage),
+                (power_limit, nvml.nvmlDeviceGetPowerManagementLimit),
+            ):
+                milliwatts = self._reading(read, handle)
+                if milliwatts is not None:
+                    family.add_metric([uuid], milliwatts / 1000.0)
+            # Triton counts joules since the server started; NVML's counter runs since the driver loaded.
+            now, start = self._energy_mj(index), self._energy_at_start[index]
+            if now is not None and start is not None:
+                energy.add_metric([uuid], (now - start) / 1000.0)
         yield from (utilization, memory_total, memory_used, power, power_limit, energy)
 
 

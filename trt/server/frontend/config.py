@@ -27,6 +27,9 @@ class WorkerConfig:
     grpc_options: GrpcOptions
     grpc_methods: list[MethodEntry]
     log_level: int
+    # Binary inference requests go to the core apart, by layout (``layouts``): not where
+    # --http-restricted-api restricts inference, whose header the core must then see.
+    infer_layouts: bool = True
 
 
 def request_frame_limit(http_limits: HttpLimits, grpc: GrpcOptions) -> int:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from trt.server.frontend import messages as m
 from trt.server.frontend.channel import Channel
+from trt.server.frontend.layouts import LayoutNumbers, answer_headers, split
 from trt.server.grpc.app import Method, Reply
 from trt.server.grpc.call import GrpcCall
 from trt.server.grpc.errors import GrpcError, StatusCode
@@ -69,11 +70,17 @@ class CoreLink:
         self._calls.pop(call, None)
 
     async def send(self, message: m.Message) -> None:
+        await self.writable()
+        self.send_now(message)
+
+    async def writable(self) -> None:
+        """Wait while the core leaves too much unread; CoreGone once the channel is closed."""
         channel = self.channel
         if channel is None or channel.closed:
             raise CoreGone
         await channel.writable()
-        channel.send(message)
+        if channel.closed:
+            raise CoreGone
 
     def send_now(self, message: m.Message) -> None:
         """A small control message (cancel, window): sent without waiting for room."""
@@ -91,30 +98,44 @@ class CoreLink:
 
 
 class HttpForwarder:
-    """An ``HttpServer`` handler that answers through the core's ``HttpApp``."""
+    """An ``HttpServer`` handler that answers through the core's ``HttpApp``. With ``layouts``,
+    binary inference requests go apart (``frontend.layouts``); the rest whole."""
 
-    def __init__(self, link: CoreLink) -> None:
+    def __init__(self, link: CoreLink, layouts: LayoutNumbers | None = None) -> None:
         self.link = link
+        self.layouts = layouts
 
     async def __call__(self, request: HttpRequest) -> HttpResponse:
         link = self.link
         call, pending = link.open()
         streamed = False
         try:
-            await link.send(
-                m.HttpCall(
-                    call,
-                    request.method,
-                    request.path,
-                    request.query,
-                    list(request.headers.items()),
-                    request.body,
-                    request.started_ns,
-                    request.received_ns,
+            layouts = self.layouts
+            cut = split(request) if layouts is not None else None
+            if layouts is not None and cut is not None:
+                await link.writable()
+                # Numbered and sent in one step: the core must read layouts in numbering order.
+                for message in layouts.messages(cut, call, request.started_ns, request.received_ns):
+                    link.send_now(message)
+            else:
+                await link.send(
+                    m.HttpCall(
+                        call,
+                        request.method,
+                        request.path,
+                        request.query,
+                        list(request.headers.items()),
+                        request.body,
+                        request.started_ns,
+                        request.received_ns,
+                    )
                 )
-            )
             request.body = b""  # the core has it now; do not hold a second copy while it answers
             answer = await pending.next()
+            if isinstance(answer, m.InferAnswer):
+                return HttpResponse(
+                    200, answer.body, answer_headers(answer.json_length, answer.content_encoding)
+                )
             if not isinstance(answer, m.HttpAnswer):
                 raise CoreGone
             if answer.streamed:

@@ -77,6 +77,29 @@ class Written:
     call: int
 
 
+@dataclass(slots=True)
+class InferLayout:
+    """A JSON header of binary inference requests to ``model_name`` that ``InferCall``s name by
+    ``layout``: numbered in increasing order, the last ``frontend.layouts.LAYOUTS`` kept at both ends."""
+
+    layout: int
+    model_name: str
+    model_version: str
+    accept_encoding: str  # the requests' Accept-Encoding ("": none)
+    header: bytes
+
+
+@dataclass(slots=True)
+class InferCall:
+    """A binary inference request sent apart: its layout's number and the tensors' bytes after its header."""
+
+    call: int
+    layout: int
+    binary: bytes
+    started_ns: int
+    received_ns: int
+
+
 # -- core -> worker -------------------------------------------------------------------------------
 
 
@@ -124,6 +147,16 @@ class GrpcFinish:
 
 
 @dataclass(slots=True)
+class InferAnswer:
+    """A 200 answer to an ``InferCall`` whose headers say only what ``layouts.answer_headers`` rebuilds."""
+
+    call: int
+    json_length: int  # of the JSON before the binary tensors; -1: the body is JSON alone
+    content_encoding: str  # "": not compressed
+    body: bytes
+
+
+@dataclass(slots=True)
 class Stop:
     """Stop accepting, finish what is in flight (up to ``timeout_ms``), exit."""
 
@@ -132,11 +165,11 @@ class Stop:
 
 Message = (
     Ready | HttpCall | GrpcUnary | GrpcOpen | GrpcMessage | GrpcHalfClose | Cancel | Written
-    | HttpAnswer | Chunk | End | GrpcReply | GrpcFinish | Stop
+    | HttpAnswer | Chunk | End | GrpcReply | GrpcFinish | Stop | InferLayout | InferCall | InferAnswer
 )  # fmt: skip
 
 # The tag of each kind on the wire; a new message goes at the end (workers and core are one version).
 KINDS: tuple[type[Message], ...] = (
     Ready, HttpCall, GrpcUnary, GrpcOpen, GrpcMessage, GrpcHalfClose, Cancel, Written,
-    HttpAnswer, Chunk, End, GrpcReply, GrpcFinish, Stop,
+    HttpAnswer, Chunk, End, GrpcReply, GrpcFinish, Stop, InferLayout, InferCall, InferAnswer,
 )  # fmt: skip

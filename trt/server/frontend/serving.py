@@ -18,9 +18,11 @@ from typing import Any, cast
 
 from trt.server.frontend import messages as m
 from trt.server.frontend.channel import Channel
+from trt.server.frontend.layouts import Layout, LayoutError, LayoutTable, answer_message
 from trt.server.grpc.app import Method, Reply
 from trt.server.grpc.call import GrpcCall
 from trt.server.grpc.errors import StatusCode, status_of
+from trt.server.http.app import HttpApp
 from trt.server.http.messages import Handler, HttpRequest, HttpResponse, close_stream
 
 logger = logging.getLogger("trt.frontend")
@@ -110,6 +112,11 @@ class WorkerSession:
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self._calls: dict[int, RemoteCall] = {}
         self._http_windows: dict[int, _Window] = {}
+        # Binary inference requests sent apart (``layouts``): only to an HttpApp that leaves inference
+        # unrestricted, since their headers do not come along to be checked.
+        self.layouts: LayoutTable | None = None
+        if isinstance(http_app, HttpApp) and http_app.restrictions.by_category.get("inference") is None:
+            self.layouts = LayoutTable(http_app.infer_route)
 
     def channel_send(self, message: m.Message) -> None:
         if self.channel is not None:
@@ -120,7 +127,19 @@ class WorkerSession:
         return len(self._tasks)
 
     def on_message(self, message: m.Message) -> None:
-        if isinstance(message, m.HttpCall):
+        if isinstance(message, m.InferCall):
+            try:
+                layout = self._layout_table().get(message.layout)
+            except LayoutError as exc:
+                self._broken(str(exc))
+                return
+            self._start(message.call, self._infer(message, layout))
+        elif isinstance(message, m.InferLayout):
+            try:
+                self._layout_table().define(message)
+            except LayoutError as exc:
+                self._broken(str(exc))
+        elif isinstance(message, m.HttpCall):
             self._start(message.call, self._http(message))
         elif isinstance(message, m.GrpcUnary):
             self._start(message.call, self._unary(message))
@@ -146,11 +165,17 @@ class WorkerSession:
             if not self.ready.done():
                 self.ready.set_result(message.pid)
         else:  # a core -> worker message from a worker: it is broken, drop it
-            logger.error(
-                "frontend worker %d sent a %s; closing its channel", self.index, type(message).__name__
-            )
-            if self.channel is not None:
-                self.channel.close()
+            self._broken(f"it sent a {type(message).__name__}")
+
+    def _broken(self, why: str) -> None:
+        logger.error("frontend worker %d is broken (%s); closing its channel", self.index, why)
+        if self.channel is not None:
+            self.channel.close()
+
+    def _layout_table(self) -> LayoutTable:
+        if self.layouts is None:
+            raise LayoutError("a layout sent where none is taken (no HTTP, or inference is restricted)")
+        return self.layouts
 
     def on_closed(self) -> None:
         """The worker is gone: nothing it forwarded can be answered, so all of it stops here."""
@@ -161,9 +186,7 @@ class WorkerSession:
 
     def _start(self, number: int, work: Coroutine[Any, Any, None]) -> None:
         if number in self._tasks:  # a worker reusing a live number is broken
-            logger.error("frontend worker %d reused call %d; closing its channel", self.index, number)
-            if self.channel is not None:
-                self.channel.close()
+            self._broken(f"it reused call {number}")
             work.close()
             return
         task = asyncio.get_running_loop().create_task(work)
@@ -176,6 +199,15 @@ class WorkerSession:
         self._http_windows.pop(number, None)
 
     # -- HTTP ---------------------------------------------------------------------------------------
+
+    async def _infer(self, message: m.InferCall, layout: Layout) -> None:
+        app = cast(HttpApp, self.http_app)  # there is a layout table only for an HttpApp
+        response = await app.answer_split(
+            layout.route, layout.header, message.binary, message.started_ns, message.received_ns
+        )
+        self.channel_send(answer_message(message.call, response))
+        if response.sent is not None:
+            response.sent()
 
     async def _http(self, message: m.HttpCall) -> None:
         if self.http_app is None:

@@ -22,6 +22,7 @@ from trt.server.frontend import messages as m
 from trt.server.frontend.channel import Channel
 from trt.server.frontend.config import ANSWER_FRAME_LIMIT, WorkerConfig
 from trt.server.frontend.forward import CoreLink, HttpForwarder, forwarding_methods
+from trt.server.frontend.layouts import LayoutNumbers
 from trt.server.grpc.server import GrpcServer
 from trt.server.http.app import HttpApp
 from trt.server.http.server import HttpServer
@@ -68,7 +69,8 @@ async def run(config: WorkerConfig, parent: int) -> int:
     if config.http_fd >= 0:
         tls = server_context(config.http_tls) if config.http_tls is not None else None
         http_server = HttpServer(
-            HttpForwarder(link), config.http_limits, cancellable=HttpApp.cancellable,
+            HttpForwarder(link, LayoutNumbers() if config.infer_layouts else None), config.http_limits,
+            cancellable=HttpApp.cancellable,
             queued_bytes=QueuedBytes(config.queued_bytes), ssl_context=tls,
         )  # fmt: skip
         await http_server.start(socket.socket(fileno=config.http_fd))

@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import base64
 import binascii
-import gzip
 import logging
 import re
-import zlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -24,8 +22,8 @@ from trt.server.core.errors import InvalidArgument, ServerError
 from trt.server.core.extensions.tracing import TransportPoints
 from trt.server.core.models.config import config_to_json
 from trt.server.core.server import InferenceServer
-from trt.server.core.types import InferenceResponse, StreamItem
-from trt.server.http import codec, generate
+from trt.server.core.types import InferenceRequest, InferenceResponse, StreamItem
+from trt.server.http import codec, compression, generate
 from trt.server.http.messages import HttpRequest, HttpResponse, close_stream
 from trt.server.http.statistics import statistics_json
 from trt.server.restrictions import Restrictions
@@ -150,19 +148,58 @@ class HttpApp:
             http_request.body if body is None else body,
             route.header_length,
         )
+        timestamps = (http_request.started_ns, http_request.received_ns)
+        return await self._run(request, route, binary_choice, default_binary, timestamps)
+
+    async def _run(
+        self,
+        request: InferenceRequest,
+        route: _InferRoute,
+        binary_choice: dict[str, bool],
+        default_binary: bool,
+        timestamps: tuple[int, int],
+    ) -> HttpResponse:
         tracer = self.core.tracer
         if tracer.active and (trace := tracer.start(request.model_name, request.model_version, request.id)):
             http_response, sent = await self.core.infer_traced(
                 request,
                 trace,
                 HTTP_TRACE_POINTS,
-                (http_request.started_ns, http_request.received_ns),
+                timestamps,
                 lambda response: self._infer_response(route, response, binary_choice, default_binary),
             )
             http_response.sent = sent
             return http_response
         response = await self.core.infer(request)
         return self._infer_response(route, response, binary_choice, default_binary)
+
+    # -- inference sent apart by a front-end worker (``frontend.layouts``) ---------------------
+
+    def infer_route(
+        self, model_name: str, model_version: str, header_length: int, accept_encoding: str
+    ) -> object:
+        """What requests to ``model_name`` with a JSON header of ``header_length`` bytes share, for
+        ``answer_split``; an opaque object to keep."""
+        return _InferRoute(self, model_name, model_version, header_length, accept_encoding or None)
+
+    async def answer_split(
+        self, route: object, header: bytes, binary: bytes, started_ns: int, received_ns: int
+    ) -> HttpResponse:
+        """A binary inference request whose body came in two parts, its JSON header (seen before) and
+        its tensors, answered as ``__call__`` answers the whole body sent to its route: the same
+        decoding (the header's plan when the decoder remembers it), errors and tracing."""
+        assert type(route) is _InferRoute and route.app is self
+        try:
+            request, binary_choice, default_binary = self._decoder.decode_split(
+                route.model_name, route.model_version, header, binary
+            )
+            timestamps = (started_ns, received_ns)
+            return await self._run(request, route, binary_choice, default_binary, timestamps)
+        except ServerError as exc:
+            return _error(exc.http_status, exc.message)
+        except Exception as exc:  # a bug of ours must not take the server down
+            logger.exception("unhandled error on inference of %s", route.model_name)
+            return _error(500, f"internal error: {exc}")
 
     def _infer_response(
         self,
@@ -180,7 +217,7 @@ class HttpApp:
                 (b"inference-header-content-length", str(json_length).encode()),
             ]
         if route.accept_encoding:
-            payload, out_headers = _compress(payload, out_headers, route.accept_encoding)
+            payload, out_headers = compression.compress(payload, out_headers, route.accept_encoding)
         return HttpResponse(200, payload, out_headers)
 
     # -- the generate extension ----------------------------------------------------------------
@@ -218,24 +255,10 @@ class HttpApp:
         encoding = encoding.strip().lower()
         if encoding in ("", "identity"):
             return request.body
-        return self._decompress(request.body, encoding)
-
-    def _decompress(self, body: bytes, encoding: str) -> bytes:
-        if encoding == "gzip":
-            decompressor = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        elif encoding == "deflate":
-            decompressor = zlib.decompressobj()
-        else:
-            raise HttpError(415, f"unsupported Content-Encoding '{encoding}' (use gzip, deflate or identity)")
         try:
-            data = decompressor.decompress(body, self.max_input_size + 1)
-        except zlib.error as exc:
-            raise InvalidArgument(f"cannot decompress the {encoding} body: {exc}") from None
-        if len(data) > self.max_input_size or decompressor.unconsumed_tail:
-            raise InvalidArgument(
-                f"decompressed body exceeds the {self.max_input_size}-byte limit (--http-max-input-size)"
-            )
-        return data
+            return compression.decompress(request.body, encoding, self.max_input_size)
+        except compression.UnsupportedEncoding as exc:
+            raise HttpError(415, str(exc)) from None
 
     # -- everything else -----------------------------------------------------------------------
 
@@ -461,16 +484,3 @@ def _json(value: Any) -> HttpResponse:
 
 def _error(status: int, message: str) -> HttpResponse:
     return HttpResponse(status, orjson.dumps({"error": message}), _JSON_HEADERS)
-
-
-def _compress(
-    payload: bytes, headers: list[tuple[bytes, bytes]], accept_encoding: str
-) -> tuple[bytes, list[tuple[bytes, bytes]]]:
-    if not accept_encoding:
-        return payload, headers
-    accepted = {part.split(";")[0].strip().lower() for part in accept_encoding.split(",")}
-    if "gzip" in accepted:
-        return gzip.compress(payload, compresslevel=1), [*headers, (b"content-encoding", b"gzip")]
-    if "deflate" in accepted:
-        return zlib.compress(payload, 1), [*headers, (b"content-encoding", b"deflate")]
-    return payload, headers

@@ -209,6 +209,18 @@ class RequestDecoder:
             self._remember(header, _DecodePlan.of(request, binary_choice, default_binary))
         return request, binary_choice, default_binary
 
+    def decode_split(
+        self, model_name: str, model_version: str, header: bytes, binary: bytes
+    ) -> tuple[InferenceRequest, dict[str, bool], bool]:
+        """As ``decode`` for the body ``header + binary`` whose JSON header is ``header``, without
+        joining the two when the header is one it remembers."""
+        plan = self._plans.get(header)
+        if plan is not None:
+            request = plan.request(model_name, model_version, memoryview(binary))
+            if request is not None:
+                return request, plan.binary_choice, plan.default_binary
+        return self.decode(model_name, model_version, header + binary, len(header))
+
     def _remember(self, header: bytes, plan: _DecodePlan) -> None:
         cost = self._cost(header)
         if cost * 16 > self.max_bytes:

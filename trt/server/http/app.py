@@ -12,7 +12,7 @@ import base64
 import binascii
 import logging
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -139,9 +139,11 @@ class HttpApp:
             plan.route = route
         return await self._infer_on(http_request, route, body)
 
-    async def _infer_on(
+    def _infer_on(
         self, http_request: HttpRequest, route: _InferRoute, body: bytes | None = None
-    ) -> HttpResponse:
+    ) -> Coroutine[Any, Any, HttpResponse]:
+        """Decodes now (raising what the body breaks) and returns the run to await: no coroutine of
+        its own on the hot path."""
         request, binary_choice, default_binary = self._decoder.decode(
             route.model_name,
             route.model_version,
@@ -149,7 +151,7 @@ class HttpApp:
             route.header_length,
         )
         timestamps = (http_request.started_ns, http_request.received_ns)
-        return await self._run(request, route, binary_choice, default_binary, timestamps)
+        return self._run(request, route, binary_choice, default_binary, timestamps)
 
     async def _run(
         self,

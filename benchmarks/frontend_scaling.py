@@ -9,6 +9,11 @@ workers), the client's CPU per request, and the ratios N / 0 and 2 / 1 (issue 19
 workers >= 1.4x 1 worker on 2 cores). Medians over the rounds. `--pin` runs the client on cores apart
 from the servers' when the machine has at least 4 (otherwise it says so and does not pin).
 
+Then the cost model, from this run's own figures: with W the workers' and C the core process's CPU per
+request at N = 1, and S the single process's, N workers on a host of M cores (the client elsewhere)
+serve at most min(N / W, 1 / C, M / (W + C)) requests/s, against 1 / S for the single process, whose
+one event loop does nearly all of its work. Printed for ``--model-cores`` hosts.
+
     flock /tmp/trt-bench.lock python benchmarks/frontend_scaling.py \\
         --perf-analyzer /tmp/trt-peers/perf/perf_analyzer [--workers 0,1,2] [--rounds 2] [--pin]
 
@@ -26,6 +31,7 @@ import statistics
 import subprocess
 import sys
 from pathlib import Path
+from typing import cast
 
 import psutil
 from rich.console import Console
@@ -126,6 +132,28 @@ def _summary(
     return summary
 
 
+def _seconds(entry: dict[str, object], key: str) -> float:
+    return cast(float, entry[key]) / 1e6
+
+
+def cost_model(summary: list[dict[str, object]], hosts: list[int]) -> list[dict[str, object]]:
+    """Requests/s allowed on hosts of each size by the single process and by N workers, from the
+    N = 0 and N = 1 medians of ``summary``."""
+    rows: list[dict[str, object]] = []
+    for protocol in dict.fromkeys(str(entry["protocol"]) for entry in summary):
+        by_n = {cast(int, e["workers"]): e for e in summary if e["protocol"] == protocol}
+        if 0 not in by_n or 1 not in by_n:
+            continue
+        single = _seconds(by_n[0], "server_cpu_us")
+        worker, core = _seconds(by_n[1], "workers_cpu_us"), _seconds(by_n[1], "core_cpu_us")
+        for cores in hosts:
+            allowed = {
+                n: min(n / worker, 1 / core, cores / (worker + core)) for n in (1, 2, 4, 8, 16) if n < cores
+            }
+            rows.append({"protocol": protocol, "cores": cores, "single": 1 / single, "workers": allowed})
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -137,6 +165,7 @@ def main() -> None:
     parser.add_argument("--interval-ms", type=int, default=3000)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--pin", action="store_true", help="the client on cores apart from the servers'")
+    parser.add_argument("--model-cores", default="2,16,64", help="host sizes the cost model is printed for")
     parser.add_argument(
         "--json", type=Path, default=ROOT / "reports" / "benchmarks" / "frontend_scaling.json"
     )
@@ -185,10 +214,24 @@ def main() -> None:
             *ratios,
         )  # fmt: skip
     console.print(table)
+    model = cost_model(summary, [int(c) for c in args.model_cores.split(",")])
+    if model:
+        sizes = (1, 2, 4, 8, 16)
+        predicted = Table(title="Cost model from this run's N = 0 and N = 1 figures: requests/s a host "
+                                "of M cores allows (client elsewhere)")  # fmt: skip
+        for column in ("protocol", "M cores", "single process", *(f"N={n}" for n in sizes)):
+            predicted.add_column(column, justify="left" if column == "protocol" else "right")
+        for row in model:
+            allowed = cast(dict[int, float], row["workers"])
+            predicted.add_row(
+                str(row["protocol"]), str(row["cores"]), f"{cast(float, row['single']):,.0f}",
+                *(f"{allowed[n]:,.0f}" if n in allowed else "" for n in sizes),
+            )  # fmt: skip
+        console.print(predicted)
     args.json.parent.mkdir(parents=True, exist_ok=True)
     document = {
         "concurrency": args.concurrency, "interval_ms": args.interval_ms, "cores": os.cpu_count(),
-        "pinned": server_cpus is not None, "rounds": rows, "summary": summary,
+        "pinned": server_cpus is not None, "rounds": rows, "summary": summary, "cost_model": model,
     }  # fmt: skip
     args.json.write_text(json.dumps(document, indent=2))
     with args.json.with_suffix(".csv").open("w", newline="") as out:

@@ -139,6 +139,11 @@ class WorkerSession:
                 self._layout_table().define(message)
             except LayoutError as exc:
                 self._broken(str(exc))
+                return
+            logger.debug(
+                "frontend worker %d: layout %d for model '%s', a JSON header of %d bytes",
+                self.index, message.layout, message.model_name, len(message.header),
+            )  # fmt: skip
         elif isinstance(message, m.HttpCall):
             self._start(message.call, self._http(message))
         elif isinstance(message, m.GrpcUnary):

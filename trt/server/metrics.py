@@ -230,7 +230,8 @@ class GpuMetrics:
             if pynvml.nvmlDeviceGetCount() > 0:
                 self._nvml = pynvml
                 self._energy_at_start = [
-                    self._energy_mj(index) for index in range(pynvml.nvmlDeviceGetCount())
+                    self._energy_mj(pynvml.nvmlDeviceGetHandleByIndex(index))
+                    for index in range(pynvml.nvmlDeviceGetCount())
                 ]
         except Exception as exc:  # ImportError or NVMLError: no GPU metrics
             logger.debug("GPU metrics disabled: %s", exc)
@@ -241,9 +242,8 @@ class GpuMetrics:
         except self._nvml.NVMLError:
             return None
 
-    def _energy_mj(self, index: int) -> int | None:
+    def _energy_mj(self, handle: Any) -> int | None:
         """The GPU's energy counter in millijoules (since the driver loaded); None where it has none."""
-        handle = self._nvml.nvmlDeviceGetHandleByIndex(index)
         energy = self._reading(self._nvml.nvmlDeviceGetTotalEnergyConsumption, handle)
         return None if energy is None else int(energy)
 
@@ -286,7 +286,7 @@ class GpuMetrics:
                 if milliwatts is not None:
                     family.add_metric([uuid], milliwatts / 1000.0)
             # Triton counts joules since the server started; NVML's counter runs since the driver loaded.
-            now, start = self._energy_mj(index), self._energy_at_start[index]
+            now, start = self._energy_mj(handle), self._energy_at_start[index]
             if now is not None and start is not None:
                 energy.add_metric([uuid], (now - start) / 1000.0)
         yield from (utilization, memory_total, memory_used, power, power_limit, energy)

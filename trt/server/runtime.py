@@ -174,7 +174,7 @@ async def _start_frontend_workers(core: InferenceServer, options: ServeOptions) 
         index=0, channel_fd=-1, http_fd=-1, grpc_fd=-1, http_limits=options.http_limits,
         http_tls=options.http_tls, queued_bytes=core.queued_bytes.limit // count, grpc_options=grpc_options,
         grpc_methods=method_entries(methods), log_level=logging.getLogger().getEffectiveLevel(),
-        infer_layouts=options.http_restrictions.by_category.get("inference") is None,
+        infer_layouts=http_app is not None and http_app.answers_split,
     )  # fmt: skip
     workers = FrontendWorkers(config, http_app, methods, http_sockets, grpc_sockets, count)
     try:

@@ -27,8 +27,8 @@ class WorkerConfig:
     grpc_options: GrpcOptions
     grpc_methods: list[MethodEntry]
     log_level: int
-    # Binary inference requests go to the core apart, by layout (``layouts``): not where
-    # --http-restricted-api restricts inference, whose header the core must then see.
+    # Binary inference requests go to the core apart, by layout (``layouts``), where the core's
+    # HttpApp takes them (``HttpApp.answers_split``).
     infer_layouts: bool = True
 
 

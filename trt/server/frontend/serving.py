@@ -112,10 +112,9 @@ class WorkerSession:
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self._calls: dict[int, RemoteCall] = {}
         self._http_windows: dict[int, _Window] = {}
-        # Binary inference requests sent apart (``layouts``): only to an HttpApp that leaves inference
-        # unrestricted, since their headers do not come along to be checked.
+        # Binary inference requests sent apart (``layouts``), where the HttpApp takes them.
         self.layouts: LayoutTable | None = None
-        if isinstance(http_app, HttpApp) and http_app.restrictions.by_category.get("inference") is None:
+        if isinstance(http_app, HttpApp) and http_app.answers_split:
             self.layouts = LayoutTable(http_app.infer_route)
 
     def channel_send(self, message: m.Message) -> None:

@@ -177,6 +177,12 @@ class HttpApp:
 
     # -- inference sent apart by a front-end worker (``frontend.layouts``) ---------------------
 
+    @property
+    def answers_split(self) -> bool:
+        """Whether ``answer_split`` may serve: not where inference is restricted, since a request sent
+        apart comes without the headers a restriction checks."""
+        return self.restrictions.by_category.get("inference") is None
+
     def infer_route(
         self, model_name: str, model_version: str, header_length: int, accept_encoding: str
     ) -> object:

@@ -106,12 +106,22 @@ BAD_TENSORS = {
         [*GOOD_INPUTS, {"name": "EXTRA", "shape": [1, 16], "datatype": "INT32", "data": [1] * 16}],
         "unexpected inference input 'EXTRA'",
     ),
-    "missing required input": (GOOD_INPUTS[:1], "missing required input(s): INPUT1"),
+    "missing required input": (
+        GOOD_INPUTS[:1],
+        (
+            "expected 2 inputs but got 1 inputs for model 'simple'. Got input(s) ['INPUT0'], "
+            "but missing required input(s) ['INPUT1']. Please provide all required input(s)."
+        ),
+    ),
     "wrong shape": (
         _with("INPUT0", shape=[1, 15], data=list(range(15))),
-        "expected shape [-1, 16], got [1, 15]",
+        "[request id: <id_unknown>] unexpected shape for input 'INPUT0' for model 'simple'. "
+        "Expected [-1,16], got [1,15].",
     ),
-    "wrong datatype": (_with("INPUT0", datatype="FP32"), "is 'FP32' but model 'simple' expects 'INT32'"),
+    "wrong datatype": (
+        _with("INPUT0", datatype="FP32"),
+        "inference input 'INPUT0' data-type is 'FP32', but model 'simple' expects 'INT32'",
+    ),
     "fewer elements than the shape": (
         _with("INPUT0", data=list(range(10))),
         "shape [1, 16] needs 16 elements but 'data' has 10",
@@ -123,7 +133,7 @@ BAD_TENSORS = {
     "non-numeric data for INT32": (_with("INPUT0", data=["a"] * 16), "Unable to parse 'data' as INT32"),
     "batch size over max_batch_size": (
         [dict(tensor, shape=[9, 16], data=tensor["data"] * 9) for tensor in GOOD_INPUTS],
-        "batch size 9 is outside 1..8",
+        "inference request batch-size must be <= 8 for 'simple'",
     ),
     "negative dimension": (_with("INPUT0", shape=[1, -16]), "non-negative"),
     "unknown datatype": (_with("INPUT0", datatype="INT33"), "INT33"),
@@ -159,7 +169,7 @@ BINARY_CASES = {
     # (bytes declared per input, bytes attached, Inference-Header-Content-Length or None for the true one)
     "payload shorter than binary_data_size": (64, 100, None, "only 36 bytes of binary data remain"),
     "extra bytes no input claims": (64, 200, None, "72 bytes of binary data that no input claims"),
-    "binary_data_size that does not fit the shape": (60, 120, None, "expected 64 bytes"),
+    "binary_data_size that does not fit the shape": (60, 120, None, "Expected 64, got 60"),
     "header length larger than the body": (64, 128, "99999", "Inference-Header-Content-Length is 99999"),
     "header length not a number": (64, 128, "abc", "Unable to parse Inference-Header-Content-Length"),
     "header length negative": (64, 128, "-5", "Inference-Header-Content-Length is -5"),
@@ -292,8 +302,14 @@ def _negative_version(request: grpc_service_pb2.ModelInferRequest) -> None:
 GRPC_CASES: dict[str, tuple[Callable[[grpc_service_pb2.ModelInferRequest], None], str]] = {
     "fewer raw contents than inputs": (_drop_last_raw, "2 inputs outside shared memory but 1 entries"),
     "more raw contents than inputs": (_add_raw, "2 inputs outside shared memory but 3 entries"),
-    "raw bytes shorter than the shape": (_shorten_raw, "expected 64 bytes for shape [1, 16] of INT32"),
-    "wrong datatype": (_wrong_dtype, "datatype is 'FP32' but model 'simple' expects 'INT32'"),
+    "raw bytes shorter than the shape": (
+        _shorten_raw,
+        "input byte size mismatch for input 'INPUT0' for model 'simple'. Expected 64, got",
+    ),
+    "wrong datatype": (
+        _wrong_dtype,
+        "inference input 'INPUT0' data-type is 'FP32', but model 'simple' expects 'INT32'",
+    ),
     "unknown model": (_unknown_model, "Request for unknown model: 'no_such_model' is not found"),
     "unknown version": (_unknown_version, "Request for unknown model: 'simple' version 7 is not found"),
     "version not a number": (
@@ -331,7 +347,11 @@ def test_grpc_bad_requests_answer_with_tritons_status_and_text(
 
 _TRUNCATED, _TRUNCATED_HEADER_LENGTH = _binary_body(64, 100)
 BURST_BAD = [
-    (_document(_with("INPUT0", datatype="FP32")), {}, "expects 'INT32'"),
+    (
+        _document(_with("INPUT0", datatype="FP32")),
+        {},
+        "inference input 'INPUT0' data-type is 'FP32', but model 'simple' expects 'INT32'",
+    ),
     (b'{"inputs": [', {}, "failed to parse"),
     (_document(GOOD_INPUTS[:1]), {}, "missing required input"),
     (_TRUNCATED, {"Inference-Header-Content-Length": str(_TRUNCATED_HEADER_LENGTH)}, "only 36 bytes"),

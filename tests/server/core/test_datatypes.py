@@ -83,8 +83,12 @@ def test_fixed_size_tensor_is_a_view_and_size_is_checked() -> None:
     tensor = tensor_from_bytes(data, "FP32", (2, 3), "x")
     assert tensor.shape == (2, 3) and tensor[1, 2] == 5.0
     assert not tensor.flags.owndata
-    with pytest.raises(InvalidInput, match="expected 24 bytes"):
-        tensor_from_bytes(data[:-1], "FP32", (2, 3), "x")
+    with pytest.raises(InvalidInput) as error:
+        tensor_from_bytes(data[:-1], "FP32", (2, 3), "x", "m", "7")
+    assert (
+        error.value.message
+        == "[request id: 7] input byte size mismatch for input 'x' for model 'm'. Expected 24, got 23"
+    )
 
 
 def test_tensor_to_bytes_is_little_endian_row_major() -> None:

@@ -4,6 +4,8 @@ between requests of the same bytes."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -107,7 +109,8 @@ def test_a_wrong_tensor_size_is_the_same_error_from_the_template() -> None:
     codec.decode_infer_message(_request(model="sizes").SerializeToString())
     short = _request(model="sizes")
     short.raw_input_contents[1] = b"\x00" * 12
-    with pytest.raises(InvalidInput, match="expected 64 bytes"):
+    message = "input byte size mismatch for input 'INPUT1' for model 'sizes'. Expected 64, got 12"
+    with pytest.raises(InvalidInput, match=re.escape(message)):
         codec.decode_infer_message(short.SerializeToString())
 
 

@@ -532,11 +532,21 @@ def _bad_tensor(name: str, shape: list[int], datatype: str) -> grpcclient.InferI
 BAD_TENSORS: dict[str, tuple[Callable[[grpcclient.InferInput, grpcclient.InferInput], list], str]] = {
     "wrong shape": (
         lambda _, input1: [_bad_tensor("INPUT0", [1, 15], "INT32"), input1],
-        "expected shape [-1, 16], got [1, 15]",
+        "[request id: <id_unknown>] unexpected shape for input 'INPUT0' for model 'simple'. "
+        "Expected [-1,16], got [1,15].",
     ),
-    "wrong dtype": (lambda _, input1: [_bad_tensor("INPUT0", [1, 16], "FP32"), input1], "expects 'INT32'"),
+    "wrong dtype": (
+        lambda _, input1: [_bad_tensor("INPUT0", [1, 16], "FP32"), input1],
+        "inference input 'INPUT0' data-type is 'FP32', but model 'simple' expects 'INT32'",
+    ),
     "unknown input": (lambda input0, input1: [input0, input1, _bad_tensor("EXTRA", [1], "INT32")], "EXTRA"),
-    "missing input": (lambda input0, _: [input0], "missing required input(s): INPUT1"),
+    "missing input": (
+        lambda input0, _: [input0],
+        (
+            "expected 2 inputs but got 1 inputs for model 'simple'. Got input(s) ['INPUT0'], "
+            "but missing required input(s) ['INPUT1']. Please provide all required input(s)."
+        ),
+    ),
 }
 
 
@@ -558,7 +568,7 @@ def test_batch_over_max_batch_size_is_invalid_argument(client: grpcclient.Infere
     with pytest.raises(InferenceServerException) as info:
         client.infer("simple", inputs)
     assert info.value.status() == "StatusCode.INVALID_ARGUMENT"
-    assert "batch size 9 is outside 1..8" in info.value.message()
+    assert "inference request batch-size must be <= 8 for 'simple'" in info.value.message()
     _assert_simple_still_answers(client)
 
 
@@ -579,8 +589,14 @@ def test_unknown_model_and_version_are_not_found(client: grpcclient.InferenceSer
 @pytest.mark.parametrize(
     ("raw", "fragment"),
     [
-        ([b"\x00" * 60, b"\x00" * 64], "expected 64 bytes for shape [1, 16] of INT32, got 60"),
-        ([b"\x00" * 68, b"\x00" * 64], "expected 64 bytes for shape [1, 16] of INT32, got 68"),
+        (
+            [b"\x00" * 60, b"\x00" * 64],
+            "input byte size mismatch for input 'INPUT0' for model 'simple'. Expected 64, got 60",
+        ),
+        (
+            [b"\x00" * 68, b"\x00" * 64],
+            "input byte size mismatch for input 'INPUT0' for model 'simple'. Expected 64, got 68",
+        ),
         ([b"\x00" * 64], "2 inputs outside shared memory but 1 entries in raw_input_contents"),
     ],
     ids=["shorter than the shape", "longer than the shape", "fewer entries than inputs"],

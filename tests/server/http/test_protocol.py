@@ -127,7 +127,7 @@ def test_a_request_layout_is_checked_by_each_model_it_is_sent_to(server: ServerP
                 status, _, payload = _read_response(sock, buffer)
                 assert status == expected, (model, payload)
                 if status == 400:
-                    assert "datatype" in json.loads(payload)["error"]
+                    assert "data-type is 'INT32'" in json.loads(payload)["error"]
 
 
 def test_a_repeated_head_asking_for_gzip_gets_gzip_every_time(server: ServerProcess) -> None:

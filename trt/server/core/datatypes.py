@@ -11,7 +11,7 @@ import struct
 
 import numpy as np
 
-from trt.server.core.errors import InvalidInput
+from trt.server.core.errors import InvalidInput, request_label
 
 # Wire datatype name -> numpy dtype. BF16 has no numpy dtype; it travels as raw uint16 pairs.
 _WIRE_TO_NUMPY: dict[str, np.dtype] = {
@@ -198,9 +198,15 @@ def tensor_to_bytes(array: np.ndarray, datatype: str) -> bytes | memoryview:
 
 
 def tensor_from_bytes(
-    buffer: bytes | memoryview, datatype: str, shape: tuple[int, ...], name: str
+    buffer: bytes | memoryview,
+    datatype: str,
+    shape: tuple[int, ...],
+    name: str,
+    model_name: str = "",
+    request_id: str = "",
 ) -> np.ndarray:
-    """View ``buffer`` as a tensor of ``shape``; the byte count must match exactly."""
+    """View ``buffer`` as a tensor of ``shape``; the byte count must match exactly. The model and the
+    request it is an input of name them in the error, as Triton's does."""
     count = element_count(shape)
     if datatype == "BYTES":
         return deserialize_bytes_tensor(buffer, count, name).reshape(shape)
@@ -210,7 +216,7 @@ def tensor_from_bytes(
     expected = count * dtype.itemsize
     if len(buffer) != expected:
         raise InvalidInput(
-            f"input '{name}': expected {expected} bytes for shape {list(shape)} of {datatype}, "
-            f"got {len(buffer)}"
+            f"{request_label(request_id)}input byte size mismatch for input '{name}' for model "
+            f"'{model_name}'. Expected {expected}, got {len(buffer)}"
         )
     return np.frombuffer(buffer, dtype=dtype).reshape(shape)

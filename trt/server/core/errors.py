@@ -26,6 +26,12 @@ from __future__ import annotations
 from typing import ClassVar
 
 
+def request_label(request_id: str) -> str:
+    """What starts the message of an error Triton finds in a request's tensors (clients and Triton's own
+    tests match on these texts): the request's id, or ``<id_unknown>`` when it has none."""
+    return f"[request id: {request_id or '<id_unknown>'}] "
+
+
 class ServerError(Exception):
     """Base of every error the core reports to a client."""
 

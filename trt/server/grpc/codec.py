@@ -148,7 +148,9 @@ def decode_infer_request(
         elif raw_count:
             if has_contents:
                 raise InvalidArgument(_mixed_message(name))
-            data = tensor_from_bytes(raw_contents[index], datatype, shape, name)
+            data = tensor_from_bytes(
+                raw_contents[index], datatype, shape, name, request.model_name, request.id
+            )
             index += 1
         elif has_contents:
             data = _typed_contents(tensor.contents, name, datatype, shape)

@@ -63,7 +63,7 @@ class Template:
             if spec.dtype is not None and len(data) == spec.size:
                 array = np.frombuffer(data, spec.dtype).reshape(spec.shape)
             else:  # BYTES, or a size that is wrong: the general path (and its error)
-                array = tensor_from_bytes(data, spec.datatype, spec.shape, spec.name)
+                array = tensor_from_bytes(data, spec.datatype, spec.shape, spec.name, self.model_name)
             inputs.append(InputTensor(spec.name, spec.datatype, spec.shape, array, dict(spec.parameters)))
         outputs = None
         if self.outputs is not None:

@@ -50,10 +50,13 @@ def decode_request(
     raw_inputs = document.get("inputs")
     if not isinstance(raw_inputs, list):
         raise InvalidArgument("the request JSON needs an 'inputs' array")
+    request_id = document.get("id", "")
+    if not isinstance(request_id, str):
+        raise InvalidArgument("'id' must be a string")
     inputs: list[InputTensor] = []
     offset = 0
     for raw in raw_inputs:
-        tensor, offset = _decode_input(raw, binary, offset)
+        tensor, offset = _decode_input(raw, binary, offset, model_name, request_id)
         inputs.append(tensor)
     if offset != len(binary):
         raise InvalidInput(
@@ -83,9 +86,6 @@ def decode_request(
                 )
             outputs.append(RequestedOutput(raw["name"], class_count, output_parameters))
 
-    request_id = document.get("id", "")
-    if not isinstance(request_id, str):
-        raise InvalidArgument("'id' must be a string")
     request = InferenceRequest(model_name, model_version, request_id, inputs, outputs, parameters)
     return request, binary_choice, default_binary
 
@@ -145,7 +145,7 @@ class _DecodePlan:
         for spec in self.inputs:
             chunk = binary[spec.start : spec.end]
             if spec.dtype is None:
-                data = tensor_from_bytes(chunk, spec.datatype, spec.shape, spec.name)
+                data = tensor_from_bytes(chunk, spec.datatype, spec.shape, spec.name, model_name)
             else:
                 data = np.frombuffer(chunk, spec.dtype).reshape(spec.shape)
             inputs.append(InputTensor(spec.name, spec.datatype, spec.shape, data, dict(spec.parameters)))
@@ -264,7 +264,9 @@ def _object(value: Any, what: str) -> dict[str, Any]:
     return value
 
 
-def _decode_input(raw: Any, binary: memoryview, offset: int) -> tuple[InputTensor, int]:
+def _decode_input(
+    raw: Any, binary: memoryview, offset: int, model_name: str, request_id: str
+) -> tuple[InputTensor, int]:
     if not isinstance(raw, dict):
         raise InvalidArgument("each input must be a JSON object")
     name = raw.get("name")
@@ -293,7 +295,7 @@ def _decode_input(raw: Any, binary: memoryview, offset: int) -> tuple[InputTenso
                 f"input '{name}': binary_data_size is {size} but only {len(binary) - offset} bytes of "
                 "binary data remain in the body (truncated request?)"
             )
-        data = tensor_from_bytes(binary[offset:end], datatype, shape, name)
+        data = tensor_from_bytes(binary[offset:end], datatype, shape, name, model_name, request_id)
         return InputTensor(name, datatype, shape, data, parameters), end
     if "shared_memory_region" in parameters:
         if "data" in raw:

@@ -186,8 +186,16 @@ def test_bytes_tensors_through_shared_memory(server: ServerProcess, client_modul
     [
         ((64, 64), (0, 100), "reaches past"),  # offset + size beyond the registered window
         ((64, 200), (0, 0), "reaches past"),  # byte size beyond the window
-        ((64, 60), (0, 64), "expected 64 bytes"),  # a size that does not fit the shape
-        ((64, 68), (0, 60), "expected 64 bytes"),
+        (
+            (64, 60),
+            (0, 64),
+            "input byte size mismatch for input 'INPUT1' for model 'simple'. Expected 64, got 60",
+        ),
+        (
+            (64, 68),
+            (0, 60),
+            "input byte size mismatch for input 'INPUT1' for model 'simple'. Expected 64, got 68",
+        ),
     ],
 )
 def test_reaching_past_a_region_is_refused_and_the_server_carries_on(

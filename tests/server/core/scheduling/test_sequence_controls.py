@@ -106,6 +106,6 @@ def test_a_bad_initial_state_fails_only_its_model(server: ServerProcess) -> None
     client = httpclient.InferenceServerClient(server.http_url)
     index = {row["name"]: row for row in client.get_model_repository_index()}
     assert "no file initial_state/none.bin" in index["missing_file"]["reason"]
-    assert "expected 4 bytes" in index["short_file"]["reason"]
+    assert "s.bin has 2 bytes; dims [1] of INT32 need 4" in index["short_file"]["reason"]
     assert "must be inside initial_state/" in index["escaping"]["reason"]
     assert all(index[name]["state"] == "READY" for name in ("seeded", "zeroed"))

@@ -189,7 +189,9 @@ class SharedMemoryRegistry:
                 raise InvalidInput(f"{what} has no data and no shared memory region")
             name, offset, size = _window_parameters(what, tensor.parameters)
             view = self.read(name, offset, size, what)
-            tensor.data = tensor_from_bytes(view, tensor.datatype, tensor.shape, tensor.name)
+            tensor.data = tensor_from_bytes(
+                view, tensor.datatype, tensor.shape, tensor.name, request.model_name, request.id
+            )
             tensor.parameters = {k: v for k, v in tensor.parameters.items() if k not in _PARAMETERS}
 
     def check_outputs(self, request: InferenceRequest) -> None:

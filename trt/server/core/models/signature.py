@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from trt.protos import model_config_pb2
 from trt.server.core.datatypes import config_to_wire
-from trt.server.core.errors import InvalidInput
+from trt.server.core.errors import InvalidInput, request_label
 from trt.server.core.types import InputTensor, RequestedOutput
 
 
@@ -66,55 +66,80 @@ class ModelSignature:
         required = frozenset(name for name, spec in inputs.items() if not spec.optional)
         return cls(model_name, config.max_batch_size, inputs, outputs, required)
 
-    def check_inputs(self, inputs: list[InputTensor]) -> int:
-        """Raise InvalidInput unless the inputs fit the model; return the request's batch size."""
-        batch_size = 1 if self.max_batch_size > 0 else 0
+    def check_inputs(self, inputs: list[InputTensor], request_id: str = "") -> int:
+        """Raise InvalidInput unless the inputs fit the model; return the request's batch size.
+
+        The messages are Triton's words (``request_label`` and all), and the checks come in its order
+        (but for a name the model does not have, told first): clients and Triton's own tests match on
+        them. Triton keeps a request's inputs in a hash map, which for the few inputs of a request
+        yields the last one added first (libstdc++): it is walked the same way here, so that of
+        several wrong inputs the same one is named."""
+        label = request_label(request_id)
+        model = self.model_name
+        walk = inputs[::-1]
+        specs: list[TensorSpec] = []
         seen: set[str] = set()
-        first_batch: int | None = None
-        for tensor in inputs:
+        for tensor in walk:
             spec = self.inputs.get(tensor.name)
             if spec is None:
                 raise InvalidInput(
-                    f"unexpected inference input '{tensor.name}' for model '{self.model_name}'; "
+                    f"unexpected inference input '{tensor.name}' for model '{model}'; "
                     f"its inputs are: {', '.join(self.inputs) or '(none)'}"
                 )
             if tensor.name in seen:
-                raise InvalidInput(f"input '{tensor.name}' appears more than once in the request")
+                raise InvalidInput(f"{label}input '{tensor.name}' already exists in request")
             seen.add(tensor.name)
+            specs.append(spec)
+        if not self.required_inputs <= seen:
+            raise InvalidInput(self._missing_inputs_message(label, walk))
+        batch_size = 0
+        if self.max_batch_size > 0 and not inputs:
+            batch_size = 1
+        elif self.max_batch_size > 0:
+            for tensor in walk:
+                if not tensor.shape:
+                    raise InvalidInput(
+                        f"{label}input '{tensor.name}' has no shape but model requires batch dimension "
+                        f"for '{model}'"
+                    )
+                if tensor is walk[0]:
+                    batch_size = tensor.shape[0]
+                elif tensor.shape[0] != batch_size:
+                    raise InvalidInput(
+                        f"{label}input '{tensor.name}' batch size does not match other inputs for '{model}'"
+                    )
+            if batch_size > self.max_batch_size:
+                raise InvalidInput(
+                    f"{label}inference request batch-size must be <= {self.max_batch_size} for '{model}'"
+                )
+            if batch_size < 1:  # Triton passes an empty batch on to the backend; no model expects one
+                raise InvalidInput(f"{label}inference request batch-size must be >= 1 for '{model}'")
+        for tensor, spec in zip(walk, specs, strict=True):
             if tensor.datatype != spec.datatype:
                 raise InvalidInput(
-                    f"input '{tensor.name}': datatype is '{tensor.datatype}' but model "
-                    f"'{self.model_name}' expects '{spec.datatype}'"
+                    f"{label}inference input '{tensor.name}' data-type is '{tensor.datatype}', but model "
+                    f"'{model}' expects '{spec.datatype}'"
                 )
-            shape = tensor.shape
-            if self.max_batch_size > 0:
-                dims = spec.dims
-                rows = shape[1:]
-                if len(shape) != len(dims) + 1 or (rows != dims and not self._dims_match(rows, dims)):
-                    raise self._shape_error(tensor, spec)
-                if shape[0] < 1 or shape[0] > self.max_batch_size:
-                    raise InvalidInput(
-                        f"input '{tensor.name}': batch size {shape[0]} is outside 1..{self.max_batch_size} "
-                        f"(max_batch_size of model '{self.model_name}')"
-                    )
-                if first_batch is None:
-                    first_batch = shape[0]
-                elif shape[0] != first_batch:
-                    raise InvalidInput(
-                        f"input '{tensor.name}': batch size {shape[0]} differs from "
-                        f"the other inputs' {first_batch}"
-                    )
-            elif len(shape) != len(spec.dims) or (
-                shape != spec.dims and not self._dims_match(shape, spec.dims)
-            ):
-                raise self._shape_error(tensor, spec)
-        if not self.required_inputs <= seen:
-            missing = sorted(self.required_inputs - seen)
-            raise InvalidInput(
-                f"expected {len(self.required_inputs)} inputs but got {len(seen)} for model "
-                f"'{self.model_name}'; missing required input(s): {', '.join(missing)}"
-            )
-        return first_batch if first_batch is not None else batch_size
+            shape = tensor.shape[1:] if self.max_batch_size > 0 else tensor.shape
+            dims = spec.dims
+            if len(shape) != len(dims) or (shape != dims and not self._dims_match(shape, dims)):
+                raise self._shape_error(label, tensor, spec)
+        return batch_size
+
+    def _missing_inputs_message(self, label: str, walk: list[InputTensor]) -> str:
+        got = "[" + ",".join(f"'{tensor.name}'" for tensor in walk) + "]"
+        names = {tensor.name for tensor in walk}
+        absent = [n for n in self.inputs if n in self.required_inputs and n not in names]  # config order
+        missing = "[" + ",".join(f"'{name}'" for name in absent)
+        expected = (
+            f"expected {len(self.inputs)} inputs"
+            if len(self.required_inputs) == len(self.inputs)
+            else f"expected number of inputs between {len(self.required_inputs)} and {len(self.inputs)}"
+        )
+        return (
+            f"{label}{expected} but got {len(walk)} inputs for model '{self.model_name}'. Got input(s) "
+            f"{got}, but missing required input(s) {missing}]. Please provide all required input(s)."
+        )
 
     def check_outputs(self, outputs: list[RequestedOutput] | None) -> tuple[str, ...]:
         if outputs is None:
@@ -138,8 +163,18 @@ class ModelSignature:
         the usual case, and a call saved on every input)."""
         return all(got == want or want == -1 for got, want in zip(shape, dims, strict=True))
 
-    def _shape_error(self, tensor: InputTensor, spec: TensorSpec) -> InvalidInput:
-        return InvalidInput(
-            f"input '{tensor.name}': expected shape {list(spec.shape)}, got {list(tensor.shape)}"
-            + (" (the first dimension is the batch)" if self.max_batch_size > 0 else "")
-        )
+    def _shape_error(self, label: str, tensor: InputTensor, spec: TensorSpec) -> InvalidInput:
+        expected, got = _dims_text(spec.shape), _dims_text(tensor.shape)
+        message = f"{label}unexpected shape for input '{tensor.name}' for model '{self.model_name}'. "
+        message += f"Expected {expected}, got {got}."
+        if self.max_batch_size > 0:
+            message += (
+                f" The model batches (max_batch_size {self.max_batch_size}): a request's shape is the "
+                "batch size followed by the config's dims."
+            )
+        return InvalidInput(message)
+
+
+def _dims_text(shape: tuple[int, ...]) -> str:
+    """A shape as Triton writes it in messages: ``[-1,16]``."""
+    return "[" + ",".join(str(d) for d in shape) + "]"

@@ -167,8 +167,8 @@ class ModelVersion:
         if self._closing:
             raise ModelNotReady(f"model '{self.name}' version {self.version} is not serving")
         received = time.perf_counter_ns()
-        batch_size = self.signature.check_inputs(request.inputs)
-        output_names = self.signature.check_outputs(request.outputs)
+        output_names = self.signature.check_outputs(request.outputs)  # first, as Triton
+        batch_size = self.signature.check_inputs(request.inputs, request.id)
         feeds = self._feeds(request.inputs)
         answers: asyncio.Queue[tuple[BackendResponse | None, bool]] = asyncio.Queue()
         backend_request = _backend_request(request, feeds, output_names)
@@ -235,7 +235,8 @@ class ModelVersion:
             if checked is not None:
                 return checked
         signature = self.signature
-        checked = signature.check_inputs(request.inputs), signature.check_outputs(request.outputs)
+        output_names = signature.check_outputs(request.outputs)  # first, as Triton
+        checked = signature.check_inputs(request.inputs, request.id), output_names
         if layout is not None:
             if len(self._checked) >= _CHECKED_LAYOUTS:
                 self._checked.clear()

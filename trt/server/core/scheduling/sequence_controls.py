@@ -64,9 +64,14 @@ def _initial_value(state: model_config_pb2.ModelSequenceBatching.State, model_di
         raw = read_data_file(
             model_dir, INITIAL_STATE_FOLDER, initial.data_file, f"{what}: initial_state data_file"
         )
+        if datatype != "BYTES" and len(raw) != element_count(shape) * _dtype_of(data_type).itemsize:
+            raise ModelConfigError(
+                f"{what}: initial_state data_file {initial.data_file} has {len(raw)} bytes; dims "
+                f"{list(shape)} of {datatype} need {element_count(shape) * _dtype_of(data_type).itemsize}"
+            )
         try:
             value = tensor_from_bytes(raw, datatype, shape, state.input_name)
-        except ServerError as exc:
+        except ServerError as exc:  # BYTES elements that do not parse
             raise ModelConfigError(
                 f"{what}: initial_state data_file {initial.data_file}: {exc.message}"
             ) from None

@@ -1,0 +1,92 @@
+"""A request whose tensors do not fit the model is refused in Triton's words, over both protocols.
+
+Clients, and test suites written against Triton, match on these texts: the first case is the assertion of
+Triton's own test of wrong shapes (``L0_infer``), sent with tritonclient as that test sends it. Triton
+names the last input of a request first when several are wrong (its inputs live in a hash map), so the
+shape case expects INPUT1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from tests.support import ServerProcess
+
+Inputs = Callable[[Any], list[Any]]
+
+
+def _simple(
+    module: Any, shape: list[int], datatype: str = "INT32", names: tuple[str, ...] = ("INPUT0", "INPUT1")
+) -> list[Any]:
+    data = np.arange(int(np.prod(shape)), dtype=np.int32 if datatype == "INT32" else np.float32).reshape(
+        shape
+    )
+    tensors = []
+    for name in names:
+        tensor = module.InferInput(name, shape, datatype)
+        tensor.set_data_from_numpy(data)
+        tensors.append(tensor)
+    return tensors
+
+
+def _reshaped(module: Any) -> list[Any]:
+    """Triton's test: the right element count in the wrong shape, which only the server can refuse."""
+    tensors = _simple(module, [1, 16])
+    for tensor in tensors:
+        tensor.set_shape([2, 8])
+    return tensors
+
+
+CASES: dict[str, tuple[Inputs, str]] = {
+    "wrong shape (Triton's own assertion)": (
+        _reshaped,
+        "unexpected shape for input 'INPUT1' for model 'simple'. Expected [-1,16], got [2,8]",
+    ),
+    "missing input": (
+        lambda module: _simple(module, [1, 16], names=("INPUT0",)),
+        "[request id: <id_unknown>] expected 2 inputs but got 1 inputs for model 'simple'. Got input(s) "
+        "['INPUT0'], but missing required input(s) ['INPUT1']. Please provide all required input(s).",
+    ),
+    "batch over max_batch_size": (
+        lambda module: _simple(module, [9, 16]),
+        "[request id: <id_unknown>] inference request batch-size must be <= 8 for 'simple'",
+    ),
+    "wrong datatype": (
+        lambda module: _simple(module, [1, 16], "FP32"),
+        "[request id: <id_unknown>] inference input 'INPUT1' data-type is 'FP32', but model 'simple' "
+        "expects 'INT32'",
+    ),
+    "unknown input": (
+        lambda module: _simple(module, [1, 16], names=("INPUT0", "INPUT9")),
+        "unexpected inference input 'INPUT9' for model 'simple'",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_tritonclient_reads_tritons_error_text(server: ServerProcess, protocol: str, case: str) -> None:
+    make_inputs, text = CASES[case]
+    if protocol == "http":
+        module: Any = httpclient
+        client: Any = httpclient.InferenceServerClient(server.http_url)
+    else:
+        module, client = grpcclient, grpcclient.InferenceServerClient(server.grpc_url)
+    with pytest.raises(InferenceServerException) as error:
+        client.infer("simple", make_inputs(module))
+    assert text in str(error.value), str(error.value)
+    assert error.value.status() in ("400", "StatusCode.INVALID_ARGUMENT")
+
+
+def test_a_request_id_names_the_request(server: ServerProcess) -> None:
+    client = httpclient.InferenceServerClient(server.http_url)
+    with pytest.raises(InferenceServerException) as error:
+        client.infer("simple", _reshaped(httpclient), request_id="order-42")
+    assert error.value.message().startswith("[request id: order-42] unexpected shape for input 'INPUT1'")

@@ -136,7 +136,7 @@ BAD_TENSORS = {
         "inference request batch-size must be <= 8 for 'simple'",
     ),
     "negative dimension": (_with("INPUT0", shape=[1, -16]), "non-negative"),
-    "unknown datatype": (_with("INPUT0", datatype="INT33"), "INT33"),
+    "unknown datatype": (_with("INPUT0", datatype="INT33"), "invalid datatype for input INPUT0"),
 }
 
 

@@ -14,6 +14,7 @@ import numpy as np
 import orjson
 
 from trt.server.core.datatypes import (
+    WIRE_DATATYPES,
     check_bytes_elements,
     check_shape,
     element_count,
@@ -275,6 +276,8 @@ def _decode_input(
     datatype = raw.get("datatype")
     if not isinstance(datatype, str):
         raise InvalidInput(f"input '{name}' has no 'datatype'")
+    if datatype not in WIRE_DATATYPES:
+        raise InvalidInput(f"invalid datatype for input {name}")  # Triton's words, over HTTP
     shape_value = raw.get("shape")
     if type(shape_value) is not list or not _all_sizes(shape_value):
         raise InvalidInput(f"input '{name}': 'shape' must be an array of non-negative integers")

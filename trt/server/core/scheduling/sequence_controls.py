@@ -19,7 +19,13 @@ from pathlib import Path
 import numpy as np
 
 from trt.protos import model_config_pb2
-from trt.server.core.datatypes import config_to_wire, element_count, tensor_from_bytes, wire_to_numpy
+from trt.server.core.datatypes import (
+    FIXED_SIZE_DTYPES,
+    config_to_wire,
+    element_count,
+    tensor_from_bytes,
+    wire_to_numpy,
+)
 from trt.server.core.errors import InvalidInput, ModelConfigError, ServerError
 from trt.server.core.models.data_files import read_data_file
 
@@ -64,10 +70,11 @@ def _initial_value(state: model_config_pb2.ModelSequenceBatching.State, model_di
         raw = read_data_file(
             model_dir, INITIAL_STATE_FOLDER, initial.data_file, f"{what}: initial_state data_file"
         )
-        if datatype != "BYTES" and len(raw) != element_count(shape) * _dtype_of(data_type).itemsize:
+        fixed = FIXED_SIZE_DTYPES.get(datatype)  # None for BYTES and BF16: tensor_from_bytes checks them
+        if fixed is not None and len(raw) != element_count(shape) * fixed.itemsize:
             raise ModelConfigError(
                 f"{what}: initial_state data_file {initial.data_file} has {len(raw)} bytes; dims "
-                f"{list(shape)} of {datatype} need {element_count(shape) * _dtype_of(data_type).itemsize}"
+                f"{list(shape)} of {datatype} need {element_count(shape) * fixed.itemsize}"
             )
         try:
             value = tensor_from_bytes(raw, datatype, shape, state.input_name)

@@ -3,6 +3,7 @@ model's ``initial_state/`` folder), as in Triton; a bad initial state fails only
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +13,9 @@ import tritonclient.http as httpclient
 from onnx import TensorProto, helper
 
 from tests.support import ServerProcess, save_onnx
+from trt.protos import model_config_pb2
+from trt.server.core.errors import ModelConfigError
+from trt.server.core.scheduling.sequence_controls import initial_state_values
 
 
 def _running_sum() -> object:
@@ -109,3 +113,23 @@ def test_a_bad_initial_state_fails_only_its_model(server: ServerProcess) -> None
     assert "s.bin has 2 bytes; dims [1] of INT32 need 4" in index["short_file"]["reason"]
     assert "must be inside initial_state/" in index["escaping"]["reason"]
     assert all(index[name]["state"] == "READY" for name in ("seeded", "zeroed"))
+
+
+@pytest.mark.parametrize(
+    ("data_type", "reason"),
+    [
+        ("TYPE_INT32", "s.bin has 2 bytes; dims [1] of INT32 need 4"),
+        ("TYPE_BF16", "BF16 tensors are not supported by this server"),
+    ],
+)
+def test_an_initial_state_file_that_cannot_be_read_is_a_config_error(
+    tmp_path: Path, data_type: str, reason: str
+) -> None:
+    (tmp_path / "initial_state").mkdir()
+    (tmp_path / "initial_state" / "s.bin").write_bytes(b"\x01\x02")
+    config = model_config_pb2.ModelConfig(name="m")
+    kind = model_config_pb2.DataType.Value(data_type)
+    state = config.sequence_batching.state.add(input_name="s", output_name="o", data_type=kind, dims=[1])
+    state.initial_state.add(name="s", data_type=kind, dims=[1], data_file="s.bin")
+    with pytest.raises(ModelConfigError, match=re.escape(reason)):
+        initial_state_values(config, tmp_path)

@@ -300,7 +300,10 @@ def _negative_version(request: grpc_service_pb2.ModelInferRequest) -> None:
 
 
 GRPC_CASES: dict[str, tuple[Callable[[grpc_service_pb2.ModelInferRequest], None], str]] = {
-    "fewer raw contents than inputs": (_drop_last_raw, "2 inputs outside shared memory but 1 entries"),
+    "fewer raw contents than inputs": (
+        _drop_last_raw,
+        "unable to find data for input tensor 'INPUT1' for model 'simple' in request.",
+    ),
     "more raw contents than inputs": (_add_raw, "2 inputs outside shared memory but 3 entries"),
     "raw bytes shorter than the shape": (
         _shorten_raw,

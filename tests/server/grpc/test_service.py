@@ -334,14 +334,40 @@ def _also_raw(request: grpc_service_pb2.ModelInferRequest) -> None:
     request.raw_input_contents.extend([b"\x00" * 64, b"\x00" * 64])
 
 
+def _in_fp32_contents(request: grpc_service_pb2.ModelInferRequest) -> None:
+    contents = request.inputs[0].contents
+    contents.fp32_contents.extend(float(value) for value in contents.int_contents)
+    contents.ClearField("int_contents")
+
+
+def _no_data(request: grpc_service_pb2.ModelInferRequest) -> None:
+    request.inputs[0].ClearField("contents")
+
+
 def _fp16_typed(request: grpc_service_pb2.ModelInferRequest) -> None:
     request.inputs[0].datatype = "FP16"
 
 
 BAD_CONTENTS = {
-    "one element short": (_one_element_short, "needs 16 INT32 elements in contents.int_contents, got 15"),
-    "typed and raw mixed": (_also_raw, "send every input raw or every input in typed contents"),
+    "one element short": (
+        _one_element_short,
+        "[request id: <id_unknown>] input byte size mismatch for input 'INPUT0' for model 'simple'. "
+        "Expected 64, got 60",
+    ),
+    "typed and raw mixed": (
+        _also_raw,
+        "contents field must not be specified when using raw_input_contents for 'INPUT0' for model 'simple'",
+    ),
     "FP16 in typed contents": (_fp16_typed, "FP16 data can only be sent in raw_input_contents"),
+    "data in another type's field": (
+        _in_fp32_contents,
+        "unexpected explicit tensor data for input tensor 'INPUT0' for model 'simple' of type 'FP32', "
+        "expected datatype 'INT32'",
+    ),
+    "an input without data": (
+        _no_data,
+        "unable to find data for input tensor 'INPUT0' for model 'simple' in request.",
+    ),
 }
 
 
@@ -597,7 +623,7 @@ def test_unknown_model_and_version_are_not_found(client: grpcclient.InferenceSer
             [b"\x00" * 68, b"\x00" * 64],
             "input byte size mismatch for input 'INPUT0' for model 'simple'. Expected 64, got 68",
         ),
-        ([b"\x00" * 64], "2 inputs outside shared memory but 1 entries in raw_input_contents"),
+        ([b"\x00" * 64], "unable to find data for input tensor 'INPUT1' for model 'simple' in request."),
     ],
     ids=["shorter than the shape", "longer than the shape", "fewer entries than inputs"],
 )

@@ -215,8 +215,13 @@ def tensor_from_bytes(
     dtype = wire_to_numpy(datatype)
     expected = count * dtype.itemsize
     if len(buffer) != expected:
-        raise InvalidInput(
-            f"{request_label(request_id)}input byte size mismatch for input '{name}' for model "
-            f"'{model_name}'. Expected {expected}, got {len(buffer)}"
-        )
+        raise byte_size_mismatch(name, model_name, request_id, expected, len(buffer))
     return np.frombuffer(buffer, dtype=dtype).reshape(shape)
+
+
+def byte_size_mismatch(name: str, model_name: str, request_id: str, expected: int, got: int) -> InvalidInput:
+    """An input's data is not the size its shape and datatype make, in Triton's words."""
+    return InvalidInput(
+        f"{request_label(request_id)}input byte size mismatch for input '{name}' for model "
+        f"'{model_name}'. Expected {expected}, got {got}"
+    )

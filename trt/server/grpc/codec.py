@@ -19,6 +19,8 @@ from google.protobuf.message import DecodeError
 
 from trt.protos import grpc_service_pb2 as pb
 from trt.server.core.datatypes import (
+    FIXED_SIZE_DTYPES,
+    byte_size_mismatch,
     check_bytes_elements,
     check_shape,
     element_count,
@@ -53,6 +55,11 @@ _CONTENTS_FIELD: dict[str, str] = {
     "FP64": "fp64_contents",
     "BYTES": "bytes_contents",
 }
+# The datatype Triton names a contents field by when it holds data for an input of another type.
+_FIELD_DATATYPE: dict[str, str] = {
+    "bool_contents": "BOOL", "int_contents": "INT32", "int64_contents": "INT64", "uint_contents": "UINT32",
+    "uint64_contents": "UINT64", "fp32_contents": "FP32", "fp64_contents": "FP64", "bytes_contents": "BYTES",
+}  # fmt: skip
 # Narrow integer types share a 32-bit field; values outside the type's range are an error.
 _NARROW_INTEGERS = frozenset({"INT8", "INT16", "UINT8", "UINT16"})
 
@@ -123,11 +130,14 @@ def decode_infer_request(
     raw_count = len(raw_contents)
     # Inputs in shared memory take no raw_input_contents entry (tritonclient sends none for them).
     in_memory = [t for t in tensors if "shared_memory_region" not in t.parameters]
+    model = request.model_name
     if raw_count and raw_count != len(in_memory):
         for tensor in tensors:
             if tensor.HasField("contents") and tensor.contents.ByteSize() > 0:
-                raise InvalidArgument(_mixed_message(tensor.name))
-        raise InvalidArgument(
+                raise InvalidArgument(_mixed_message(tensor.name, model))
+        if raw_count < len(in_memory):  # the first input left without an entry, as Triton names it
+            raise InvalidArgument(_no_data_message(in_memory[raw_count].name, model))
+        raise InvalidArgument(  # Triton ignores the extra entries; they are a client's mistake
             f"the request has {len(in_memory)} inputs outside shared memory but {raw_count} entries in "
             "raw_input_contents; send one raw_input_contents entry per such input, in the order of 'inputs'"
         )
@@ -147,17 +157,15 @@ def decode_infer_request(
             data = None  # the core reads the region
         elif raw_count:
             if has_contents:
-                raise InvalidArgument(_mixed_message(name))
-            data = tensor_from_bytes(
-                raw_contents[index], datatype, shape, name, request.model_name, request.id
-            )
+                raise InvalidArgument(_mixed_message(name, model))
+            data = tensor_from_bytes(raw_contents[index], datatype, shape, name, model, request.id)
             index += 1
         elif has_contents:
-            data = _typed_contents(tensor.contents, name, datatype, shape)
+            data = _typed_contents(tensor.contents, name, datatype, shape, model, request.id)
         elif element_count(shape) == 0:
             data = np.empty(shape, dtype=wire_to_numpy(datatype))
         else:
-            raise InvalidInput(f"input '{name}' has no data: set raw_input_contents or its 'contents'")
+            raise InvalidInput(_no_data_message(name, model))
         inputs.append(InputTensor(name, datatype, shape, data, parameters))
 
     outputs: list[RequestedOutput] | None = None
@@ -171,11 +179,17 @@ def decode_infer_request(
     )
 
 
-def _mixed_message(name: str) -> str:
+# Triton's words for the inputs a request carries no data for, or carries twice.
+
+
+def _mixed_message(name: str, model: str) -> str:
     return (
-        f"input '{name}': 'contents' must be empty when the request uses raw_input_contents; "
-        "send every input raw or every input in typed contents, not both"
+        f"contents field must not be specified when using raw_input_contents for '{name}' for model '{model}'"
     )
+
+
+def _no_data_message(name: str, model: str) -> str:
+    return f"unable to find data for input tensor '{name}' for model '{model}' in request."
 
 
 def _requested_output(output: Any) -> RequestedOutput:
@@ -191,7 +205,9 @@ def _requested_output(output: Any) -> RequestedOutput:
     return RequestedOutput(name, class_count, parameters)
 
 
-def _typed_contents(contents: Any, name: str, datatype: str, shape: tuple[int, ...]) -> np.ndarray:
+def _typed_contents(
+    contents: Any, name: str, datatype: str, shape: tuple[int, ...], model: str, request_id: str
+) -> np.ndarray:
     field = _CONTENTS_FIELD.get(datatype)
     if field is None:
         if datatype in ("FP16", "BF16"):
@@ -200,7 +216,18 @@ def _typed_contents(contents: Any, name: str, datatype: str, shape: tuple[int, .
         raise InvalidInput(f"input '{name}': unsupported datatype '{datatype}'")
     values = getattr(contents, field)
     count = element_count(shape)
+    populated = [] if values else contents.ListFields()
+    if populated:  # its data is in the field of another type
+        other = _FIELD_DATATYPE[populated[0][0].name]
+        raise InvalidInput(
+            f"unexpected explicit tensor data for input tensor '{name}' for model '{model}' of type "
+            f"'{other}', expected datatype '{datatype}'"
+        )
     if len(values) != count:
+        fixed = FIXED_SIZE_DTYPES.get(datatype)
+        if fixed is not None:  # Triton counts them in bytes (its core checks the size)
+            got = len(values) * fixed.itemsize
+            raise byte_size_mismatch(name, model, request_id, count * fixed.itemsize, got)
         raise InvalidInput(
             f"input '{name}': shape {list(shape)} needs {count} {datatype} elements in "
             f"contents.{field}, got {len(values)}"

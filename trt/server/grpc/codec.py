@@ -55,11 +55,9 @@ _CONTENTS_FIELD: dict[str, str] = {
     "FP64": "fp64_contents",
     "BYTES": "bytes_contents",
 }
-# The datatype Triton names a contents field by when it holds data for an input of another type.
-_FIELD_DATATYPE: dict[str, str] = {
-    "bool_contents": "BOOL", "int_contents": "INT32", "int64_contents": "INT64", "uint_contents": "UINT32",
-    "uint64_contents": "UINT64", "fp32_contents": "FP32", "fp64_contents": "FP64", "bytes_contents": "BYTES",
-}  # fmt: skip
+# The datatype Triton names a contents field by when it holds data for an input of another type: the
+# widest that uses it, which ``_CONTENTS_FIELD`` lists last (int_contents: INT32).
+_FIELD_DATATYPE: dict[str, str] = {field: datatype for datatype, field in _CONTENTS_FIELD.items()}
 # Narrow integer types share a 32-bit field; values outside the type's range are an error.
 _NARROW_INTEGERS = frozenset({"INT8", "INT16", "UINT8", "UINT16"})
 

@@ -198,29 +198,33 @@ class RequestDecoder:
         if header_length is None or not 0 < header_length <= len(body):
             return decode_request(model_name, model_version, body, header_length)
         header = body[:header_length]
-        plan = self._plans.get(header)
-        if plan is not None:
-            request = plan.request(model_name, model_version, memoryview(body)[header_length:])
-            if request is not None:
-                return request, plan.binary_choice, plan.default_binary
-        request, binary_choice, default_binary = decode_request(
-            model_name, model_version, body, header_length
-        )
-        if plan is None and _plannable(request):
-            self._remember(header, _DecodePlan.of(request, binary_choice, default_binary))
-        return request, binary_choice, default_binary
+        return self._decode_planned(model_name, model_version, header, memoryview(body)[header_length:], body)
 
     def decode_split(
         self, model_name: str, model_version: str, header: bytes, binary: bytes
     ) -> tuple[InferenceRequest, dict[str, bool], bool]:
         """As ``decode`` for the body ``header + binary`` whose JSON header is ``header``, without
         joining the two when the header is one it remembers."""
+        if not header:
+            return self.decode(model_name, model_version, binary, 0)
+        return self._decode_planned(model_name, model_version, header, memoryview(binary), None)
+
+    def _decode_planned(
+        self, model_name: str, model_version: str, header: bytes, binary: memoryview, body: bytes | None
+    ) -> tuple[InferenceRequest, dict[str, bool], bool]:
+        """From the remembered plan of ``header`` when there is one and the binary part fits it; else
+        decoded in full (``body``: header and binary whole, joined here if None) and remembered."""
         plan = self._plans.get(header)
         if plan is not None:
-            request = plan.request(model_name, model_version, memoryview(binary))
+            request = plan.request(model_name, model_version, binary)
             if request is not None:
                 return request, plan.binary_choice, plan.default_binary
-        return self.decode(model_name, model_version, header + binary, len(header))
+        if body is None:
+            body = header + binary
+        request, binary_choice, default_binary = decode_request(model_name, model_version, body, len(header))
+        if plan is None and _plannable(request):
+            self._remember(header, _DecodePlan.of(request, binary_choice, default_binary))
+        return request, binary_choice, default_binary
 
     def _remember(self, header: bytes, plan: _DecodePlan) -> None:
         cost = self._cost(header)

@@ -167,8 +167,7 @@ class ModelVersion:
         if self._closing:
             raise ModelNotReady(f"model '{self.name}' version {self.version} is not serving")
         received = time.perf_counter_ns()
-        output_names = self.signature.check_outputs(request.outputs)  # first, as Triton
-        batch_size = self.signature.check_inputs(request.inputs, request.id)
+        batch_size, output_names = self._check(request)
         feeds = self._feeds(request.inputs)
         answers: asyncio.Queue[tuple[BackendResponse | None, bool]] = asyncio.Queue()
         backend_request = _backend_request(request, feeds, output_names)

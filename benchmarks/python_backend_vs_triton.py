@@ -11,7 +11,10 @@ process, Triton's python stub) is shown apart. Compare ratios, never absolute fi
 Needs the peers (../shared/PEERS.md):  WITH_PY_PEERS=0 bash ../shared/peers/setup.sh /tmp/trt-peers
 
     python benchmarks/python_backend_vs_triton.py --peers /tmp/trt-peers [--concurrency 1,8,16]
-        [--protocol grpc] [--rounds 3]
+        [--protocol grpc] [--rounds 3] [--compiled]
+
+``--compiled`` builds this checkout's compiled request path in a copy (``scripts/build_compiled.py``)
+and measures it as a third server, ``trt-compiled``, in the same rounds.
 """
 
 from __future__ import annotations
@@ -68,6 +71,10 @@ def main() -> None:
         "--protocol", choices=("http", "grpc"), default="http", help="what perf_analyzer speaks"
     )
     parser.add_argument(
+        "--compiled", action="store_true",
+        help="also serve a compiled build of this checkout (TRT_COMPILE=1; needs mypy and a C compiler)",
+    )  # fmt: skip
+    parser.add_argument(
         "--json", type=Path, help="default: reports/benchmarks/python_backend_vs_triton[_grpc].json"
     )
     args = parser.parse_args()
@@ -92,16 +99,28 @@ def main() -> None:
             script = str(SHARED / "peers" / "run-triton.sh")
             return ["bash", script, str(args.peers), str(repo), str(h), str(g), str(m), "--log-info=false"]
 
+        # (name, command, folder it runs from, environment added): trt as checked out, its compiled
+        # build (--compiled) and Triton.
+        launches: list[tuple[str, object, Path, dict[str, str]]] = [("trt", trt_command, ROOT, {})]
+        if args.compiled:
+            copy = Path(tmp) / "trt-compiled"
+            print("building the compiled request path (scripts/build_compiled.py) ...", flush=True)
+            build = [sys.executable, str(ROOT / "scripts" / "build_compiled.py"), str(copy)]
+            subprocess.run(build, check=True)
+            launches.append(("trt-compiled", trt_command, copy, {"PYTHONPATH": str(copy)}))
+        launches.append(("triton", triton_command, ROOT, {}))
         servers: dict[str, tuple[subprocess.Popen[bytes], tuple[int, int, int]]] = {}
         try:
-            for name, command in (("trt", trt_command), ("triton", triton_command)):
+            for name, command, folder, env in launches:
                 ports = free_port(), free_port(), free_port()
                 servers[name] = (
                     subprocess.Popen(
-                        command(*ports), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+                        command(*ports),  # type: ignore[operator]
+                        cwd=folder, env={**os.environ, **env},
+                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                     ),
                     ports,
-                )
+                )  # fmt: skip
             for process, ports in servers.values():
                 wait_model_ready(ports[0], process, "add_sub")
             for round_index in range(args.rounds):
@@ -146,29 +165,32 @@ def main() -> None:
         table.add_row(str(row["round"]), str(row["server"]), str(row["concurrency"]),
                       *(f"{float(cell):,.0f}" for cell in cells))  # type: ignore[arg-type]  # fmt: skip
     ratios = Table(title="trt / Triton, within each round")
-    for column in ("round", "concurrency", "throughput ratio", "p99 ratio", "CPU/req ratio"):
+    for column in ("round", "server", "concurrency", "throughput ratio", "p99 ratio", "CPU/req ratio"):
         ratios.add_column(column, justify="right")
+    ours_names = ["trt", "trt-compiled"] if args.compiled else ["trt"]
     for round_index in range(1, args.rounds + 1):
         for concurrency in levels:
-            ours, theirs = (
-                next(
-                    r
-                    for r in rows
-                    if r["server"] == s and r["concurrency"] == concurrency and r["round"] == round_index
+            for ours_name in ours_names:
+                ours, theirs = (
+                    next(
+                        r
+                        for r in rows
+                        if r["server"] == s and r["concurrency"] == concurrency and r["round"] == round_index
+                    )
+                    for s in (ours_name, "triton")
                 )
-                for s in ("trt", "triton")
-            )
-            ratio = {
-                key: float(ours[key]) / float(theirs[key])  # type: ignore[arg-type]
-                for key in ("throughput", "p99_us", "server_cpu_us_per_request")
-            }
-            ratios.add_row(
-                str(round_index),
-                str(concurrency),
-                f"{ratio['throughput']:.2f}",
-                f"{ratio['p99_us']:.2f}",
-                f"{ratio['server_cpu_us_per_request']:.2f}",
-            )
+                ratio = {
+                    key: float(ours[key]) / float(theirs[key])  # type: ignore[arg-type]
+                    for key in ("throughput", "p99_us", "server_cpu_us_per_request")
+                }
+                ratios.add_row(
+                    str(round_index),
+                    ours_name,
+                    str(concurrency),
+                    f"{ratio['throughput']:.2f}",
+                    f"{ratio['p99_us']:.2f}",
+                    f"{ratio['server_cpu_us_per_request']:.2f}",
+                )
     console = Console()
     console.print(table)
     console.print(ratios)

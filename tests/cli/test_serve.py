@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from tests.support import ROOT, ServerProcess, write_python_model, write_simple
+from trt.server.compiled import compiled_modules
 
 
 def test_json_summary_lists_endpoints_and_models(tmp_path: Path) -> None:
@@ -29,6 +30,7 @@ def test_json_summary_lists_endpoints_and_models(tmp_path: Path) -> None:
         summary = json.loads(line)
         assert summary["endpoints"] == {"http": proc.http_url, "grpc": proc.grpc_url}
         assert summary["models"] == [{"name": "simple", "version": "1", "state": "READY", "reason": ""}]
+        assert summary["compiled_modules"] == list(compiled_modules())  # this tree's build, either way
     finally:
         proc.stop()
 

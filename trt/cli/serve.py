@@ -25,6 +25,7 @@ from trt.cli.flags import (
 )
 from trt.cli.grpc_flags import GrpcFlags
 from trt.cli.hosted_flags import ListeningService, check_port_collisions, resolve_hosted_flags
+from trt.server.compiled import build_description, compiled_modules
 from trt.server.core.datatypes import DEFAULT_MAX_BYTES_ELEMENTS
 from trt.server.core.extensions.log_settings import LOG_FORMATS, LogOptions, LogSettings
 from trt.server.core.models.object_store import is_remote
@@ -472,13 +473,13 @@ def _print_summary(server: InferenceServer, options: ServeOptions, as_json: bool
     if as_json:
         summary = {
             "endpoints": endpoints,
+            "compiled_modules": list(compiled_modules()),
             "models": [
                 {"name": r.name, "version": r.version, "state": r.state or "UNLOADED", "reason": r.reason}
                 for r in rows
             ],
         }
-        sys.stdout.write(orjson.dumps(summary).decode() + "\n")
-        sys.stdout.flush()
+        print(orjson.dumps(summary).decode(), flush=True)
         return
     console = Console(stderr=True)
     table = Table(title="Models", title_justify="left")
@@ -496,3 +497,4 @@ def _print_summary(server: InferenceServer, options: ServeOptions, as_json: bool
     console.print(table)
     for name, where in endpoints.items():
         console.print(f"[bold]{name:8}[/bold] {where}")
+    console.print(f"[bold]{'build':8}[/bold] {build_description(compiled_modules())}")

@@ -2,8 +2,9 @@
 
 Both servers load one repository holding Triton's own `add_sub` example (identical model.py) and run
 side by side. For each round and concurrency, NVIDIA's perf_analyzer (HTTP with binary tensors, or
-gRPC with ``--protocol grpc``) measures one server, then the other (so both see the same load from
-the rest of the machine), and the ratios are taken within the round. The server's CPU time (its
+gRPC with ``--protocol grpc``) measures one server, then the other, in an order that rotates from
+round to round (so both see the same load from the rest of the machine, and neither always goes
+first), and the ratios are taken within the round. The server's CPU time (its
 process and every model process under it) divided by the requests it answered (statistics
 extension) gives CPU per request, and the share of it spent in the model processes (trt's model
 process, Triton's python stub) is shown apart. Compare ratios, never absolute figures across runs.
@@ -125,7 +126,12 @@ def main() -> None:
                 wait_model_ready(ports[0], process, "add_sub")
             for round_index in range(args.rounds):
                 for concurrency in levels:
-                    for name, (process, ports) in servers.items():
+                    # The order rotates from round to round: the server measured first in a round was
+                    # seen to use about a tenth more CPU per request (commits_ab.py rotates too).
+                    names = list(servers)
+                    shift = round_index % len(names)
+                    for name in names[shift:] + names[:shift]:
+                        process, ports = servers[name]
                         root = psutil.Process(process.pid)  # run-triton.sh execs tritonserver
                         own_before, count_before = _cpu_seconds(root), answered_requests(ports[0], "add_sub")
                         result = measured_with_perf_analyzer(

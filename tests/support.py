@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import signal
@@ -240,6 +241,15 @@ class ServerProcess:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path and self.log_path.exists() else ""
+
+    def json_summary(self, timeout: float = 10) -> dict[str, Any]:
+        """The start-up summary a server started with ``--json`` prints (its first line that is JSON)."""
+        deadline = time.monotonic() + timeout
+        while '"endpoints"' not in self.log() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        first = next(line for line in self.log().splitlines() if line.startswith("{"))
+        summary: dict[str, Any] = json.loads(first)
+        return summary
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None

@@ -23,11 +23,7 @@ def test_json_summary_lists_endpoints_and_models(tmp_path: Path) -> None:
     write_simple(repo)
     proc = ServerProcess([repo], ["--json", "--allow-metrics=false"]).start(tmp_path)
     try:
-        deadline = time.monotonic() + 10
-        while "endpoints" not in proc.log() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        line = next(line for line in proc.log().splitlines() if line.startswith("{"))
-        summary = json.loads(line)
+        summary = proc.json_summary()
         assert summary["endpoints"] == {"http": proc.http_url, "grpc": proc.grpc_url}
         assert summary["models"] == [{"name": "simple", "version": "1", "state": "READY", "reason": ""}]
         assert summary["compiled_modules"] == list(compiled_modules())  # this tree's build, either way

@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
@@ -49,10 +48,7 @@ def test_the_summary_lists_the_openai_endpoint_which_lists_the_models(tmp_path: 
         [repo], ["--json", "--allow-openai=true", "--openai-address=127.0.0.1", f"--openai-port={port}"]
     ).start(tmp_path)
     try:
-        deadline = time.monotonic() + 10
-        while "endpoints" not in proc.log() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        summary = json.loads(next(line for line in proc.log().splitlines() if line.startswith("{")))
+        summary = proc.json_summary()
         assert summary["endpoints"]["openai"] == f"127.0.0.1:{port}"
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=10) as reply:
             assert [model["id"] for model in json.loads(reply.read())["data"]] == ["simple"]
@@ -65,10 +61,7 @@ def test_the_openai_front_end_is_off_by_default(tmp_path: Path) -> None:
     write_simple(repo)
     proc = ServerProcess([repo], ["--json"]).start(tmp_path)
     try:
-        deadline = time.monotonic() + 10
-        while "endpoints" not in proc.log() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        summary = json.loads(next(line for line in proc.log().splitlines() if line.startswith("{")))
+        summary = proc.json_summary()
         assert "openai" not in summary["endpoints"]
     finally:
         proc.stop()

@@ -10,11 +10,9 @@ against a compiled build (see the README).
 from __future__ import annotations
 
 import importlib.util
-import json
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -64,10 +62,7 @@ def test_the_compiled_build_serves_both_protocols(compiled_copy: Path, tmp_path:
         [repo], ["--json"], env={"PYTHONPATH": str(compiled_copy)}, cwd=compiled_copy
     ).start(tmp_path)
     try:
-        deadline = time.monotonic() + 10
-        while '"compiled_modules"' not in server.log() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        summary = json.loads(next(line for line in server.log().splitlines() if line.startswith("{")))
+        summary = server.json_summary()
         assert summary["compiled_modules"] == list(COMPILED_MODULES)
 
         http = httpclient.InferenceServerClient(server.http_url)

@@ -9,10 +9,10 @@ Chosen by where a request's CPU goes (``benchmarks/request_path.py``): HTTP pars
 the binary codec, the HTTP/2 server under gRPC and its message codecs, the Python models'
 scheduling and hand-off, the statistics, and the data types that carry a request. Left out: modules
 holding async generators, which mypyc cannot compile (``http/app.py``, ``grpc/call.py``,
-``core/server.py``, ``core/models/version.py``), and the rings' module ``_ipc``, which the model
-process also imports under another name, beside the stub, where a compiled module could not find
-its package; and ``grpc/h2/stream.py``, whose stream class the gRPC calls extend (an interpreted
-class cannot extend a compiled one).
+``core/server.py``, ``core/models/version.py``); the rings' module ``_ipc``, which the model process
+imports under another name, from beside its stub (compiled, the one module under two names crashed
+the model process at start-up); and ``grpc/h2/stream.py``, whose stream class the gRPC calls extend
+(an interpreted class cannot extend a compiled one).
 
 Kept free of imports from trt: ``setup.py`` reads this file before anything is installed.
 """

@@ -27,6 +27,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -102,7 +103,8 @@ def main() -> None:
 
         # (name, command, folder it runs from, environment added): trt as checked out, its compiled
         # build (--compiled) and Triton.
-        launches: list[tuple[str, object, Path, dict[str, str]]] = [("trt", trt_command, ROOT, {})]
+        Command = Callable[[int, int, int], list[str]]
+        launches: list[tuple[str, Command, Path, dict[str, str]]] = [("trt", trt_command, ROOT, {})]
         if args.compiled:
             copy = Path(tmp) / "trt-compiled"
             print("building the compiled request path (scripts/build_compiled.py) ...", flush=True)
@@ -116,7 +118,7 @@ def main() -> None:
                 ports = free_port(), free_port(), free_port()
                 servers[name] = (
                     subprocess.Popen(
-                        command(*ports),  # type: ignore[operator]
+                        command(*ports),
                         cwd=folder, env={**os.environ, **env},
                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                     ),

@@ -86,11 +86,8 @@ class HttpApp:
             if type(route) is _InferRoute and route.app is self:
                 try:
                     return await self._infer_on(request, route)
-                except ServerError as exc:
-                    return _error(exc.http_status, exc.message)
-                except Exception as exc:  # a bug of ours must not take the server down
-                    logger.exception("unhandled error on %s %s", request.method, request.path)
-                    return _error(500, f"internal error: {exc}")
+                except Exception as exc:
+                    return _error_response(exc, f"{request.method} {request.path}")
         path = request.path
         if self.restrictions.by_category:
             unmet = self.restrictions.unmet(_category(path), request.headers.get)
@@ -102,13 +99,8 @@ class HttpApp:
             if path.startswith("/v2/models/") and path.endswith(("/generate", "/generate_stream")):
                 return await self._generate(request)
             return await self._route(request)
-        except ServerError as exc:
-            return _error(exc.http_status, exc.message)
-        except HttpError as exc:
-            return _error(exc.status, exc.message)
-        except Exception as exc:  # a bug of ours must not take the server down
-            logger.exception("unhandled error on %s %s", request.method, path)
-            return _error(500, f"internal error: {exc}")
+        except Exception as exc:
+            return _error_response(exc, f"{request.method} {path}")
 
     # -- inference (the hot path) --------------------------------------------------------------
 
@@ -203,11 +195,8 @@ class HttpApp:
             )
             timestamps = (started_ns, received_ns)
             return await self._run(request, route, binary_choice, default_binary, timestamps)
-        except ServerError as exc:
-            return _error(exc.http_status, exc.message)
-        except Exception as exc:  # a bug of ours must not take the server down
-            logger.exception("unhandled error on inference of %s", route.model_name)
-            return _error(500, f"internal error: {exc}")
+        except Exception as exc:
+            return _error_response(exc, f"inference of {route.model_name}")
 
     def _infer_response(
         self,
@@ -492,3 +481,15 @@ def _json(value: Any) -> HttpResponse:
 
 def _error(status: int, message: str) -> HttpResponse:
     return HttpResponse(status, orjson.dumps({"error": message}), _JSON_HEADERS)
+
+
+def _error_response(exc: Exception, handling: str) -> HttpResponse:
+    """What a client hears when handling its request raised ``exc``: a ``ServerError``'s status and
+    text, a route's ``HttpError``; anything else is a bug of ours, logged and answered with a 500, so
+    that it never takes the server down."""
+    if isinstance(exc, ServerError):
+        return _error(exc.http_status, exc.message)
+    if isinstance(exc, HttpError):
+        return _error(exc.status, exc.message)
+    logger.error("unhandled error on %s", handling, exc_info=exc)
+    return _error(500, f"internal error: {exc}")

@@ -43,7 +43,14 @@ sys.path.insert(0, str(ROOT))
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from _common import answered_requests, free_port, measured_with_perf_analyzer, wait_model_ready  # noqa: E402
+from _common import (  # noqa: E402
+    UNSTABLE_CAPTION,
+    UNSTABLE_MARK,
+    answered_requests,
+    free_port,
+    measured_with_perf_analyzer,
+    wait_model_ready,
+)
 
 from tests.server.backends.python.python_models import ADD_SUB, ADD_SUB_CONFIG  # noqa: E402
 
@@ -158,7 +165,11 @@ def main() -> None:
         shutil.rmtree(repo, ignore_errors=True)
 
     protocol = "HTTP, binary" if args.protocol == "http" else "gRPC"
-    table = Table(title=f"Python-backend add_sub under perf_analyzer ({protocol})")
+    unsteady = any(not row.get("stable", 1.0) for row in rows)
+    table = Table(
+        title=f"Python-backend add_sub under perf_analyzer ({protocol})",
+        caption=UNSTABLE_CAPTION if unsteady else None,
+    )
     columns = ("round", "server", "concurrency", "infer/s", "p99 (us)", "server CPU/req (us)",
                "of it, model process")  # fmt: skip
     for column in columns:
@@ -170,8 +181,10 @@ def main() -> None:
             row["server_cpu_us_per_request"],
             row["model_cpu_us_per_request"],
         ]
-        table.add_row(str(row["round"]), str(row["server"]), str(row["concurrency"]),
-                      *(f"{float(cell):,.0f}" for cell in cells))  # type: ignore[arg-type]  # fmt: skip
+        texts = [f"{float(cell):,.0f}" for cell in cells]  # type: ignore[arg-type]
+        if not row.get("stable", 1.0):
+            texts[0] += UNSTABLE_MARK
+        table.add_row(str(row["round"]), str(row["server"]), str(row["concurrency"]), *texts)
     ratios = Table(title="trt / Triton, within each round")
     for column in ("round", "server", "concurrency", "throughput ratio", "p99 ratio", "CPU/req ratio"):
         ratios.add_column(column, justify="right")

@@ -32,6 +32,13 @@ _WIRE_TO_NUMPY: dict[str, np.dtype] = {
 _NUMPY_TO_WIRE: dict[np.dtype, str] = {dt: name for name, dt in _WIRE_TO_NUMPY.items()}
 
 WIRE_DATATYPES: frozenset[str] = frozenset([*_WIRE_TO_NUMPY, "BF16"])
+# Triton's name for a datatype it does not know. Its gRPC front end hands such an input on under this
+# name, and the core refuses it against the model's input in its own words ("inference input 'X'
+# data-type is '<invalid>', but model 'M' expects 'FP32'"); trt's gRPC decoder does the same.
+INVALID_DATATYPE = "<invalid>"
+# The data such an input carries to the core: never read, since the model's checks refuse the input.
+UNDECODED = np.empty(0, np.uint8)
+UNDECODED.flags.writeable = False
 # The numpy dtype of each datatype whose elements have a fixed size (all but BYTES and BF16).
 FIXED_SIZE_DTYPES: dict[str, np.dtype] = {name: dt for name, dt in _WIRE_TO_NUMPY.items() if name != "BYTES"}
 

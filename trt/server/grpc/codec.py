@@ -20,6 +20,9 @@ from google.protobuf.message import DecodeError
 from trt.protos import grpc_service_pb2 as pb
 from trt.server.core.datatypes import (
     FIXED_SIZE_DTYPES,
+    INVALID_DATATYPE,
+    UNDECODED,
+    WIRE_DATATYPES,
     byte_size_mismatch,
     check_bytes_elements,
     check_shape,
@@ -144,6 +147,9 @@ def decode_infer_request(
     for tensor in tensors:
         name = tensor.name
         datatype = tensor.datatype
+        known = datatype in WIRE_DATATYPES
+        if not known:  # refused by the core, after the checks that come first there (Triton's order)
+            datatype = INVALID_DATATYPE
         shape = tuple(tensor.shape[:])  # slicing first halves the cost with upb
         check_shape(name, shape)
         parameters = parameters_to_dict(tensor.parameters, f"input '{name}'") if tensor.parameters else {}
@@ -156,12 +162,15 @@ def decode_infer_request(
         elif raw_count:
             if has_contents:
                 raise InvalidArgument(_mixed_message(name, model))
-            data = tensor_from_bytes(raw_contents[index], datatype, shape, name, model, request.id)
+            if known:
+                data = tensor_from_bytes(raw_contents[index], datatype, shape, name, model, request.id)
+            else:
+                data = UNDECODED
             index += 1
         elif has_contents:
             data = _typed_contents(tensor.contents, name, datatype, shape, model, request.id)
         elif element_count(shape) == 0:
-            data = np.empty(shape, dtype=wire_to_numpy(datatype))
+            data = np.empty(shape, dtype=wire_to_numpy(datatype)) if known else UNDECODED
         else:
             raise InvalidInput(_no_data_message(name, model))
         inputs.append(InputTensor(name, datatype, shape, data, parameters))
@@ -207,14 +216,11 @@ def _typed_contents(
     contents: Any, name: str, datatype: str, shape: tuple[int, ...], model: str, request_id: str
 ) -> np.ndarray:
     field = _CONTENTS_FIELD.get(datatype)
-    if field is None:
-        if datatype in ("FP16", "BF16"):
-            raise InvalidInput(f"input '{name}': {datatype} data can only be sent in raw_input_contents")
-        wire_to_numpy(datatype)  # raises the "unsupported datatype" error
-        raise InvalidInput(f"input '{name}': unsupported datatype '{datatype}'")
-    values = getattr(contents, field)
+    if field is None and datatype != INVALID_DATATYPE:  # FP16 and BF16: no typed field carries them
+        raise InvalidInput(f"input '{name}': {datatype} data can only be sent in raw_input_contents")
+    values = getattr(contents, field) if field is not None else ()
     count = element_count(shape)
-    populated = [] if values else contents.ListFields()
+    populated = [] if values else contents.ListFields()  # an unknown datatype has no field of its own
     if populated:  # its data is in the field of another type
         other = _FIELD_DATATYPE[populated[0][0].name]
         raise InvalidInput(

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from tests.fuzz.strategies import DATATYPES, NAMES, SHAPES, tensor_bytes
 from trt.protos import grpc_service_pb2 as pb
-from trt.server.core.datatypes import FIXED_SIZE_DTYPES
+from trt.server.core.datatypes import FIXED_SIZE_DTYPES, INVALID_DATATYPE, UNDECODED
 from trt.server.core.errors import ServerError
 from trt.server.grpc.codec import decode_infer_request
 
@@ -124,6 +124,9 @@ def test_any_model_infer_request_decodes_or_is_refused(data: st.DataObject) -> N
     for tensor in decoded.inputs:
         if tensor.data is None:
             assert "shared_memory_region" in tensor.parameters
+            continue
+        if tensor.datatype == INVALID_DATATYPE:  # the core refuses it before anything reads its data
+            assert tensor.data is UNDECODED and tensor.data.nbytes == 0
             continue
         assert tensor.data.shape == tensor.shape
         expected = np.object_ if tensor.datatype == "BYTES" else FIXED_SIZE_DTYPES[tensor.datatype]

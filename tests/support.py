@@ -11,13 +11,18 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper
+
+if TYPE_CHECKING:
+    from trt.server.core.server import InferenceServer
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -279,3 +284,21 @@ def simple_inputs(client_module: Any, data: np.ndarray) -> list[Any]:
     for tensor in inputs:
         tensor.set_data_from_numpy(data)
     return inputs
+
+
+@asynccontextmanager
+async def running_core(repository: Path, *models: str) -> AsyncIterator[InferenceServer]:
+    """An in-process ``InferenceServer`` with ``models`` of ``repository`` loaded (explicit mode),
+    stopped on the way out. The core is imported here, not with this module."""
+    from trt.server.core.options import CoreOptions, ModelControlMode
+    from trt.server.core.server import InferenceServer
+
+    options = CoreOptions(
+        model_repositories=(repository,), model_control_mode=ModelControlMode.EXPLICIT, load_models=models
+    )
+    core = InferenceServer(options)
+    await core.start()
+    try:
+        yield core
+    finally:
+        await core.stop()

@@ -14,9 +14,7 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
-from tests.support import write_simple
-from trt.server.core.options import CoreOptions, ModelControlMode
-from trt.server.core.server import InferenceServer
+from tests.support import running_core, write_simple
 from trt.server.frontend import messages as m
 from trt.server.frontend.channel import Channel
 from trt.server.frontend.config import ANSWER_FRAME_LIMIT
@@ -187,24 +185,17 @@ def _with_core(
     write_simple(tmp_path)
 
     async def run() -> None:
-        options = CoreOptions(
-            model_repositories=(tmp_path,),
-            model_control_mode=ModelControlMode.EXPLICIT,
-            load_models=("simple",),
-        )
-        core = InferenceServer(options)
-        await core.start()
-        app = HttpApp(core, restrictions=restrictions)
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        session = WorkerSession(0, app, {})
-        session.channel = await Channel.open(ours, session.on_message, session.on_closed, 1 << 24)
-        link = CoreLink()
-        link.channel = await Channel.open(theirs, link.deliver, link.closed, ANSWER_FRAME_LIMIT)
-        try:
-            await scenario(app, session, HttpForwarder(link, LayoutNumbers()))
-        finally:
-            link.channel.close()
-            await core.stop()
+        async with running_core(tmp_path, "simple") as core:
+            app = HttpApp(core, restrictions=restrictions)
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+            session = WorkerSession(0, app, {})
+            session.channel = await Channel.open(ours, session.on_message, session.on_closed, 1 << 24)
+            link = CoreLink()
+            link.channel = await Channel.open(theirs, link.deliver, link.closed, ANSWER_FRAME_LIMIT)
+            try:
+                await scenario(app, session, HttpForwarder(link, LayoutNumbers()))
+            finally:
+                link.channel.close()
 
     asyncio.run(run())
 

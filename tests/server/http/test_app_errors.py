@@ -16,8 +16,7 @@ import orjson
 import pytest
 import tritonclient.http as httpclient
 
-from tests.support import write_simple
-from trt.server.core.options import CoreOptions, ModelControlMode
+from tests.support import running_core, write_simple
 from trt.server.core.server import InferenceServer
 from trt.server.http.app import HttpApp
 from trt.server.http.heads import HeadPlan
@@ -49,17 +48,8 @@ def _with_app(tmp_path: Path, scenario: Callable[[HttpApp, InferenceServer], Awa
     write_simple(tmp_path)
 
     async def run() -> None:
-        options = CoreOptions(
-            model_repositories=(tmp_path,),
-            model_control_mode=ModelControlMode.EXPLICIT,
-            load_models=("simple",),
-        )
-        core = InferenceServer(options)
-        await core.start()
-        try:
+        async with running_core(tmp_path, "simple") as core:
             await scenario(HttpApp(core), core)
-        finally:
-            await core.stop()
 
     asyncio.run(run())
 

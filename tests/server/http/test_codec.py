@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import struct
 
 import numpy as np
@@ -167,14 +168,58 @@ def test_a_header_over_a_sixteenth_of_the_bound_is_decoded_but_never_kept() -> N
     )
 
 
-def test_a_null_binary_data_size_is_refused_by_both_decodings() -> None:
+@pytest.mark.parametrize(
+    ("data", "refusal"),
+    [
+        ({"data": [7]}, "But set 'data' 'binary_data_size'"),  # two places for its data, in Triton's words
+        ({}, "Unable to parse 'binary_data_size'"),
+    ],
+    ids=["beside JSON data", "alone"],
+)
+def test_a_null_binary_data_size_is_refused_by_both_decodings(data: dict[str, object], refusal: str) -> None:
     """Found by the long fuzz run: 'binary_data_size': null with JSON data decoded as JSON, and then
     the header's remembered plan added None to an offset (a 500 on every such request)."""
-    tensor = {"name": "IN", "datatype": "INT32", "shape": [1], "data": [7]}
+    tensor = {"name": "IN", "datatype": "INT32", "shape": [1], **data}
     header = json.dumps({"inputs": [{**tensor, "parameters": {"binary_data_size": None}}]}).encode()
     decoder = RequestDecoder()
     for _ in range(2):
         for decode in (decode_request, decoder.decode):
-            with pytest.raises(InvalidInput, match="Unable to parse 'binary_data_size'"):
+            with pytest.raises(InvalidInput, match=re.escape(refusal)):
                 decode("m", "", header, len(header))
     assert decoder.held_bytes == 0
+
+
+def _carriers(but: str) -> str:
+    return (
+        "Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', "
+        f"'shared_memory_region' in 'parameters'. But {but}"
+    )
+
+
+@pytest.mark.parametrize(
+    ("fields", "datatype", "refusal"),
+    [
+        ({"data": [1, 2]}, "INT33", "invalid datatype for input IN"),  # one carrier: the datatype comes next
+        ({}, "INT32", _carriers("no field is set")),
+        ({}, "INT33", _carriers("no field is set")),
+        ({"data": [1, 2], "binary_data_size": 8}, "INT32", _carriers("set 'data' 'binary_data_size'")),
+        ({"data": [1, 2], "shared_memory_region": "r"}, "INT32",
+         _carriers("set 'data' 'shared_memory_region'")),
+        ({"binary_data_size": 8, "shared_memory_region": "r"}, "INT33",
+         _carriers("set 'binary_data_size' 'shared_memory_region'")),
+        ({"data": [1, 2], "binary_data_size": -1, "shared_memory_region": "r"}, "INT32",
+         _carriers("set 'data' 'binary_data_size' 'shared_memory_region'")),
+    ],
+)  # fmt: skip
+def test_an_input_says_where_its_data_is_in_one_way_checked_before_its_datatype_as_triton_does(
+    fields: dict[str, object], datatype: str, refusal: str
+) -> None:
+    """The texts are Triton 2.51's for the same bodies."""
+    parameters = {key: value for key, value in fields.items() if key != "data"}
+    tensor: dict[str, object] = {"name": "IN", "datatype": datatype, "shape": [2], "parameters": parameters}
+    if "data" in fields:
+        tensor["data"] = fields["data"]
+    header = json.dumps({"inputs": [tensor]}).encode()
+    with pytest.raises(InvalidInput) as refused:
+        decode_request("m", "", header + bytes(8), len(header))
+    assert str(refused.value) == refusal

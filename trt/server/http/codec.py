@@ -277,6 +277,12 @@ def _decode_input(
     name = raw.get("name")
     if not isinstance(name, str):
         raise InvalidArgument("an input has no 'name'")
+    parameters = _object(raw.get("parameters"), f"input '{name}' parameters")
+    carriers = [key for key in ("binary_data_size", "shared_memory_region") if key in parameters]
+    if "data" in raw:
+        carriers.insert(0, "data")
+    if len(carriers) != 1:  # checked first, before the datatype, as Triton does
+        raise InvalidInput(_carriers_message(carriers))
     datatype = raw.get("datatype")
     if not isinstance(datatype, str):
         raise InvalidInput(f"input '{name}' has no 'datatype'")
@@ -287,15 +293,10 @@ def _decode_input(
         raise InvalidInput(f"input '{name}': 'shape' must be an array of non-negative integers")
     shape = tuple(shape_value)
     check_shape(name, shape)
-    parameters = _object(raw.get("parameters"), f"input '{name}' parameters")
     if "binary_data_size" in parameters:  # null included: it is not a size (was a 500 from the cache)
         size = parameters["binary_data_size"]
         if not isinstance(size, int) or isinstance(size, bool) or size < 0:
             raise InvalidInput(f"input '{name}': Unable to parse 'binary_data_size'")
-        if "data" in raw:
-            raise InvalidInput(f"input '{name}' has both 'data' and 'binary_data_size'")
-        if "shared_memory_region" in parameters:
-            raise InvalidInput(f"input '{name}' has both 'binary_data_size' and 'shared_memory_region'")
         end = offset + size
         if end > len(binary):
             raise InvalidInput(
@@ -305,14 +306,19 @@ def _decode_input(
         data = tensor_from_bytes(binary[offset:end], datatype, shape, name, model_name, request_id)
         return InputTensor(name, datatype, shape, data, parameters), end
     if "shared_memory_region" in parameters:
-        if "data" in raw:
-            raise InvalidInput(f"input '{name}' has both 'data' and a shared memory region")
         return InputTensor(name, datatype, shape, None, parameters), offset  # the core reads the region
-    if "data" not in raw:
-        raise InvalidInput(f"input '{name}' has neither 'data' nor a 'binary_data_size' parameter")
     return InputTensor(
         name, datatype, shape, _json_data(name, datatype, shape, raw["data"]), parameters
     ), offset
+
+
+def _carriers_message(carriers: list[str]) -> str:
+    """Triton's words for an input that does not say where its data is in exactly one way."""
+    found = " set " + " ".join(f"'{key}'" for key in carriers) if carriers else " no field is set"
+    return (
+        "Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', "
+        f"'shared_memory_region' in 'parameters'. But{found}"
+    )
 
 
 def _all_sizes(values: list[Any]) -> bool:

@@ -157,7 +157,10 @@ def decode_infer_request(
         data: np.ndarray | None
         if "shared_memory_region" in parameters:
             if has_contents:
-                raise InvalidInput(f"input '{name}' has both contents and a shared memory region")
+                raise InvalidInput(  # Triton's words
+                    f"unexpected 'content' provided when using shared memory for input tensor '{name}' for "
+                    f"model '{model}'"
+                )
             data = None  # the core reads the region
         elif raw_count:
             if has_contents:

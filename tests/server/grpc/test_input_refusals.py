@@ -1,4 +1,5 @@
-"""An input whose datatype the server does not know, over gRPC, refused in Triton's words.
+"""Inputs refused over gRPC in Triton's words: a datatype the server does not know, and contents sent
+beside a shared-memory region.
 
 Triton's gRPC front end hands such an input to its core as '<invalid>', and the core refuses it against
 the model's input after the checks that come first (unknown, duplicate and missing inputs, batch sizes),
@@ -150,3 +151,14 @@ def test_an_unknown_datatype_in_a_shared_memory_region_is_refused_once_the_regio
         client.unregister_system_shared_memory()
         client.close()
         shm.destroy_shared_memory_region(region)
+
+
+def test_contents_beside_a_shared_memory_region_are_refused_as_triton_refuses_them(
+    stub: grpc_service_pb2_grpc.GRPCInferenceServiceStub,
+) -> None:
+    request = _request(("INT32", "INT32"), data="fp32 contents")
+    request.inputs[0].parameters["shared_memory_region"].string_param = "any_region"
+    assert _refusal(stub, request) == (
+        "INVALID_ARGUMENT",
+        "unexpected 'content' provided when using shared memory for input tensor 'INPUT0' for model 'simple'",
+    )

@@ -278,7 +278,7 @@ def _decode_input(
     if not isinstance(name, str):
         raise InvalidArgument("an input has no 'name'")
     parameters = _object(raw.get("parameters"), f"input '{name}' parameters")
-    carriers = [key for key in ("binary_data_size", "shared_memory_region") if key in parameters]
+    carriers: list[str] = [key for key in ("binary_data_size", "shared_memory_region") if key in parameters]
     if "data" in raw:
         carriers.insert(0, "data")
     if len(carriers) != 1:  # checked first, before the datatype, as Triton does

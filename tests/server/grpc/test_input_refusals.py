@@ -73,7 +73,8 @@ def test_an_unknown_datatype_with_raw_data_is_refused_as_triton_refuses_it(
 def test_the_same_request_again_is_refused_the_same_way(
     stub: grpc_service_pb2_grpc.GRPCInferenceServiceStub,
 ) -> None:
-    """Requests sent again are decoded from a kept template (``request_wire``): not these."""
+    """A request sent again is decoded from the template kept the first time (``request_wire``), and
+    is refused the same way."""
     for _ in range(3):
         assert _refusal(stub, _request(("INT33", "INT32"))) == ("INVALID_ARGUMENT", _mismatch("INPUT0"))
     answer = stub.ModelInfer(_request(("INT32", "INT32")), timeout=10)

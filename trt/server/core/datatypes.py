@@ -36,7 +36,8 @@ WIRE_DATATYPES: frozenset[str] = frozenset([*_WIRE_TO_NUMPY, "BF16"])
 # name, and the core refuses it against the model's input in its own words ("inference input 'X'
 # data-type is '<invalid>', but model 'M' expects 'FP32'"); trt's gRPC decoder does the same.
 INVALID_DATATYPE = "<invalid>"
-# The data such an input carries to the core: never read, since the model's checks refuse the input.
+# The data such an input carries to the core (``tensor_from_bytes`` gives it for any bytes): never read,
+# since the model's checks refuse the input.
 UNDECODED = np.empty(0, np.uint8)
 UNDECODED.flags.writeable = False
 # The numpy dtype of each datatype whose elements have a fixed size (all but BYTES and BF16).
@@ -219,7 +220,11 @@ def tensor_from_bytes(
         return deserialize_bytes_tensor(buffer, count, name).reshape(shape)
     if datatype == "BF16":
         raise InvalidInput(f"input '{name}': BF16 tensors are not supported by this server")
-    dtype = wire_to_numpy(datatype)
+    dtype = _WIRE_TO_NUMPY.get(datatype)
+    if dtype is None:
+        if datatype == INVALID_DATATYPE:
+            return UNDECODED  # the model's checks refuse the input before anything reads it
+        raise InvalidInput(f"unsupported datatype '{datatype}'")
     expected = count * dtype.itemsize
     if len(buffer) != expected:
         raise byte_size_mismatch(name, model_name, request_id, expected, len(buffer))

@@ -165,10 +165,7 @@ def decode_infer_request(
         elif raw_count:
             if has_contents:
                 raise InvalidArgument(_mixed_message(name, model))
-            if known:
-                data = tensor_from_bytes(raw_contents[index], datatype, shape, name, model, request.id)
-            else:
-                data = UNDECODED
+            data = tensor_from_bytes(raw_contents[index], datatype, shape, name, model, request.id)
             index += 1
         elif has_contents:
             data = _typed_contents(tensor.contents, name, datatype, shape, model, request.id)

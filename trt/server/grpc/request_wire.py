@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from trt.protos import grpc_service_pb2 as pb
-from trt.server.core.datatypes import FIXED_SIZE_DTYPES, INVALID_DATATYPE, element_count, tensor_from_bytes
+from trt.server.core.datatypes import FIXED_SIZE_DTYPES, element_count, tensor_from_bytes
 from trt.server.core.errors import InvalidArgument
 from trt.server.core.types import InferenceRequest, InputTensor, RequestedOutput
 from trt.server.grpc.varints import read_varint, varint
@@ -140,8 +140,6 @@ def remember(prefix: bytes, raw_count: int, decoded: InferenceRequest) -> None:
         return
     if raw_count != len(decoded.inputs):
         return  # an input in shared memory or in typed contents
-    if any(tensor.datatype == INVALID_DATATYPE for tensor in decoded.inputs):
-        return  # refused by the core every time: its data is never viewed
     inputs = []
     for tensor in decoded.inputs:
         dtype = FIXED_SIZE_DTYPES.get(tensor.datatype)

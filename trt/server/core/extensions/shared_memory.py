@@ -21,7 +21,7 @@ import stat
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from trt.server.core.datatypes import INVALID_DATATYPE, UNDECODED, tensor_from_bytes, tensor_to_bytes
+from trt.server.core.datatypes import tensor_from_bytes, tensor_to_bytes
 from trt.server.core.errors import AlreadyExists, InvalidArgument, InvalidInput, NotFound, Unsupported
 from trt.server.core.paths import shown, unsafe_segment
 from trt.server.core.types import InferenceRequest, InferenceResponse
@@ -189,12 +189,9 @@ class SharedMemoryRegistry:
                 raise InvalidInput(f"{what} has no data and no shared memory region")
             name, offset, size = _window_parameters(what, tensor.parameters)
             view = self.read(name, offset, size, what)
-            if tensor.datatype == INVALID_DATATYPE:  # the model's checks refuse it, in Triton's words
-                tensor.data = UNDECODED
-            else:
-                tensor.data = tensor_from_bytes(
-                    view, tensor.datatype, tensor.shape, tensor.name, request.model_name, request.id
-                )
+            tensor.data = tensor_from_bytes(
+                view, tensor.datatype, tensor.shape, tensor.name, request.model_name, request.id
+            )
             tensor.parameters = {k: v for k, v in tensor.parameters.items() if k not in _PARAMETERS}
 
     def check_outputs(self, request: InferenceRequest) -> None:

@@ -3,6 +3,7 @@ and always the same config when read back."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,7 @@ import pytest
 from tests.server.repo.catalogue import ADD_SUB, ENSEMBLE_CYCLE, ENSEMBLE_HEAD, SEQUENCE
 from tests.support import ROOT
 from trt.server.core.errors import ModelConfigError
-from trt.server.core.models.config import config_to_text, parse_config_text
+from trt.server.core.models.config import config_from_json, config_to_text, parse_config_text
 
 RICH = (
     ADD_SUB
@@ -75,3 +76,47 @@ def test_an_enum_given_a_number_out_of_range_is_a_config_error(value: str) -> No
     text = f'name: "m" input [ {{ name: "x" data_type: {value} dims: [ 1 ] }} ]'
     with pytest.raises(ModelConfigError, match=r"config\.pbtxt: .*out of range"):
         parse_config_text(text)
+
+
+_SEQUENCE_CONTROL = """
+name: "m" backend: "python" max_batch_size: 4
+input [ { name: "x" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "y" data_type: TYPE_FP32 dims: [ 1 ] } ]
+sequence_batching { control_input [ { name: "c" control [ { KIND } ] } ] }
+"""
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        (
+            'name: "m" input [ { name: "x" data_type: 32 dims: [ 1 ] } ]',
+            "input[0].data_type: 32 is not a value",
+        ),
+        (
+            _SEQUENCE_CONTROL.replace("KIND", "kind: 9"),
+            "control_input[0].control[0].kind: 9 is not a value of Kind",
+        ),
+        (
+            _SEQUENCE_CONTROL.replace("KIND", "kind: CONTROL_SEQUENCE_CORRID data_type: 99"),
+            "control[0].data_type: 99 is not a value of DataType",
+        ),
+        ('name: "m" instance_group [ { kind: 7 } ]', "instance_group[0].kind: 7 is not a value of Kind"),
+    ],
+    ids=["tensor data_type", "control kind", "correlation id data_type", "instance kind"],
+)
+def test_an_enum_given_a_number_it_does_not_define_is_refused_where_the_config_is_read(
+    text: str, problem: str
+) -> None:
+    """Found by the fuzz run: the text format takes ``data_type: 32`` for an enum field, and the first
+    reader to name the number (the config rules, a backend's signature check) raised ValueError."""
+    with pytest.raises(ModelConfigError, match=re.escape(problem)):
+        parse_config_text(text)
+
+
+def test_an_enum_number_it_does_not_define_is_refused_in_a_json_override_too() -> None:
+    override = b'{"name": "m", "input": [{"name": "x", "data_type": 32, "dims": [1]}]}'
+    with pytest.raises(
+        ModelConfigError, match=re.escape("input[0].data_type: 32 is not a value of DataType")
+    ):
+        config_from_json(override)

@@ -58,7 +58,38 @@ def parse_config_text(text: str, source: str = "config.pbtxt") -> model_config_p
         raise ModelConfigError(f"{where}: {reason}{_did_you_mean(reason)}", line=line) from None
     except ValueError as exc:  # protobuf's own range checks, e.g. an enum given 2**63 (found by fuzzing)
         raise ModelConfigError(f"{source}: {exc}") from None
+    undefined = _undefined_enum_value(config)
+    if undefined is not None:
+        raise ModelConfigError(f"{source}: {undefined}")
     return config
+
+
+def _undefined_enum_value(message: Any, path: str = "") -> str | None:
+    """Where ``message`` holds a number that its enum does not define, or None. The text and JSON
+    formats take any number for an enum field (``data_type: 32``), and every reader after the parse
+    names the values it finds (found by fuzzing: a ValueError far from the config)."""
+    for field, value in message.ListFields():
+        where = f"{path}{field.name}"
+        repeated = _is_repeated(field)
+        if field.type == FieldDescriptor.TYPE_ENUM:
+            for number in value if repeated else (value,):
+                if number not in field.enum_type.values_by_number:
+                    return f"{where}: {number} is not a value of {field.enum_type.name}"
+        elif field.type == FieldDescriptor.TYPE_MESSAGE:
+            if field.message_type.GetOptions().map_entry:
+                entry = field.message_type.fields_by_name["value"]
+                if entry.type != FieldDescriptor.TYPE_MESSAGE:
+                    continue  # the config's maps hold strings and messages, never enums
+                children = [(f"{where}[{key}]", value[key]) for key in value]
+            elif repeated:
+                children = [(f"{where}[{index}]", item) for index, item in enumerate(value)]
+            else:
+                children = [(where, value)]
+            for child_path, child in children:
+                found = _undefined_enum_value(child, f"{child_path}.")
+                if found is not None:
+                    return found
+    return None
 
 
 _UNKNOWN_FIELD = re.compile(r'Message type "inference\.(\w+)" has no field named "(\w+)"')
@@ -254,6 +285,9 @@ def config_from_json(text: str | bytes) -> model_config_pb2.ModelConfig:
         json_format.ParseDict(value, config)
     except json_format.ParseError as exc:
         raise ModelConfigError(f"invalid model configuration: {exc}") from None
+    undefined = _undefined_enum_value(config)
+    if undefined is not None:
+        raise ModelConfigError(f"invalid model configuration: {undefined}")
     return config
 
 

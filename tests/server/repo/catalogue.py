@@ -195,6 +195,8 @@ CATALOGUE: list[Fault] = [
           "config.pbtxt", 2, onnx_model(ADD_SUB.replace("max_batch_size", "max_batch_sizes"))),
     Fault("misspelt_data_type", "error", 'no value named TYPE_FLOAT. (did you mean "TYPE_FP32"?)',
           "config.pbtxt", 4, onnx_model(ADD_SUB.replace('"INPUT0" data_type: TYPE_INT32', '"INPUT0" data_type: TYPE_FLOAT'))),
+    Fault("undefined_data_type_number", "error", "input[1].data_type: 32 is not a value of DataType",
+          "config.pbtxt", 5, onnx_model(ADD_SUB.replace('"INPUT1" data_type: TYPE_INT32', '"INPUT1" data_type: 32'))),
     Fault("name_mismatch", "error", "names the model 'other' but its folder is 'name_mismatch'", "config.pbtxt", 1,
           onnx_model('name: "other"\n' + ADD_SUB)),
     Fault("no_version_folder", "error", "model.onnx is directly in the model folder: move it into no_version_folder/1/",

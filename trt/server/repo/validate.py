@@ -174,7 +174,7 @@ class ModelCheck:
         try:
             return True, parse_config_text(text, self.repository.display(self.config_path))
         except ModelConfigError as exc:
-            self.add(Severity.ERROR, exc.message, "config", line=exc.line)
+            self.add_error(exc)
             return False, None
 
     def _check_versions(self) -> bool:

@@ -60,21 +60,23 @@ def parse_config_text(text: str, source: str = "config.pbtxt") -> model_config_p
         raise ModelConfigError(f"{source}: {exc}") from None
     undefined = _undefined_enum_value(config)
     if undefined is not None:
-        raise ModelConfigError(f"{source}: {undefined}")
+        where, number, enum = undefined
+        raise ModelConfigError(f"{source}: {where}: {number} is not a value of {enum}", where)
     return config
 
 
-def _undefined_enum_value(message: Any, path: str = "") -> str | None:
-    """Where ``message`` holds a number that its enum does not define, or None. The text and JSON
-    formats take any number for an enum field (``data_type: 32``), and every reader after the parse
-    names the values it finds (found by fuzzing: a ValueError far from the config)."""
+def _undefined_enum_value(message: Any, path: str = "") -> tuple[str, int, str] | None:
+    """Where ``message`` holds a number that its enum does not define (the field's path, the number,
+    the enum's name), or None. The text and JSON formats take any number for an enum field
+    (``data_type: 32``), and every reader after the parse names the values it finds (found by fuzzing:
+    a ValueError far from the config)."""
     for field, value in message.ListFields():
         where = f"{path}{field.name}"
         repeated = _is_repeated(field)
         if field.type == FieldDescriptor.TYPE_ENUM:
             for number in value if repeated else (value,):
                 if number not in field.enum_type.values_by_number:
-                    return f"{where}: {number} is not a value of {field.enum_type.name}"
+                    return where, number, field.enum_type.name
         elif field.type == FieldDescriptor.TYPE_MESSAGE:
             if field.message_type.GetOptions().map_entry:
                 entry = field.message_type.fields_by_name["value"]
@@ -287,7 +289,10 @@ def config_from_json(text: str | bytes) -> model_config_pb2.ModelConfig:
         raise ModelConfigError(f"invalid model configuration: {exc}") from None
     undefined = _undefined_enum_value(config)
     if undefined is not None:
-        raise ModelConfigError(f"invalid model configuration: {undefined}")
+        where, number, enum = undefined
+        raise ModelConfigError(
+            f"invalid model configuration: {where}: {number} is not a value of {enum}", where
+        )
     return config
 
 

@@ -278,11 +278,9 @@ def _decode_input(
     if not isinstance(name, str):
         raise InvalidArgument("an input has no 'name'")
     parameters = _object(raw.get("parameters"), f"input '{name}' parameters")
-    carriers: list[str] = [key for key in ("binary_data_size", "shared_memory_region") if key in parameters]
-    if "data" in raw:
-        carriers.insert(0, "data")
-    if len(carriers) != 1:  # checked first, before the datatype, as Triton does
-        raise InvalidInput(_carriers_message(carriers))
+    # Where its data is, said in exactly one way: checked first, before the datatype, as Triton does.
+    if ("data" in raw) + ("binary_data_size" in parameters) + ("shared_memory_region" in parameters) != 1:
+        raise InvalidInput(_carriers_message(raw, parameters))
     datatype = raw.get("datatype")
     if not isinstance(datatype, str):
         raise InvalidInput(f"input '{name}' has no 'datatype'")
@@ -312,8 +310,10 @@ def _decode_input(
     ), offset
 
 
-def _carriers_message(carriers: list[str]) -> str:
+def _carriers_message(raw: dict[str, Any], parameters: dict[str, Any]) -> str:
     """Triton's words for an input that does not say where its data is in exactly one way."""
+    carriers = ["data"] if "data" in raw else []
+    carriers += [key for key in ("binary_data_size", "shared_memory_region") if key in parameters]
     found = " set " + " ".join(f"'{key}'" for key in carriers) if carriers else " no field is set"
     return (
         "Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', "

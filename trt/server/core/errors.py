@@ -120,14 +120,18 @@ class ModelConfigError(ModelLoadError):
     """A model's configuration is malformed or disagrees with the model files.
 
     ``field`` says where in the config the problem is, as a path such as ``input[INPUT0].dims`` or
-    ``ensemble_scheduling.step[1]`` (a bracket holds a tensor name or an index); ``line`` is set when
-    the text itself is at fault. ``trt repo validate`` turns either into a line of config.pbtxt.
+    ``ensemble_scheduling.step[1]`` (a bracket holds a tensor name or an index); ``line`` (and
+    ``column``) are set when the text itself is at fault. ``trt repo validate`` turns either into a
+    line of config.pbtxt.
     """
 
-    def __init__(self, message: str, field: str = "", line: int | None = None) -> None:
+    def __init__(
+        self, message: str, field: str = "", line: int | None = None, column: int | None = None
+    ) -> None:
         super().__init__(message)
         self.field = field
         self.line = line
+        self.column = column
 
 
 class BackendUnavailable(ModelLoadError):

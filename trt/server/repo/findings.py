@@ -25,10 +25,13 @@ class Finding:
     message: str
     line: int | None = None
     check: str = ""  # which check found it: layout, config, model-file, python, ensemble, load, infer
+    column: int | None = None  # with ``line``: where the parser stopped in a config.pbtxt that does not parse
 
     @property
     def location(self) -> str:
-        return f"{self.file}:{self.line}" if self.line else self.file
+        if not self.line:
+            return self.file
+        return f"{self.file}:{self.line}:{self.column}" if self.column else f"{self.file}:{self.line}"
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "severity": str(self.severity)}

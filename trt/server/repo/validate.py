@@ -116,6 +116,7 @@ class ModelCheck:
         field: str = "",
         line: int | None = None,
         file: Path | None = None,
+        column: int | None = None,
     ) -> None:
         lines = self.result.lines
         if line is None and field and lines is not None and file is None:
@@ -123,14 +124,22 @@ class ModelCheck:
         if file is None:
             file = self.config_path if self.config_path.is_file() else self.location.path
         self.report.findings.append(
-            Finding(severity, self.location.name, self.repository.display(file), message, line, check)
+            Finding(
+                severity, self.location.name, self.repository.display(file), message, line, check, column
+            )
         )
 
-    def add_error(self, exc: ServerError, check: str = "config", prefix: str = "") -> None:
-        field = exc.field if isinstance(exc, ModelConfigError) else ""
-        line = exc.line if isinstance(exc, ModelConfigError) else None
-        kind = check if isinstance(exc, ModelConfigError) else "model-file"
-        self.add(Severity.ERROR, prefix + exc.message, kind, field, line)
+    def add_error(
+        self, exc: ServerError, check: str = "config", prefix: str = "", place: str = ""
+    ) -> None:
+        """``place``: where ``exc``'s message says it is (``file:line:column``), dropped from the
+        message, since the finding names the place itself."""
+        if isinstance(exc, ModelConfigError):
+            field, line, column, kind = exc.field, exc.line, exc.column, check
+        else:
+            field, line, column, kind = "", None, None, "model-file"
+        message = exc.message.removeprefix(f"{place}: ") if place else exc.message
+        self.add(Severity.ERROR, prefix + message, kind, field, line, column=column)
 
     def run(self) -> CheckedModel:
         if self.location.duplicate_of is not None:
@@ -171,10 +180,12 @@ class ModelCheck:
             self.add(Severity.ERROR, f"cannot read config.pbtxt: {exc}", "config")
             return False, None
         self.result.lines = ConfigLines(text)
+        source = self.repository.display(self.config_path)
         try:
-            return True, parse_config_text(text, self.repository.display(self.config_path))
+            return True, parse_config_text(text, source)
         except ModelConfigError as exc:
-            self.add_error(exc)
+            place = ":".join(str(part) for part in (source, exc.line, exc.column) if part is not None)
+            self.add_error(exc, place=place)
             return False, None
 
     def _check_versions(self) -> bool:

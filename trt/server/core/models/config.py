@@ -55,7 +55,9 @@ def parse_config_text(text: str, source: str = "config.pbtxt") -> model_config_p
         line, column = exc.GetLine(), exc.GetColumn()
         reason = str(exc).split(" : ", 1)[-1] if line is not None else str(exc)
         where = f"{source}:{line}:{column}" if line is not None else source
-        raise ModelConfigError(f"{where}: {reason}{_did_you_mean(reason)}", line=line) from None
+        raise ModelConfigError(
+            f"{where}: {reason}{_did_you_mean(reason)}", line=line, column=column
+        ) from None
     except ValueError as exc:  # protobuf's own range checks, e.g. an enum given 2**63 (found by fuzzing)
         raise ModelConfigError(f"{source}: {exc}") from None
     undefined = _undefined_enum_value(config)

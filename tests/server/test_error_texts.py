@@ -36,6 +36,18 @@ def _simple(
     return tensors
 
 
+def _bf16(module: Any, shape: list[int]) -> list[Any]:
+    """BF16 inputs as tritonclient sends them: binary over HTTP, raw over gRPC. Its current releases
+    take them as ``ml_dtypes.bfloat16`` arrays (installed with it), older ones as float32."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    tensors = []
+    for name in ("INPUT0", "INPUT1"):
+        tensor = module.InferInput(name, shape, "BF16")
+        tensor.set_data_from_numpy(np.ones(shape, ml_dtypes.bfloat16))
+        tensors.append(tensor)
+    return tensors
+
+
 def _reshaped(module: Any) -> list[Any]:
     """Triton's test: the right element count in the wrong shape, which only the server can refuse."""
     tensors = _simple(module, [1, 16])
@@ -61,6 +73,11 @@ CASES: dict[str, tuple[Inputs, str]] = {
     "wrong datatype": (
         lambda module: _simple(module, [1, 16], "FP32"),
         "[request id: <id_unknown>] inference input 'INPUT1' data-type is 'FP32', but model 'simple' "
+        "expects 'INT32'",
+    ),
+    "BF16, which the model does not take (this server takes it nowhere)": (
+        lambda module: _bf16(module, [1, 16]),
+        "[request id: <id_unknown>] inference input 'INPUT1' data-type is 'BF16', but model 'simple' "
         "expects 'INT32'",
     ),
     "unknown input": (
@@ -90,3 +107,18 @@ def test_a_request_id_names_the_request(server: ServerProcess) -> None:
     with pytest.raises(InferenceServerException) as error:
         client.infer("simple", _reshaped(httpclient), request_id="order-42")
     assert error.value.message().startswith("[request id: order-42] unexpected shape for input 'INPUT1'")
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_bf16_sent_again_is_refused_the_same_way(server: ServerProcess, protocol: str) -> None:
+    """A request sent again is decoded from what was kept of the first (HTTP's remembered header,
+    gRPC's template), and refused the same way; the server goes on serving."""
+    module: Any = httpclient if protocol == "http" else grpcclient
+    client = module.InferenceServerClient(server.http_url if protocol == "http" else server.grpc_url)
+    text = CASES["BF16, which the model does not take (this server takes it nowhere)"][1]
+    for _ in range(3):
+        with pytest.raises(InferenceServerException) as error:
+            client.infer("simple", _bf16(module, [1, 16]))
+        assert text in str(error.value), str(error.value)
+    answer = client.infer("simple", _simple(module, [1, 16]))
+    assert answer.as_numpy("OUTPUT0").tolist() == [list(range(0, 32, 2))]

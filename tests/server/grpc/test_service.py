@@ -348,6 +348,10 @@ def _fp16_typed(request: grpc_service_pb2.ModelInferRequest) -> None:
     request.inputs[0].datatype = "FP16"
 
 
+def _bf16_typed(request: grpc_service_pb2.ModelInferRequest) -> None:
+    request.inputs[0].datatype = "BF16"
+
+
 BAD_CONTENTS = {
     "one element short": (
         _one_element_short,
@@ -358,7 +362,17 @@ BAD_CONTENTS = {
         _also_raw,
         "contents field must not be specified when using raw_input_contents for 'INPUT0' for model 'simple'",
     ),
-    "FP16 in typed contents": (_fp16_typed, "FP16 data can only be sent in raw_input_contents"),
+    # FP16 and BF16 have no typed field: their contents are in another type's, as Triton says.
+    "FP16 in typed contents": (
+        _fp16_typed,
+        "unexpected explicit tensor data for input tensor 'INPUT0' for model 'simple' of type 'INT32', "
+        "expected datatype 'FP16'",
+    ),
+    "BF16 in typed contents": (
+        _bf16_typed,
+        "unexpected explicit tensor data for input tensor 'INPUT0' for model 'simple' of type 'INT32', "
+        "expected datatype 'BF16'",
+    ),
     "data in another type's field": (
         _in_fp32_contents,
         "unexpected explicit tensor data for input tensor 'INPUT0' for model 'simple' of type 'FP32', "

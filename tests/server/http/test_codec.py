@@ -9,6 +9,7 @@ import struct
 import numpy as np
 import pytest
 
+from trt.server.core.datatypes import UNDECODED
 from trt.server.core.errors import InvalidInput
 from trt.server.http.codec import RequestDecoder, decode_request
 
@@ -67,6 +68,22 @@ def test_a_header_seen_before_decodes_as_the_full_decoding_does_with_the_new_ten
         == (expected_choice, expected_default)
         == ({"OUTPUT0": True, "OUTPUT1": False}, False)
     )
+    assert decoder.remembered == 1
+
+
+@pytest.mark.parametrize("shape", [(), (1,), (2,), (3, 2)])
+def test_bf16_decodes_the_same_from_a_header_seen_before(shape: tuple[int, ...]) -> None:
+    """numpy has no bfloat16: either way the input carries UNDECODED, for the model's check to refuse
+    (found by the long fuzzing run: the remembered header read its bytes as uint8, or failed to)."""
+    raw = np.ones(shape, np.uint16).tobytes()
+    header = json.dumps(
+        {"inputs": [{"name": "IN", "datatype": "BF16", "shape": list(shape),
+                     "parameters": {"binary_data_size": len(raw)}}]}
+    ).encode()  # fmt: skip
+    decoder = RequestDecoder()
+    for _ in range(3):
+        request, _, _ = decoder.decode("m", "", header + raw, len(header))
+        assert request.inputs[0].data is UNDECODED
     assert decoder.remembered == 1
 
 
@@ -223,3 +240,15 @@ def test_an_input_says_where_its_data_is_in_one_way_checked_before_its_datatype_
     with pytest.raises(InvalidInput) as refused:
         decode_request("m", "", header + bytes(8), len(header))
     assert str(refused.value) == refusal
+
+
+def test_bf16_in_json_is_refused_in_tritons_words() -> None:
+    """numpy has no bfloat16 to read JSON numbers into (Triton refuses FP16 in JSON too; trt takes it)."""
+    body = json.dumps({"inputs": [{"name": "IN", "datatype": "BF16", "shape": [2], "data": [1, 2]}]}).encode()
+    with pytest.raises(InvalidInput) as refused:
+        decode_request("m", "", body, None)
+    assert str(refused.value) == (
+        "receiving BF16 data via JSON is not supported. Please use the binary data format for input IN"
+    )
+    half = json.dumps({"inputs": [{"name": "IN", "datatype": "FP16", "shape": [2], "data": [1, 2]}]}).encode()
+    assert decode_request("m", "", half, None)[0].inputs[0].data.tolist() == [1.0, 2.0]

@@ -92,6 +92,24 @@ def fixed_batch_model() -> object:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
+def bfloat16_model() -> object:
+    """Y = cast(X) to bfloat16: an ONNX model with a BF16 output, which ONNX Runtime cannot hand to numpy."""
+    graph = helper.make_graph(
+        [helper.make_node("Cast", ["X"], ["Y"], to=TensorProto.BFLOAT16)],
+        "bf16",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["batch", 4])],
+        [helper.make_tensor_value_info("Y", TensorProto.BFLOAT16, ["batch", 4])],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+BF16 = """platform: "onnxruntime_onnx"
+max_batch_size: 8
+input [ { name: "X" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "Y" data_type: TYPE_BF16 dims: [ 4 ] } ]
+"""
+
+
 def sequence_model() -> object:
     """OUTPUT0 = INPUT0 + START: a model that takes a sequence control input."""
     graph = helper.make_graph(
@@ -197,6 +215,8 @@ CATALOGUE: list[Fault] = [
           "config.pbtxt", 4, onnx_model(ADD_SUB.replace('"INPUT0" data_type: TYPE_INT32', '"INPUT0" data_type: TYPE_FLOAT'))),
     Fault("undefined_data_type_number", "error", "input[1].data_type: 32 is not a value of DataType",
           "config.pbtxt", 5, onnx_model(ADD_SUB.replace('"INPUT1" data_type: TYPE_INT32', '"INPUT1" data_type: 32'))),
+    Fault("bf16_output", "error", "output 'Y': TYPE_BF16 tensors are not supported by this server",
+          "config.pbtxt", 4, onnx_model(BF16, model=bfloat16_model())),
     Fault("name_mismatch", "error", "names the model 'other' but its folder is 'name_mismatch'", "config.pbtxt", 1,
           onnx_model('name: "other"\n' + ADD_SUB)),
     Fault("no_version_folder", "error", "model.onnx is directly in the model folder: move it into no_version_folder/1/",

@@ -85,6 +85,7 @@ def test_the_human_report_names_file_and_line(tmp_path: Path) -> None:
     expected = f"error {tmp_path / 'simple' / 'config.pbtxt'}:5: input 'INPUT1': config says TYPE_FP32"
     assert expected in " ".join(result.stdout.split())
 
+
 def test_a_config_that_does_not_parse_is_named_once_at_its_line_and_column(tmp_path: Path) -> None:
     write_simple(tmp_path, config=ADD_SUB.replace("max_batch_size: 8", "max_batch_size: oops"))
     result = run_trt("repo", "validate", str(tmp_path))
@@ -102,7 +103,6 @@ def test_an_undefined_enum_number_is_named_once_at_its_line(tmp_path: Path) -> N
     finding = validate_repository([tmp_path]).models[0].findings[0]
     assert finding.location == f"{tmp_path / 'simple' / 'config.pbtxt'}:5"
     assert finding.message == "input[1].data_type: 32 is not a value of DataType"
-
 
 
 def test_one_model_can_be_checked_alone_and_a_wrong_name_is_named(tmp_path: Path) -> None:

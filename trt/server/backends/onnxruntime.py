@@ -17,7 +17,7 @@ import numpy as np
 
 from trt.protos import model_config_pb2
 from trt.server.core.backends.base import InstanceSpec, ModelFiles
-from trt.server.core.datatypes import config_to_wire
+from trt.server.core.datatypes import BF16_UNSUPPORTED, config_to_wire
 from trt.server.core.errors import InvalidInput, ModelConfigError, ModelLoadError
 
 logger = logging.getLogger("trt.backends.onnxruntime")
@@ -147,6 +147,10 @@ class OnnxRuntimeBackend:
                         f"{kind} '{tensor.name}': config says {declared_type} "
                         f"but the model has {expected_type}",
                         f"{where}.data_type",
+                    )
+                if tensor.data_type == model_config_pb2.TYPE_BF16:  # ONNX Runtime gives no array for it
+                    raise ModelConfigError(
+                        f"{kind} '{tensor.name}': {BF16_UNSUPPORTED}", f"{where}.data_type"
                     )
                 model_dims = dims[1:] if batch and dims else dims
                 if batch and dims and dims[0] not in (-1,):

@@ -31,6 +31,7 @@ import torch
 
 from trt.protos import model_config_pb2
 from trt.server.core.backends.base import InstanceSpec, ModelFiles
+from trt.server.core.datatypes import BF16_UNSUPPORTED
 from trt.server.core.errors import ModelConfigError, ModelLoadError, ServerError
 
 logger = logging.getLogger("trt.backends.pytorch")
@@ -40,7 +41,7 @@ _DICT_TYPE = "Dict[str, Tensor]"
 _UNSUPPORTED_TYPES = {
     model_config_pb2.TYPE_STRING: "TYPE_STRING (BYTES) tensors cannot reach a TorchScript model: "
     "this backend feeds numeric tensors only",
-    model_config_pb2.TYPE_BF16: "TYPE_BF16 tensors are not supported by this server (numpy has no bfloat16)",
+    model_config_pb2.TYPE_BF16: BF16_UNSUPPORTED,
 }
 _CPU = torch.device("cpu")
 _interop_lock = threading.Lock()

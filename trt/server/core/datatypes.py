@@ -36,10 +36,14 @@ WIRE_DATATYPES: frozenset[str] = frozenset([*_WIRE_TO_NUMPY, "BF16"])
 # name, and the core refuses it against the model's input in its own words ("inference input 'X'
 # data-type is '<invalid>', but model 'M' expects 'FP32'"); trt's gRPC decoder does the same.
 INVALID_DATATYPE = "<invalid>"
-# The data such an input carries to the core (``tensor_from_bytes`` gives it for any bytes): never read,
-# since the model's checks refuse the input.
+# The data an input of a datatype numpy cannot hold (that one, or BF16) carries to the core:
+# ``tensor_from_bytes`` gives it for any bytes. It is never read: no model here declares either
+# datatype (every backend refuses BF16 tensors at load), so the model's checks refuse the input in
+# Triton's words ("inference input 'X' data-type is 'BF16', but model 'M' expects 'FP32'").
 UNDECODED = np.empty(0, np.uint8)
 UNDECODED.flags.writeable = False
+# Why a model with a BF16 input or output is refused at load, by every backend that can meet one.
+BF16_UNSUPPORTED = "TYPE_BF16 tensors are not supported by this server (numpy has no bfloat16)"
 # The numpy dtype of each datatype whose elements have a fixed size (all but BYTES and BF16).
 FIXED_SIZE_DTYPES: dict[str, np.dtype] = {name: dt for name, dt in _WIRE_TO_NUMPY.items() if name != "BYTES"}
 
@@ -218,11 +222,9 @@ def tensor_from_bytes(
     count = element_count(shape)
     if datatype == "BYTES":
         return deserialize_bytes_tensor(buffer, count, name).reshape(shape)
-    if datatype == "BF16":
-        raise InvalidInput(f"input '{name}': BF16 tensors are not supported by this server")
     dtype = _WIRE_TO_NUMPY.get(datatype)
     if dtype is None:
-        if datatype == INVALID_DATATYPE:
+        if datatype == "BF16" or datatype == INVALID_DATATYPE:
             return UNDECODED  # the model's checks refuse the input before anything reads it
         raise InvalidInput(f"unsupported datatype '{datatype}'")
     expected = count * dtype.itemsize

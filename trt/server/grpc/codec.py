@@ -216,12 +216,12 @@ def _typed_contents(
     contents: Any, name: str, datatype: str, shape: tuple[int, ...], model: str, request_id: str
 ) -> np.ndarray:
     field = _CONTENTS_FIELD.get(datatype)
-    if field is None and datatype != INVALID_DATATYPE:  # FP16 and BF16: no typed field carries them
-        raise InvalidInput(f"input '{name}': {datatype} data can only be sent in raw_input_contents")
     values = getattr(contents, field) if field is not None else ()
     count = element_count(shape)
-    populated = [] if values else contents.ListFields()  # an unknown datatype has no field of its own
-    if populated:  # its data is in the field of another type
+    # FP16, BF16 and an unknown datatype have no field of their own: their contents, never empty
+    # here, are in the field of another type, as when a client sends FP32 contents for an INT32 input.
+    populated = [] if values else contents.ListFields()
+    if populated:
         other = _FIELD_DATATYPE[populated[0][0].name]
         raise InvalidInput(
             f"unexpected explicit tensor data for input tensor '{name}' for model '{model}' of type "

@@ -14,6 +14,7 @@ import numpy as np
 import orjson
 
 from trt.server.core.datatypes import (
+    FIXED_SIZE_DTYPES,
     WIRE_DATATYPES,
     check_bytes_elements,
     check_shape,
@@ -96,7 +97,8 @@ class _InputPlan:
     name: str
     datatype: str
     shape: tuple[int, ...]
-    dtype: np.dtype | None  # None for BYTES, whose elements are read (and checked) one by one
+    # None where tensor_from_bytes reads it: BYTES, whose elements are checked one by one, and BF16
+    dtype: np.dtype | None
     start: int  # where its bytes lie in the binary part of the body
     end: int
     parameters: dict[str, Any]
@@ -123,7 +125,7 @@ class _DecodePlan:
         for tensor in request.inputs:
             assert tensor.data is not None
             size = tensor.parameters["binary_data_size"]
-            dtype = None if tensor.datatype == "BYTES" else tensor.data.dtype
+            dtype = FIXED_SIZE_DTYPES.get(tensor.datatype)
             end = offset + size
             parameters = dict(tensor.parameters)
             inputs.append(
@@ -341,7 +343,10 @@ def _json_data(name: str, datatype: str, shape: tuple[int, ...], data: Any) -> n
             array[index] = item.encode("utf-8")
     else:
         if datatype == "BF16":
-            raise InvalidInput(f"input '{name}': BF16 data must be sent in binary form")
+            raise InvalidInput(  # Triton's words; FP16, which Triton refuses too, is taken here
+                "receiving BF16 data via JSON is not supported. Please use the binary data format for "
+                f"input {name}"
+            )
         dtype = wire_to_numpy(datatype)
         try:
             array = np.asarray(data, dtype=dtype).reshape(-1)

@@ -124,14 +124,10 @@ class ModelCheck:
         if file is None:
             file = self.config_path if self.config_path.is_file() else self.location.path
         self.report.findings.append(
-            Finding(
-                severity, self.location.name, self.repository.display(file), message, line, check, column
-            )
+            Finding(severity, self.location.name, self.repository.display(file), message, line, check, column)
         )
 
-    def add_error(
-        self, exc: ServerError, check: str = "config", prefix: str = "", place: str = ""
-    ) -> None:
+    def add_error(self, exc: ServerError, check: str = "config", prefix: str = "", place: str = "") -> None:
         """``place``: where ``exc``'s message says it is (``file:line:column``), dropped from the
         message, since the finding names the place itself."""
         if isinstance(exc, ModelConfigError):

@@ -133,3 +133,13 @@ def test_an_initial_state_file_that_cannot_be_read_is_a_config_error(
     state.initial_state.add(name="s", data_type=kind, dims=[1], data_file="s.bin")
     with pytest.raises(ModelConfigError, match=re.escape(reason)):
         initial_state_values(config, tmp_path)
+
+
+def test_a_bf16_state_is_a_config_error_even_without_an_initial_state(tmp_path: Path) -> None:
+    """Its zeros have no numpy type either: refused at load, like every BF16 tensor here."""
+    config = model_config_pb2.ModelConfig(name="m")
+    config.sequence_batching.state.add(
+        input_name="s", output_name="o", data_type=model_config_pb2.TYPE_BF16, dims=[1]
+    )
+    with pytest.raises(ModelConfigError, match=re.escape("state 's': TYPE_BF16 tensors are not supported")):
+        initial_state_values(config, tmp_path)

@@ -20,6 +20,7 @@ import numpy as np
 
 from trt.protos import model_config_pb2
 from trt.server.core.datatypes import (
+    BF16_UNSUPPORTED,
     FIXED_SIZE_DTYPES,
     config_to_wire,
     element_count,
@@ -47,9 +48,11 @@ INITIAL_STATE_FOLDER = "initial_state"
 
 def _initial_value(state: model_config_pb2.ModelSequenceBatching.State, model_dir: Path | None) -> np.ndarray:
     """One state's value when a sequence starts (without the batch dimension)."""
+    what = f"state '{state.input_name}'"
+    if model_config_pb2.TYPE_BF16 in (state.data_type, *(i.data_type for i in state.initial_state)):
+        raise ModelConfigError(f"{what}: {BF16_UNSUPPORTED}")
     if not state.initial_state:
         return np.zeros(tuple(max(int(d), 1) for d in state.dims), _dtype_of(state.data_type))
-    what = f"state '{state.input_name}'"
     if len(state.initial_state) > 1:
         raise ModelConfigError(f"{what} has {len(state.initial_state)} initial_state entries; one is allowed")
     initial = state.initial_state[0]
@@ -70,7 +73,7 @@ def _initial_value(state: model_config_pb2.ModelSequenceBatching.State, model_di
         raw = read_data_file(
             model_dir, INITIAL_STATE_FOLDER, initial.data_file, f"{what}: initial_state data_file"
         )
-        fixed = FIXED_SIZE_DTYPES.get(datatype)  # None for BYTES and BF16: tensor_from_bytes checks them
+        fixed = FIXED_SIZE_DTYPES.get(datatype)  # None for BYTES: tensor_from_bytes checks its elements
         if fixed is not None and len(raw) != element_count(shape) * fixed.itemsize:
             raise ModelConfigError(
                 f"{what}: initial_state data_file {initial.data_file} has {len(raw)} bytes; dims "

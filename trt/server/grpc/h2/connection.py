@@ -152,15 +152,20 @@ class H2ServerConnection(ControlFrames, asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._failed = True
+        self.out.closed = True
         for timer in self._timers:
             timer.cancel()
         if self._pinger is not None:
             self._pinger.stop()
+        self._cancel_streams()
+        self._registry.discard(self)
+
+    def _cancel_streams(self) -> None:
+        """The client can no longer read what its open calls would answer: they are cancelled."""
         streams, self.streams = list(self.streams.values()), {}
         for stream in streams:
             stream.closed = True
             stream.on_reset(ErrorCode.CANCEL)
-        self._registry.discard(self)
 
     def pause_writing(self) -> None:
         self.out.pause()
@@ -206,16 +211,23 @@ class H2ServerConnection(ControlFrames, asyncio.Protocol):
         goaway = frame_head(8 + len(debug), _GOAWAY, 0, 0) + struct.pack(">II", self._last_stream_id, code)
         self.out.write(goaway + debug)
         self.close_after_goaway()
+        self._cancel_streams()
 
     def close_after_goaway(self) -> None:
         """Close so that the client reads our GOAWAY: stop writing, take (and drop) what it still sends
         for a moment, then close. Closing at once with its bytes unread would reset the connection,
         and the reset can overtake the GOAWAY."""
         transport = self._transport
-        if transport is None or transport.is_closing():
+        if transport is None:
+            return
+        if transport.is_closing():
+            self.out.closed = True
             return
         self.out.uncork()
         self._failed = True  # nothing more is read
+        # Nor written: a transport raises on a write after write_eof() or close(), and calls still
+        # running, or a write deferred to the end of this turn of the loop, would write.
+        self.out.closed = True
         if transport.can_write_eof():
             transport.write_eof()
             self._timers.append(self._loop.call_later(LINGER_S, transport.close))
@@ -233,6 +245,7 @@ class H2ServerConnection(ControlFrames, asyncio.Protocol):
 
     def abort(self) -> None:
         if self._transport is not None:
+            self.out.closed = True
             self._transport.abort()
 
     # -- streams -----------------------------------------------------------------------------------

@@ -52,6 +52,7 @@ class Outbound:
         self.peer_max_frame = MIN_MAX_FRAME_SIZE
         self.max_write_buffer = settings.max_write_buffer
         self.paused = False
+        self.closed = False  # the connection ended: what is still written is dropped
         self.data_frames = 0  # DATA and HEADERS sends so far (the ping rules reset on them)
         self.blocked: dict[int, H2Stream] = {}
         self._on_closed = on_closed  # (stream, reset_by_us)
@@ -86,7 +87,7 @@ class Outbound:
             assert self._cork is not None
             self._cork.append(data)
             self._cork_bytes += len(data)
-        else:
+        elif not self.closed:
             self.transport.write(data)
 
     def _write_all(self, parts: list[bytes | memoryview]) -> None:
@@ -104,6 +105,8 @@ class Outbound:
         self._send(parts)
 
     def _send(self, parts: list[bytes | memoryview]) -> None:
+        if self.closed:
+            return
         if len(parts) > 8 or any(len(part) > 65536 for part in parts):
             self.transport.writelines(parts)  # large payloads: no joined copy
         else:

@@ -1,0 +1,361 @@
+"""Any bytes a client sends to the gRPC port's HTTP/2 server, in any pieces: the connection never
+raises, everything it writes is well-formed HTTP/2 (frames within the client's size limit, on the
+streams their types belong to, header blocks that decode), it stops writing once it has said GOAWAY
+and closed, and once the client is gone no call it opened is left running.
+
+The client is hypothesis: a preface and SETTINGS (usually), then frames drawn from real gRPC calls
+on the ``simple`` model (whole, cut short, or with bytes changed), control frames with values at
+and past their limits, and frames of random type, flags, stream and payload. The server is trt's own
+HTTP/2 connection in front of a real core, fed in process through a transport that records what it
+writes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from tests.support import running_core, write_simple
+from trt.http2.frames import (
+    ACK,
+    END_HEADERS,
+    END_STREAM,
+    PREFACE,
+    ErrorCode,
+    FrameType,
+    Setting,
+    frame_head,
+    settings_payload,
+)
+from trt.http2.hpack import HpackDecoder, encode_header
+from trt.protos import grpc_service_pb2 as pb
+from trt.server.grpc.app import GrpcApp
+from trt.server.grpc.h2.connection import H2ServerConnection
+from trt.server.grpc.options import GrpcOptions
+from trt.server.grpc.server import service_methods
+
+SERVICE = "/inference.GRPCInferenceService/"
+STREAMS = [0, 1, 3, 5, 7, 9, 2, 4, (1 << 31) - 1]
+SETTLE_S = 5.0  # how long the calls a client left behind may take to end
+
+
+class RecordingTransport(asyncio.Transport):
+    """What the connection writes, and whether it closed; writing after ``write_eof`` or ``close``
+    raises, as uvloop's transports do."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.written = bytearray()
+        self.eof = False
+        self.closed = False
+
+    def write(self, data: Any) -> None:
+        if self.eof or self.closed:
+            raise RuntimeError("unable to perform operation on a closed transport, or after write_eof()")
+        self.written += data
+
+    def writelines(self, parts: Any) -> None:
+        for part in parts:
+            self.write(part)
+
+    def write_eof(self) -> None:
+        self.eof = True
+
+    def can_write_eof(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        self.closed = True
+
+    def abort(self) -> None:
+        self.closed = True
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return default
+
+
+# -- what the client sends ------------------------------------------------------------------------
+
+
+def _frame(kind: int, flags: int, stream: int, payload: bytes) -> bytes:
+    return frame_head(len(payload), kind, flags, stream) + payload
+
+
+def _request_block(method: str, *extra: tuple[str, str]) -> bytes:
+    fields = [
+        (":method", "POST"),
+        (":scheme", "http"),
+        (":path", SERVICE + method),
+        (":authority", "localhost"),
+        ("content-type", "application/grpc"),
+        ("te", "trailers"),
+        *extra,
+    ]
+    return b"".join(encode_header(name, value) for name, value in fields)
+
+
+def _infer_message() -> bytes:
+    request = pb.ModelInferRequest(model_name="simple")
+    for name in ("INPUT0", "INPUT1"):
+        request.inputs.add(name=name, datatype="INT32", shape=[1, 16])
+        request.raw_input_contents.append(struct.pack("<16i", *range(16)))
+    return request.SerializeToString()
+
+
+CALLS = {
+    "ModelInfer": _infer_message(),
+    "ServerLive": pb.ServerLiveRequest().SerializeToString(),
+    "ModelMetadata": pb.ModelMetadataRequest(name="simple").SerializeToString(),
+    "ModelStreamInfer": _infer_message(),
+    "NoSuchMethod": b"",
+}
+
+
+@st.composite
+def grpc_call(draw: st.DrawFn) -> bytes:
+    """A gRPC call's frames, whole or not: HEADERS (maybe split into CONTINUATIONs), then its message
+    in DATA frames, maybe cut short, maybe without END_STREAM."""
+    stream = draw(st.sampled_from(STREAMS))
+    method = draw(st.sampled_from(sorted(CALLS)))
+    extra = draw(
+        st.sampled_from([(), (("grpc-timeout", "1m"),), (("grpc-encoding", "gzip"),), (("x", "y"),)])
+    )
+    block = _request_block(method, *extra)
+    frames = []
+    if draw(st.booleans()):
+        frames.append(_frame(FrameType.HEADERS, END_HEADERS, stream, block))
+    else:
+        cut = draw(st.integers(0, len(block)))
+        frames.append(_frame(FrameType.HEADERS, 0, stream, block[:cut]))
+        frames.append(_frame(FrameType.CONTINUATION, END_HEADERS, stream, block[cut:]))
+    message = CALLS[method]
+    body = (
+        struct.pack(">BI", 0, draw(st.sampled_from([len(message), 0, 1 << 30, len(message) + 1]))) + message
+    )
+    body = body[: draw(st.integers(0, len(body)))] if draw(st.integers(0, 3)) == 0 else body
+    split = draw(st.integers(0, len(body)))
+    for index, part in enumerate((body[:split], body[split:])):
+        last = index == 1
+        frames.append(
+            _frame(FrameType.DATA, END_STREAM if last and draw(st.integers(0, 4)) else 0, stream, part)
+        )
+    return b"".join(frames)
+
+
+@st.composite
+def control_frame(draw: st.DrawFn) -> bytes:
+    """SETTINGS, WINDOW_UPDATE, PING, RST_STREAM, PRIORITY or GOAWAY with values at and past their limits."""
+    stream = draw(st.sampled_from(STREAMS))
+    kind = draw(st.sampled_from(["settings", "window", "ping", "rst", "priority", "goaway"]))
+    u32 = st.sampled_from(
+        [0, 1, 100, 16383, 16384, 65535, 65536, (1 << 24) - 1, 1 << 24, (1 << 31) - 1, 1 << 31]
+    )
+    if kind == "settings":
+        keys = st.sampled_from([*Setting, 0, 7, 0xFFFF])
+        values = draw(st.dictionaries(keys, u32, max_size=4))
+        flags = draw(st.sampled_from([0, 0, ACK]))
+        payload = settings_payload(values) if flags == 0 else b""
+        return _frame(FrameType.SETTINGS, flags, draw(st.sampled_from([0, 0, 1])), payload)
+    if kind == "window":
+        return _frame(FrameType.WINDOW_UPDATE, 0, stream, struct.pack(">I", draw(u32)))
+    if kind == "ping":
+        return _frame(
+            FrameType.PING, draw(st.sampled_from([0, ACK])), draw(st.sampled_from([0, 1])), bytes(8)
+        )
+    if kind == "rst":
+        return _frame(
+            FrameType.RST_STREAM, 0, stream, struct.pack(">I", draw(st.sampled_from([*ErrorCode, 99])))
+        )
+    if kind == "priority":
+        return _frame(FrameType.PRIORITY, 0, stream, struct.pack(">IB", draw(st.sampled_from(STREAMS)), 15))
+    return _frame(FrameType.GOAWAY, 0, 0, struct.pack(">II", draw(st.sampled_from(STREAMS)), 0))
+
+
+@st.composite
+def random_frame(draw: st.DrawFn) -> bytes:
+    kind = draw(st.integers(0, 12))
+    flags = draw(st.integers(0, 255))
+    payload = draw(st.binary(max_size=48))
+    return _frame(kind, flags, draw(st.sampled_from(STREAMS)), payload)
+
+
+@st.composite
+def mutated(draw: st.DrawFn, frames: st.SearchStrategy[bytes]) -> bytes:
+    data = bytearray(draw(frames))
+    for _ in range(draw(st.integers(1, 3))):
+        if data:
+            data[draw(st.integers(0, len(data) - 1))] = draw(st.integers(0, 255))
+    return bytes(data)
+
+
+FRAMES = st.one_of(
+    grpc_call(), control_frame(), random_frame(), mutated(st.one_of(grpc_call(), control_frame()))
+)
+
+
+@st.composite
+def connection_bytes(draw: st.DrawFn) -> tuple[list[bytes], int]:
+    """What one client sends, in the pieces it arrives in; and the largest frame it allows."""
+    start = draw(st.sampled_from(["preface and settings", "preface and settings", "preface", "nothing"]))
+    head = b""
+    if start != "nothing":
+        head = PREFACE
+    if start == "preface and settings":
+        head += _frame(FrameType.SETTINGS, 0, 0, b"")
+    frames = draw(st.lists(FRAMES, max_size=8))
+    data = head + b"".join(frames)
+    cuts = sorted(draw(st.lists(st.integers(0, len(data)), max_size=4)))
+    pieces = [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)], strict=True) if b > a]
+    # The largest MAX_FRAME_SIZE the client announced anywhere: the server may use it once acknowledged.
+    allowed = 16384
+    for setting, value in _announced_settings(data):
+        if setting == Setting.MAX_FRAME_SIZE and 16384 <= value < (1 << 24):
+            allowed = max(allowed, value)
+    return pieces, allowed
+
+
+def _announced_settings(data: bytes) -> Iterator[tuple[int, int]]:
+    at = len(PREFACE) if data.startswith(PREFACE) else 0
+    while len(data) - at >= 9:
+        length = int.from_bytes(data[at : at + 3], "big")
+        kind, flags = data[at + 3], data[at + 4]
+        payload = data[at + 9 : at + 9 + length]
+        if kind == FrameType.SETTINGS and not flags & ACK:
+            for offset in range(0, len(payload) - 5, 6):
+                yield struct.unpack_from(">HI", payload, offset)
+        at += 9 + length
+
+
+# -- what the server wrote ------------------------------------------------------------------------
+
+
+def check_written(written: bytes, max_frame: int) -> bool:
+    """Every frame well-formed; header blocks decode in order. Returns whether it sent GOAWAY."""
+    decoder = HpackDecoder()
+    at, goaway, block = 0, False, b""
+    while at < len(written):
+        assert len(written) - at >= 9, f"a partial frame header at {at}"
+        length = int.from_bytes(written[at : at + 3], "big")
+        kind, flags = written[at + 3], written[at + 4]
+        stream = int.from_bytes(written[at + 5 : at + 9], "big") & 0x7FFFFFFF
+        payload = written[at + 9 : at + 9 + length]
+        assert len(payload) == length, "a frame cut short"
+        assert length <= max_frame, f"a {FrameType(kind).name} frame of {length} bytes past {max_frame}"
+        assert kind <= FrameType.CONTINUATION and kind != FrameType.PUSH_PROMISE, f"frame type {kind}"
+        if kind in (FrameType.SETTINGS, FrameType.PING, FrameType.GOAWAY):
+            assert stream == 0, f"{FrameType(kind).name} on stream {stream}"
+        elif kind in (FrameType.HEADERS, FrameType.DATA, FrameType.CONTINUATION):
+            assert stream % 2 == 1, f"{FrameType(kind).name} on stream {stream}, not one a client opened"
+        elif kind == FrameType.RST_STREAM:  # answers a client's frame on that stream, whatever its number
+            assert stream != 0
+        if kind == FrameType.SETTINGS:
+            assert length % 6 == 0 and not (flags & ACK and length)
+        elif kind == FrameType.PING:
+            assert length == 8
+        elif kind == FrameType.GOAWAY:
+            assert length >= 8
+            goaway = True
+        elif kind in (FrameType.RST_STREAM, FrameType.WINDOW_UPDATE):
+            assert length == 4
+        if kind in (FrameType.HEADERS, FrameType.CONTINUATION):
+            assert (kind == FrameType.HEADERS) == (block == b""), "a CONTINUATION out of place"
+            block += payload
+            if flags & END_HEADERS:
+                decoder.decode(block)
+                block = b""
+        else:
+            assert block == b"", "a header block left unfinished"
+        at += 9 + length
+    return goaway
+
+
+# -- the property ---------------------------------------------------------------------------------
+
+LOOP = asyncio.new_event_loop()
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[GrpcApp, GrpcOptions]]:
+    repo = tmp_path_factory.mktemp("repo")
+    write_simple(repo)
+    context = running_core(repo, "simple")
+    core = LOOP.run_until_complete(context.__aenter__())
+    options = GrpcOptions()
+
+    async def made() -> GrpcApp:  # it belongs to the loop that runs it
+        return GrpcApp(options, service_methods(core), core.tracer)
+
+    try:
+        yield LOOP.run_until_complete(made()), options
+    finally:
+        LOOP.run_until_complete(context.__aexit__(None, None, None))
+
+
+async def _serve(app: GrpcApp, options: GrpcOptions, pieces: list[bytes]) -> RecordingTransport:
+    loop = asyncio.get_running_loop()
+    errors: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _, context: errors.append(context))
+    before = asyncio.all_tasks()
+    transport = RecordingTransport()
+    connection = H2ServerConnection(app, options.http2, options.keepalive, set())
+    connection.connection_made(transport)
+    try:
+        for piece in pieces:
+            if transport.eof or transport.closed:
+                break
+            connection.data_received(piece)
+            await asyncio.sleep(0)
+        for _ in range(20):  # let the calls that were answered write their answers
+            await asyncio.sleep(0)
+        connection.connection_lost(None)
+        deadline = loop.time() + SETTLE_S
+        while asyncio.all_tasks() - before - {asyncio.current_task()}:
+            assert loop.time() < deadline, "calls still running after the client left"
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0)
+    finally:
+        loop.set_exception_handler(None)
+    assert not errors, f"the event loop saw errors: {errors}"
+    return transport
+
+
+def _call_then(frame: bytes) -> tuple[list[bytes], int]:
+    """A whole ModelInfer call on stream 1, then ``frame``, in one piece."""
+    message = CALLS["ModelInfer"]
+    call = _frame(FrameType.HEADERS, END_HEADERS, 1, _request_block("ModelInfer")) + _frame(
+        FrameType.DATA, END_STREAM, 1, struct.pack(">BI", 0, len(message)) + message
+    )
+    return [PREFACE + _frame(FrameType.SETTINGS, 0, 0, b"") + call + frame], 16384
+
+
+# Found by this test: a call still running when the connection failed wrote its answer after the
+# GOAWAY, to a transport that had been told write_eof() (uvloop raises there).
+@example(_call_then(_frame(FrameType.HEADERS, END_HEADERS, 0, _request_block("ModelInfer"))))
+@example(_call_then(_frame(FrameType.DATA, 0, 0, b"x")))
+@given(connection_bytes())
+def test_any_client_bytes_leave_the_connection_well_formed_and_nothing_running(
+    app: tuple[GrpcApp, GrpcOptions], sent: tuple[list[bytes], int]
+) -> None:
+    pieces, max_frame = sent
+    transport = LOOP.run_until_complete(_serve(*app, pieces))
+    goaway = check_written(bytes(transport.written), max_frame)
+    if transport.eof or transport.closed:
+        assert goaway, "closed without a GOAWAY saying why"

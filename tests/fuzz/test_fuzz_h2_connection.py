@@ -15,12 +15,12 @@ from __future__ import annotations
 import asyncio
 import struct
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from tests.fuzz.connection_harness import serve
 from tests.support import running_core, write_simple
 from trt.http2.frames import (
     ACK,
@@ -41,54 +41,6 @@ from trt.server.grpc.server import service_methods
 
 SERVICE = "/inference.GRPCInferenceService/"
 STREAMS = [0, 1, 3, 5, 7, 9, 2, 4, (1 << 31) - 1]
-SETTLE_S = 5.0  # how long the calls a client left behind may take to end
-
-
-class RecordingTransport(asyncio.Transport):
-    """What the connection writes, and whether it closed; writing after ``write_eof`` or ``close``
-    raises, as uvloop's transports do."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.written = bytearray()
-        self.eof = False
-        self.closed = False
-
-    def write(self, data: Any) -> None:
-        if self.eof or self.closed:
-            raise RuntimeError("unable to perform operation on a closed transport, or after write_eof()")
-        self.written += data
-
-    def writelines(self, parts: Any) -> None:
-        for part in parts:
-            self.write(part)
-
-    def write_eof(self) -> None:
-        self.eof = True
-
-    def can_write_eof(self) -> bool:
-        return True
-
-    def close(self) -> None:
-        self.closed = True
-
-    def abort(self) -> None:
-        self.closed = True
-
-    def is_closing(self) -> bool:
-        return self.closed
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
-
-    def get_write_buffer_size(self) -> int:
-        return 0
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return default
 
 
 # -- what the client sends ------------------------------------------------------------------------
@@ -311,32 +263,8 @@ def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[GrpcApp, Grp
         LOOP.run_until_complete(context.__aexit__(None, None, None))
 
 
-async def _serve(app: GrpcApp, options: GrpcOptions, pieces: list[bytes]) -> RecordingTransport:
-    loop = asyncio.get_running_loop()
-    errors: list[dict[str, Any]] = []
-    loop.set_exception_handler(lambda _, context: errors.append(context))
-    before = asyncio.all_tasks()
-    transport = RecordingTransport()
-    connection = H2ServerConnection(app, options.http2, options.keepalive, set())
-    connection.connection_made(transport)
-    try:
-        for piece in pieces:
-            if transport.eof or transport.closed:
-                break
-            connection.data_received(piece)
-            await asyncio.sleep(0)
-        for _ in range(20):  # let the calls that were answered write their answers
-            await asyncio.sleep(0)
-        connection.connection_lost(None)
-        deadline = loop.time() + SETTLE_S
-        while asyncio.all_tasks() - before - {asyncio.current_task()}:
-            assert loop.time() < deadline, "calls still running after the client left"
-            await asyncio.sleep(0.01)
-        await asyncio.sleep(0)
-    finally:
-        loop.set_exception_handler(None)
-    assert not errors, f"the event loop saw errors: {errors}"
-    return transport
+async def _connection(app: GrpcApp, options: GrpcOptions) -> H2ServerConnection:
+    return H2ServerConnection(app, options.http2, options.keepalive, set())
 
 
 def _call_then(frame: bytes) -> tuple[list[bytes], int]:
@@ -357,7 +285,9 @@ def test_any_client_bytes_leave_the_connection_well_formed_and_nothing_running(
     app: tuple[GrpcApp, GrpcOptions], sent: tuple[list[bytes], int]
 ) -> None:
     pieces, max_frame = sent
-    transport = LOOP.run_until_complete(_serve(*app, pieces))
+    grpc_app, options = app
+    connection = LOOP.run_until_complete(_connection(grpc_app, options))
+    transport = LOOP.run_until_complete(serve(connection, pieces))
     goaway = check_written(bytes(transport.written), max_frame)
-    if transport.eof or transport.closed:
+    if transport.ended:
         assert goaway, "closed without a GOAWAY saying why"

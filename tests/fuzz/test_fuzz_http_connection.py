@@ -17,60 +17,19 @@ import json
 import re
 import struct
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.fuzz.connection_harness import serve
 from tests.support import running_core, write_simple
 from trt.server.http.app import HttpApp
 from trt.server.http.limits import HttpLimits
 from trt.server.http.protocol import HttpProtocol
 from trt.server.http.server import HttpServer
 
-SETTLE_S = 5.0  # how long the requests a client left behind may take to end
 LIMITS = HttpLimits(max_body_size=4096, max_header_size=1024, max_header_count=16)
-
-
-class RecordingTransport(asyncio.Transport):
-    """What the connection writes, and whether it closed."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.written = bytearray()
-        self.closed = False
-        self.paused = False
-
-    def write(self, data: Any) -> None:
-        if self.closed:  # as uvloop's transports do
-            raise RuntimeError("unable to perform operation on a closed transport")
-        self.written += data
-
-    def writelines(self, parts: Any) -> None:
-        for part in parts:
-            self.write(part)
-
-    def close(self) -> None:
-        self.closed = True
-
-    def abort(self) -> None:
-        self.closed = True
-
-    def is_closing(self) -> bool:
-        return self.closed
-
-    def pause_reading(self) -> None:
-        self.paused = True
-
-    def resume_reading(self) -> None:
-        self.paused = False
-
-    def get_write_buffer_size(self) -> int:
-        return 0
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return default
 
 
 # -- what the client sends ------------------------------------------------------------------------
@@ -220,41 +179,16 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpServer]:
         LOOP.run_until_complete(context.__aexit__(None, None, None))
 
 
-async def _serve(server: HttpServer, pieces: list[bytes]) -> RecordingTransport:
-    loop = asyncio.get_running_loop()
-    errors: list[dict[str, Any]] = []
-    loop.set_exception_handler(lambda _, context: errors.append(context))
-    before = asyncio.all_tasks()
-    transport = RecordingTransport()
-    connection = HttpProtocol(server.handler, server)
-    connection.connection_made(transport)
-    try:
-        for piece in pieces:
-            if transport.closed:
-                break
-            while transport.paused:  # it holds what it has read until it has answered some of it
-                await asyncio.sleep(0.001)
-            connection.data_received(piece)
-            await asyncio.sleep(0)
-        for _ in range(50):  # let the requests that were read be answered
-            await asyncio.sleep(0.001)
-        connection.connection_lost(None)
-        deadline = loop.time() + SETTLE_S
-        while asyncio.all_tasks() - before - {asyncio.current_task()}:
-            assert loop.time() < deadline, "requests still running after the client left"
-            await asyncio.sleep(0.01)
-        await asyncio.sleep(0)
-    finally:
-        loop.set_exception_handler(None)
-    assert not errors, f"the event loop saw errors: {errors}"
-    return transport
+async def _connection(server: HttpServer) -> HttpProtocol:
+    return HttpProtocol(server.handler, server)
 
 
 @given(connection_bytes())
 def test_any_client_bytes_get_whole_responses_and_leave_nothing_running(
     server: HttpServer, pieces: list[bytes]
 ) -> None:
-    transport = LOOP.run_until_complete(_serve(server, pieces))
+    connection = LOOP.run_until_complete(_connection(server))
+    transport = LOOP.run_until_complete(serve(connection, pieces))
     statuses = responses(bytes(transport.written))
     sent = b"".join(pieces)
     assert len([s for s in statuses if s != 100]) <= sent.count(b"HTTP/") + 1

@@ -14,6 +14,8 @@ from onnx import TensorProto, helper
 
 from tests.support import add_sub_model, save_onnx, write_simple
 
+Tensor = tuple[str, int, list[int | str]]  # name, ONNX element type, shape (a str names a free dimension)
+
 
 @dataclass(frozen=True)
 class Fault:
@@ -78,29 +80,38 @@ def with_stray_folder(folder: str) -> Callable[[Path], None]:
     return write
 
 
+def _model(name: str, nodes: list[object], inputs: list[Tensor], outputs: list[Tensor]) -> object:
+    """An ONNX model of ``nodes``, its inputs and outputs given as (name, element type, shape)."""
+    graph = helper.make_graph(
+        nodes,
+        name,
+        [helper.make_tensor_value_info(*tensor) for tensor in inputs],
+        [helper.make_tensor_value_info(*tensor) for tensor in outputs],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
 def fixed_batch_model() -> object:
     """add/sub whose first dimension is fixed at 1 (exported without a dynamic batch)."""
-    graph = helper.make_graph(
+    return _model(
+        "fixed",
         [
             helper.make_node("Add", ["INPUT0", "INPUT1"], ["OUTPUT0"]),
             helper.make_node("Sub", ["INPUT0", "INPUT1"], ["OUTPUT1"]),
         ],
-        "fixed",
-        [helper.make_tensor_value_info(n, TensorProto.INT32, [1, 16]) for n in ("INPUT0", "INPUT1")],
-        [helper.make_tensor_value_info(n, TensorProto.INT32, [1, 16]) for n in ("OUTPUT0", "OUTPUT1")],
+        [(n, TensorProto.INT32, [1, 16]) for n in ("INPUT0", "INPUT1")],
+        [(n, TensorProto.INT32, [1, 16]) for n in ("OUTPUT0", "OUTPUT1")],
     )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
 def bfloat16_model() -> object:
     """Y = cast(X) to bfloat16: an ONNX model with a BF16 output, which ONNX Runtime cannot hand to numpy."""
-    graph = helper.make_graph(
-        [helper.make_node("Cast", ["X"], ["Y"], to=TensorProto.BFLOAT16)],
+    return _model(
         "bf16",
-        [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["batch", 4])],
-        [helper.make_tensor_value_info("Y", TensorProto.BFLOAT16, ["batch", 4])],
+        [helper.make_node("Cast", ["X"], ["Y"], to=TensorProto.BFLOAT16)],
+        [("X", TensorProto.FLOAT, ["batch", 4])],
+        [("Y", TensorProto.BFLOAT16, ["batch", 4])],
     )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
 BF16 = """platform: "onnxruntime_onnx"
@@ -112,16 +123,12 @@ output [ { name: "Y" data_type: TYPE_BF16 dims: [ 4 ] } ]
 
 def sequence_model() -> object:
     """OUTPUT0 = INPUT0 + START: a model that takes a sequence control input."""
-    graph = helper.make_graph(
-        [helper.make_node("Add", ["INPUT0", "START"], ["OUTPUT0"])],
+    return _model(
         "seq",
-        [
-            helper.make_tensor_value_info("INPUT0", TensorProto.INT32, ["batch", 1]),
-            helper.make_tensor_value_info("START", TensorProto.INT32, ["batch", 1]),
-        ],
-        [helper.make_tensor_value_info("OUTPUT0", TensorProto.INT32, ["batch", 1])],
+        [helper.make_node("Add", ["INPUT0", "START"], ["OUTPUT0"])],
+        [("INPUT0", TensorProto.INT32, ["batch", 1]), ("START", TensorProto.INT32, ["batch", 1])],
+        [("OUTPUT0", TensorProto.INT32, ["batch", 1])],
     )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
 SEQUENCE = """platform: "onnxruntime_onnx"

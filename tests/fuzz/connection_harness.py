@@ -1,0 +1,94 @@
+"""Feeding a client's bytes to one of the server's connection protocols in process, as the event loop
+would, and checking what is left once the client has gone.
+
+``RecordingTransport`` keeps what the connection writes and, like uvloop's transports, raises on a
+write after ``write_eof()`` or ``close()``. ``serve`` hands the bytes over piece by piece, lets what
+they started run, drops the connection, and fails if anything the connection started is still running
+after ``settle_s`` or if the event loop saw an exception no one retrieved.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+
+class RecordingTransport(asyncio.Transport):
+    def __init__(self) -> None:
+        super().__init__()
+        self.written = bytearray()
+        self.eof = False  # write_eof() was called
+        self.closed = False
+        self.paused = False  # the connection asked not to be given more bytes for now
+
+    @property
+    def ended(self) -> bool:
+        return self.eof or self.closed
+
+    def write(self, data: Any) -> None:
+        if self.ended:
+            raise RuntimeError("unable to perform operation on a closed transport, or after write_eof()")
+        self.written += data
+
+    def writelines(self, parts: Any) -> None:
+        for part in parts:
+            self.write(part)
+
+    def write_eof(self) -> None:
+        self.eof = True
+
+    def can_write_eof(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        self.closed = True
+
+    def abort(self) -> None:
+        self.closed = True
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def pause_reading(self) -> None:
+        self.paused = True
+
+    def resume_reading(self) -> None:
+        self.paused = False
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return default
+
+
+async def serve(
+    connection: asyncio.Protocol, pieces: list[bytes], settle_s: float = 5.0
+) -> RecordingTransport:
+    """Run ``connection`` on the bytes ``pieces`` until the client goes; what it wrote."""
+    loop = asyncio.get_running_loop()
+    errors: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _, context: errors.append(context))
+    before = asyncio.all_tasks()
+    transport = RecordingTransport()
+    connection.connection_made(transport)
+    try:
+        for piece in pieces:
+            if transport.ended:
+                break
+            while transport.paused:  # it holds what it has read until it has answered some of it
+                await asyncio.sleep(0.001)
+            connection.data_received(piece)
+            await asyncio.sleep(0)
+        for _ in range(50):  # let what was read be answered
+            await asyncio.sleep(0.001)
+        connection.connection_lost(None)
+        deadline = loop.time() + settle_s
+        while asyncio.all_tasks() - before - {asyncio.current_task()}:
+            assert loop.time() < deadline, "work the client started still runs after it left"
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0)
+    finally:
+        loop.set_exception_handler(None)
+    assert not errors, f"the event loop saw errors: {errors}"
+    return transport

@@ -225,9 +225,7 @@ class H2ServerConnection(ControlFrames, asyncio.Protocol):
             return
         self.out.uncork()
         self._failed = True  # nothing more is read
-        # Nor written: a transport raises on a write after write_eof() or close(), and calls still
-        # running, or a write deferred to the end of this turn of the loop, would write.
-        self.out.closed = True
+        self.out.closed = True  # nor written (by calls still running): the transport would raise
         if transport.can_write_eof():
             transport.write_eof()
             self._timers.append(self._loop.call_later(LINGER_S, transport.close))

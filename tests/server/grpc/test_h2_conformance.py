@@ -11,6 +11,7 @@ server outlives every case (the ``server`` fixture checks at teardown).
 from __future__ import annotations
 
 import struct
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -324,6 +325,32 @@ def test_headers_on_a_closed_stream_is_a_stream_closed_error(peer: H2Peer) -> No
 def test_headers_on_stream_zero_or_an_even_stream_is_a_protocol_error(peer: H2Peer, stream: int) -> None:
     peer.headers(stream, request_block(SERVICE + "ServerLive"))
     assert peer.connection_error() == ErrorCode.PROTOCOL_ERROR
+
+
+def test_a_call_in_flight_when_the_connection_fails_is_cancelled_not_written(
+    server: ServerProcess, peer: H2Peer
+) -> None:
+    """A call, then a frame that ends the connection, in one write: the call is still running when
+    the server says GOAWAY. Its answer used to be written after write_eof(), which uvloop refuses:
+    the call's task died with a RuntimeError in the log (found by tests/fuzz/test_fuzz_h2_connection.py)."""
+    request = pb.ModelInferRequest(model_name="simple")
+    for name in ("INPUT0", "INPUT1"):
+        request.inputs.add(name=name, datatype="INT32", shape=[1, 16])
+        request.raw_input_contents.append(bytes(64))
+    message = grpc_message(request.SerializeToString())
+    errors_before = server.log().count("Task exception was never retrieved")
+    peer.send_raw(  # in one write
+        _frame(FrameType.HEADERS, END_HEADERS, 1, request_block(SERVICE + "ModelInfer"))
+        + _frame(FrameType.DATA, END_STREAM, 1, message)
+        + _frame(FrameType.HEADERS, END_HEADERS, 0, request_block(SERVICE + "ServerLive"))
+    )
+    assert peer.connection_error() == ErrorCode.PROTOCOL_ERROR
+    time.sleep(0.5)  # the call ends (cancelled) on the server meanwhile
+    assert server.log().count("Task exception was never retrieved") == errors_before, server.log()[-2000:]
+
+
+def _frame(kind: int, flags: int, stream: int, payload: bytes) -> bytes:
+    return frame_head(len(payload), kind, flags, stream) + payload
 
 
 def test_a_stream_id_below_an_earlier_one_is_a_protocol_error(peer: H2Peer) -> None:

@@ -80,8 +80,10 @@ async def serve(
                 await asyncio.sleep(0.001)
             connection.data_received(piece)
             await asyncio.sleep(0)
-        for _ in range(50):  # let what was read be answered
+        for _ in range(50):  # let what was read be answered (up to 50 ms; less once nothing runs)
             await asyncio.sleep(0.001)
+            if not asyncio.all_tasks() - before - {asyncio.current_task()}:
+                break
         connection.connection_lost(None)
         deadline = loop.time() + settle_s
         while asyncio.all_tasks() - before - {asyncio.current_task()}:

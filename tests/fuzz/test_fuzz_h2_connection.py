@@ -21,6 +21,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from tests.fuzz.connection_harness import serve
+from tests.server.grpc.h2_peer import SERVICE, request_block
 from tests.support import running_core, write_simple
 from trt.http2.frames import (
     ACK,
@@ -32,14 +33,13 @@ from trt.http2.frames import (
     Setting,
     frame_head,
 )
-from trt.http2.hpack import HpackDecoder, encode_header
+from trt.http2.hpack import HpackDecoder
 from trt.protos import grpc_service_pb2 as pb
 from trt.server.grpc.app import GrpcApp
 from trt.server.grpc.h2.connection import H2ServerConnection
 from trt.server.grpc.options import GrpcOptions
 from trt.server.grpc.server import service_methods
 
-SERVICE = "/inference.GRPCInferenceService/"
 STREAMS = [0, 1, 3, 5, 7, 9, 2, 4, (1 << 31) - 1]
 
 
@@ -51,16 +51,7 @@ def _frame(kind: int, flags: int, stream: int, payload: bytes) -> bytes:
 
 
 def _request_block(method: str, *extra: tuple[str, str]) -> bytes:
-    fields = [
-        (":method", "POST"),
-        (":scheme", "http"),
-        (":path", SERVICE + method),
-        (":authority", "localhost"),
-        ("content-type", "application/grpc"),
-        ("te", "trailers"),
-        *extra,
-    ]
-    return b"".join(encode_header(name, value) for name, value in fields)
+    return request_block(SERVICE + method, *extra)
 
 
 def _infer_message() -> bytes:

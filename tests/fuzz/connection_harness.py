@@ -69,7 +69,11 @@ async def serve(
     loop = asyncio.get_running_loop()
     errors: list[dict[str, Any]] = []
     loop.set_exception_handler(lambda _, context: errors.append(context))
-    before = asyncio.all_tasks()
+    before = asyncio.all_tasks() | {asyncio.current_task()}
+
+    def still_running() -> bool:  # anything the connection started
+        return bool(asyncio.all_tasks() - before)
+
     transport = RecordingTransport()
     connection.connection_made(transport)
     try:
@@ -82,11 +86,11 @@ async def serve(
             await asyncio.sleep(0)
         for _ in range(50):  # let what was read be answered (up to 50 ms; less once nothing runs)
             await asyncio.sleep(0.001)
-            if not asyncio.all_tasks() - before - {asyncio.current_task()}:
+            if not still_running():
                 break
         connection.connection_lost(None)
         deadline = loop.time() + settle_s
-        while asyncio.all_tasks() - before - {asyncio.current_task()}:
+        while still_running():
             assert loop.time() < deadline, "work the client started still runs after it left"
             await asyncio.sleep(0.01)
         await asyncio.sleep(0)

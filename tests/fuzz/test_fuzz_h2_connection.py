@@ -21,7 +21,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from tests.fuzz.connection_harness import serve
-from tests.server.grpc.h2_peer import SERVICE, request_block
+from tests.server.grpc.h2_peer import SERVICE, frame_bytes, request_block
 from tests.support import running_core, write_simple
 from trt.http2.frames import (
     ACK,
@@ -31,7 +31,6 @@ from trt.http2.frames import (
     ErrorCode,
     FrameType,
     Setting,
-    frame_head,
 )
 from trt.http2.hpack import HpackDecoder
 from trt.protos import grpc_service_pb2 as pb
@@ -44,10 +43,6 @@ STREAMS = [0, 1, 3, 5, 7, 9, 2, 4, (1 << 31) - 1]
 
 
 # -- what the client sends ------------------------------------------------------------------------
-
-
-def _frame(kind: int, flags: int, stream: int, payload: bytes) -> bytes:
-    return frame_head(len(payload), kind, flags, stream) + payload
 
 
 def _request_block(method: str, *extra: tuple[str, str]) -> bytes:
@@ -83,11 +78,11 @@ def grpc_call(draw: st.DrawFn) -> bytes:
     block = _request_block(method, *extra)
     frames = []
     if draw(st.booleans()):
-        frames.append(_frame(FrameType.HEADERS, END_HEADERS, stream, block))
+        frames.append(frame_bytes(FrameType.HEADERS, END_HEADERS, stream, block))
     else:
         cut = draw(st.integers(0, len(block)))
-        frames.append(_frame(FrameType.HEADERS, 0, stream, block[:cut]))
-        frames.append(_frame(FrameType.CONTINUATION, END_HEADERS, stream, block[cut:]))
+        frames.append(frame_bytes(FrameType.HEADERS, 0, stream, block[:cut]))
+        frames.append(frame_bytes(FrameType.CONTINUATION, END_HEADERS, stream, block[cut:]))
     message = CALLS[method]
     body = (
         struct.pack(">BI", 0, draw(st.sampled_from([len(message), 0, 1 << 30, len(message) + 1]))) + message
@@ -97,7 +92,7 @@ def grpc_call(draw: st.DrawFn) -> bytes:
     for index, part in enumerate((body[:split], body[split:])):
         last = index == 1
         frames.append(
-            _frame(FrameType.DATA, END_STREAM if last and draw(st.integers(0, 4)) else 0, stream, part)
+            frame_bytes(FrameType.DATA, END_STREAM if last and draw(st.integers(0, 4)) else 0, stream, part)
         )
     return b"".join(frames)
 
@@ -118,20 +113,22 @@ def control_frame(draw: st.DrawFn) -> bytes:
         payload = b"".join(struct.pack(">HI", key, value) for key, value in values.items())
         if flags & ACK:
             payload = b""
-        return _frame(FrameType.SETTINGS, flags, draw(st.sampled_from([0, 0, 1])), payload)
+        return frame_bytes(FrameType.SETTINGS, flags, draw(st.sampled_from([0, 0, 1])), payload)
     if kind == "window":
-        return _frame(FrameType.WINDOW_UPDATE, 0, stream, struct.pack(">I", draw(u32)))
+        return frame_bytes(FrameType.WINDOW_UPDATE, 0, stream, struct.pack(">I", draw(u32)))
     if kind == "ping":
-        return _frame(
+        return frame_bytes(
             FrameType.PING, draw(st.sampled_from([0, ACK])), draw(st.sampled_from([0, 1])), bytes(8)
         )
     if kind == "rst":
-        return _frame(
+        return frame_bytes(
             FrameType.RST_STREAM, 0, stream, struct.pack(">I", draw(st.sampled_from([*ErrorCode, 99])))
         )
     if kind == "priority":
-        return _frame(FrameType.PRIORITY, 0, stream, struct.pack(">IB", draw(st.sampled_from(STREAMS)), 15))
-    return _frame(FrameType.GOAWAY, 0, 0, struct.pack(">II", draw(st.sampled_from(STREAMS)), 0))
+        return frame_bytes(
+            FrameType.PRIORITY, 0, stream, struct.pack(">IB", draw(st.sampled_from(STREAMS)), 15)
+        )
+    return frame_bytes(FrameType.GOAWAY, 0, 0, struct.pack(">II", draw(st.sampled_from(STREAMS)), 0))
 
 
 @st.composite
@@ -139,7 +136,7 @@ def random_frame(draw: st.DrawFn) -> bytes:
     kind = draw(st.integers(0, 12))
     flags = draw(st.integers(0, 255))
     payload = draw(st.binary(max_size=48))
-    return _frame(kind, flags, draw(st.sampled_from(STREAMS)), payload)
+    return frame_bytes(kind, flags, draw(st.sampled_from(STREAMS)), payload)
 
 
 @st.composite
@@ -164,7 +161,7 @@ def connection_bytes(draw: st.DrawFn) -> tuple[list[bytes], int]:
     if start != "nothing":
         head = PREFACE
     if start == "preface and settings":
-        head += _frame(FrameType.SETTINGS, 0, 0, b"")
+        head += frame_bytes(FrameType.SETTINGS, 0, 0, b"")
     frames = draw(st.lists(FRAMES, max_size=8))
     data = head + b"".join(frames)
     cuts = sorted(draw(st.lists(st.integers(0, len(data)), max_size=4)))
@@ -261,16 +258,16 @@ async def _connection(app: GrpcApp, options: GrpcOptions) -> H2ServerConnection:
 def _call_then(frame: bytes) -> tuple[list[bytes], int]:
     """A whole ModelInfer call on stream 1, then ``frame``, in one piece."""
     message = CALLS["ModelInfer"]
-    call = _frame(FrameType.HEADERS, END_HEADERS, 1, _request_block("ModelInfer")) + _frame(
+    call = frame_bytes(FrameType.HEADERS, END_HEADERS, 1, _request_block("ModelInfer")) + frame_bytes(
         FrameType.DATA, END_STREAM, 1, struct.pack(">BI", 0, len(message)) + message
     )
-    return [PREFACE + _frame(FrameType.SETTINGS, 0, 0, b"") + call + frame], 16384
+    return [PREFACE + frame_bytes(FrameType.SETTINGS, 0, 0, b"") + call + frame], 16384
 
 
 # Found by this test: a call still running when the connection failed wrote its answer after the
 # GOAWAY, to a transport that had been told write_eof() (uvloop raises there).
-@example(_call_then(_frame(FrameType.HEADERS, END_HEADERS, 0, _request_block("ModelInfer"))))
-@example(_call_then(_frame(FrameType.DATA, 0, 0, b"x")))
+@example(_call_then(frame_bytes(FrameType.HEADERS, END_HEADERS, 0, _request_block("ModelInfer"))))
+@example(_call_then(frame_bytes(FrameType.DATA, 0, 0, b"x")))
 @given(connection_bytes())
 def test_any_client_bytes_leave_the_connection_well_formed_and_nothing_running(
     app: tuple[GrpcApp, GrpcOptions], sent: tuple[list[bytes], int]

@@ -41,6 +41,11 @@ def request_block(path: str, *extra: tuple[str, str], method: str = "POST") -> b
     return b"".join(encode_header(name, value) for name, value in fields)
 
 
+def frame_bytes(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
+    """One whole frame, as bytes."""
+    return frame_head(len(payload), kind, flags, stream) + payload
+
+
 def grpc_message(payload: bytes, compressed: bool = False) -> bytes:
     return struct.pack(">BI", int(compressed), len(payload)) + payload
 
@@ -74,7 +79,7 @@ class H2Peer:
         self.sock.sendall(data)
 
     def send(self, kind: int, flags: int, stream: int, payload: bytes = b"") -> None:
-        self.send_raw(frame_head(len(payload), kind, flags, stream) + payload)
+        self.send_raw(frame_bytes(kind, flags, stream, payload))
 
     def settings(self, values: dict[int, int]) -> None:
         payload = b"".join(struct.pack(">HI", key, value) for key, value in values.items())

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.server.grpc.h2_peer import SERVICE, H2Peer, grpc_message, request_block
+from tests.server.grpc.h2_peer import SERVICE, H2Peer, frame_bytes, grpc_message, request_block
 from tests.support import ServerProcess
 from trt.http2.frames import (
     ACK,
@@ -340,17 +340,13 @@ def test_a_call_in_flight_when_the_connection_fails_is_cancelled_not_written(
     message = grpc_message(request.SerializeToString())
     errors_before = server.log().count("Task exception was never retrieved")
     peer.send_raw(  # in one write
-        _frame(FrameType.HEADERS, END_HEADERS, 1, request_block(SERVICE + "ModelInfer"))
-        + _frame(FrameType.DATA, END_STREAM, 1, message)
-        + _frame(FrameType.HEADERS, END_HEADERS, 0, request_block(SERVICE + "ServerLive"))
+        frame_bytes(FrameType.HEADERS, END_HEADERS, 1, request_block(SERVICE + "ModelInfer"))
+        + frame_bytes(FrameType.DATA, END_STREAM, 1, message)
+        + frame_bytes(FrameType.HEADERS, END_HEADERS, 0, request_block(SERVICE + "ServerLive"))
     )
     assert peer.connection_error() == ErrorCode.PROTOCOL_ERROR
     time.sleep(0.5)  # the call ends (cancelled) on the server meanwhile
     assert server.log().count("Task exception was never retrieved") == errors_before, server.log()[-2000:]
-
-
-def _frame(kind: int, flags: int, stream: int, payload: bytes) -> bytes:
-    return frame_head(len(payload), kind, flags, stream) + payload
 
 
 def test_a_stream_id_below_an_earlier_one_is_a_protocol_error(peer: H2Peer) -> None:

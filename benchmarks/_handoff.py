@@ -20,9 +20,10 @@ from multiprocessing.connection import Connection
 
 import numpy as np
 
-from trt.server.backends.python.stub import _ipc
+from trt.server.backends.python.stub import _ipc, trt_pb_wire
 
 _CAPACITY = 1 << 20
+_CODEC = trt_pb_wire.Codec("5b1c0f7e9a2d4c6b8e0f1a3c5d7e9f1b")  # the Python backend's rings' codec
 
 
 def _request_message(sequence: int) -> tuple[object, ...]:
@@ -55,7 +56,7 @@ def _core_side(
     report: Connection, reply: Callable[[object], object],
 ) -> None:  # fmt: skip
     buffer = _ipc.map_segment(segment, size)
-    to_core, to_worker = _ipc.ring_pair(buffer, _CAPACITY, spills)
+    to_core, to_worker = _ipc.ring_pair(buffer, _CAPACITY, spills, _CODEC)
     start = resource.getrusage(resource.RUSAGE_SELF)
     _drain_and_answer(to_core, to_worker, wake_in, wake_out, count, reply)
     end = resource.getrusage(resource.RUSAGE_SELF)
@@ -92,7 +93,7 @@ def _measure_rings(
         args=(segment, size, spills, to_core_wake, to_worker_wake, count, send, reply),
     )
     core.start()
-    to_core, to_worker = _ipc.ring_pair(buffer, _CAPACITY, spills)
+    to_core, to_worker = _ipc.ring_pair(buffer, _CAPACITY, spills, _CODEC)
     try:
         start_cpu = resource.getrusage(resource.RUSAGE_SELF)
         started = time.perf_counter()

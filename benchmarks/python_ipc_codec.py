@@ -1,5 +1,6 @@
 """The CPU cost of encoding and decoding the messages between the server and a Python model's
-process: pickle (the rings) against ``trt_pb_wire`` (spills, which have a name in /dev/shm).
+process: ``trt_pb_wire`` (JSON and blobs; every message since 2026-11-28) against pickle, the floor
+(the rings carried pickles until then, read by an unpickler that admitted plain data's globals).
 
 The messages are the ones one add_sub request sends (an ``execute`` with two arena tensors, its
 ``result``), a BYTES tensor of 1,000 elements inline, and a spill-sized BYTES tensor of 200,000.
@@ -30,6 +31,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from trt.server.backends.python.stub import trt_pb_wire  # noqa: E402
+
+CODEC = trt_pb_wire.Codec("5b1c0f7e9a2d4c6b8e0f1a3c5d7e9f1b")  # the server draws 32 hex digits
 
 ARENA = [("shm", "INPUT0", "INT32", (16,), 64), ("shm", "INPUT1", "INT32", (16,), 192)]
 OUTPUTS = [("shm", "OUTPUT0", "INT32", (16,), 64), ("shm", "OUTPUT1", "INT32", (16,), 192)]
@@ -65,12 +68,12 @@ def per_call_us(function: Callable[[], object], repeat: int) -> float:
 
 def measure(message: Any, repeat: int) -> dict[str, float]:
     pickled = pickle.dumps(message, protocol=5)
-    wired = trt_pb_wire.encode(message)
+    wired = CODEC.encode(message)
     return {
         "pickle_encode_us": per_call_us(lambda: pickle.dumps(message, protocol=5), repeat),
-        "wire_encode_us": per_call_us(lambda: trt_pb_wire.encode(message), repeat),
+        "wire_encode_us": per_call_us(lambda: CODEC.encode(message), repeat),
         "pickle_decode_us": per_call_us(lambda: pickle.loads(pickled), repeat),
-        "wire_decode_us": per_call_us(lambda: trt_pb_wire.decode(wired), repeat),
+        "wire_decode_us": per_call_us(lambda: CODEC.decode(wired), repeat),
         "pickle_bytes": len(pickled),
         "wire_bytes": len(wired),
     }

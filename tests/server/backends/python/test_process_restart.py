@@ -300,14 +300,21 @@ def test_executions_the_scheduler_hands_over_while_a_failed_restart_is_reported_
     assert instance.state is State.CLOSED and _segments(instance) == []
 
 
-# Answers "plant" with a BYTES tensor holding an object whose pickle names a callable (it would
-# create the file named by its request's id in the server, were the server to unpickle it).
-PLANTS_A_CALLABLE = """
+# Answers its pid. A request whose id names a way of breaking the protocol writes that, as a
+# hostile model could, straight into its ring to the server, then waits; "unsendable" returns a
+# BYTES tensor holding an object whose pickle would create the marker file in the server.
+HOSTILE_MODEL = """
+import json
 import os
 import pathlib
+import pickle
+import struct
+import time
 
 import numpy as np
+import _ipc
 import triton_python_backend_utils as pb_utils
+import trt_pb_runtime
 
 
 class Planted:
@@ -315,25 +322,66 @@ class Planted:
         return (pathlib.Path.touch, (pathlib.Path(os.environ["TRT_TEST_MARKER"]),))
 
 
+def write_raw(payload):
+    runtime = trt_pb_runtime.current
+    with runtime._send_lock:
+        assert runtime._outbox._put(len(payload), payload)
+        _ipc.wake(runtime._wake_fd)
+
+
+class Bomb:
+    def __reduce__(self):
+        return (frozenset, (range(2**40),))
+
+
 class TritonPythonModel:
     def execute(self, requests):
-        if requests[0].request_id() == "plant":
-            values = np.array([Planted()], dtype=np.object_)
-        else:
-            values = np.array([os.getpid()], dtype=np.int64)
-        return [pb_utils.InferenceResponse([pb_utils.Tensor("PID", values)]) for _ in requests]
+        how, execution = requests[0].request_id(), requests[0]._origin[0]
+        if how == "pickle":
+            write_raw(pickle.dumps(("result", execution, Planted())))
+        elif how == "pickle bomb":  # what the old unpickler, which admitted plain data, built
+            write_raw(pickle.dumps(("result", execution, Bomb())))
+        elif how == "huge mark":
+            tag = trt_pb_runtime.current.codec.tag
+            outputs = [["inline", "PID", {tag: ["a", "<f8", [2**40], 0]}]]
+            text = json.dumps(["result", execution, {"responses": [{"error": None, "outputs": outputs}]}])
+            write_raw(struct.pack("<II", len(text), 1) + text.encode() + bytes(8))
+        elif how == "not a result":
+            trt_pb_runtime.current.send(("result", execution, "not a result"))
+        elif how == "negative shape":  # numpy would read a count of -1 as the whole arena
+            outputs = [["shm", "PID", "INT64", [-1], 0]]
+            answer = {"responses": [{"error": None, "outputs": outputs, "parameters": {}}], "started_ns": 0}
+            trt_pb_runtime.current.send(("result", execution, answer))
+        if how:
+            if how == "unsendable":
+                values = np.array([Planted()], dtype=np.object_)
+                return [pb_utils.InferenceResponse([pb_utils.Tensor("PID", values)]) for _ in requests]
+            time.sleep(60)  # the server stops this process; its death answers the request
+        pid = pb_utils.Tensor("PID", np.array([os.getpid()], dtype=np.int64))
+        return [pb_utils.InferenceResponse([pid]) for _ in requests]
 """
 
 
-def test_a_message_naming_a_callable_is_never_run_its_process_is_replaced_and_its_request_answered(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+@pytest.mark.parametrize(
+    ("how", "logged"),
+    [
+        ("pickle", "sent a message that was refused (the message ends early)"),
+        ("pickle bomb", "sent a message that was refused (the message ends early)"),
+        ("huge mark", "sent a message that was refused (a blob mark past the message's end)"),
+        ("not a result", "a message from the process of"),
+        ("negative shape", "ValueError: a tensor of shape [-1]"),
+    ],
+)
+def test_a_message_the_server_cannot_take_stops_its_process_and_its_request_is_answered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, how: str, logged: str
 ) -> None:
-    """A model process that writes a pickle naming a function (what a pickle runs code with) gets
-    the message refused: the server calls nothing, stops that process, answers its request with
-    Triton's "Stub process is not healthy", and serves the next one from a new process."""
+    """Whatever a model process writes into its ring, the server unpickles nothing, allocates
+    nothing its bytes do not hold, and never leaves the request waiting: it stops that process,
+    answers the request with Triton's "Stub process is not healthy", and serves the next one from a
+    new process."""
     marker = tmp_path / "ran"
     monkeypatch.setenv("TRT_TEST_MARKER", str(marker))
-    instance = model_instance(tmp_path, PLANTS_A_CALLABLE)
+    instance = model_instance(tmp_path, HOSTILE_MODEL)
     scheduler = RequestScheduler([instance], ModelStatistics("m", "1"))
     first = instance.pid
 
@@ -342,7 +390,7 @@ def test_a_message_naming_a_callable_is_never_run_its_process_is_replaced_and_it
     ]:
         try:
             planted = await asyncio.wait_for(
-                asyncio.gather(scheduler.schedule(_request("plant"), 1), return_exceptions=True), 10
+                asyncio.gather(scheduler.schedule(_request(how), 1), return_exceptions=True), 10
             )
             await _serving(instance, 5)
             after = await asyncio.wait_for(scheduler.schedule(_request(), 1), 10)
@@ -354,5 +402,32 @@ def test_a_message_naming_a_callable_is_never_run_its_process_is_replaced_and_it
         planted, after = asyncio.run(scenario())
     assert not marker.exists()
     assert isinstance(planted, ModelProcessDied), planted
-    assert "may not name pathlib.Path.touch" in caplog.text
+    assert logged in caplog.text
     assert int(after[0].outputs["PID"][0]) not in (first, 0)
+
+
+def test_a_response_holding_a_value_that_cannot_cross_is_an_error_and_the_process_serves_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    marker = tmp_path / "ran"
+    monkeypatch.setenv("TRT_TEST_MARKER", str(marker))
+    instance = model_instance(tmp_path, HOSTILE_MODEL)
+    scheduler = RequestScheduler([instance], ModelStatistics("m", "1"))
+    first = instance.pid
+
+    async def scenario() -> tuple[tuple[BackendResponse, object], tuple[BackendResponse, object]]:
+        try:
+            refused = await asyncio.wait_for(scheduler.schedule(_request("unsendable"), 1), 10)
+            after = await asyncio.wait_for(scheduler.schedule(_request(), 1), 10)
+            return refused, after
+        finally:
+            await instance.aclose()
+
+    refused, after = asyncio.run(scenario())
+    assert refused[0].error is not None
+    assert refused[0].error.message == (
+        "execute() returned a response that cannot be sent to the server: "
+        "a Planted cannot cross to or from a model process"
+    )
+    assert int(after[0].outputs["PID"][0]) == first
+    assert not marker.exists()

@@ -26,7 +26,7 @@ from tritonclient.utils import InferenceServerException
 from tests.server.backends.python import python_models as models
 from tests.support import ROOT, ServerProcess, int_inputs, write_simple
 from trt.server.backends.python.instance import ModelProcessDied, PythonModelInstance
-from trt.server.backends.python.stub import _ipc
+from trt.server.backends.python.stub import _ipc, trt_pb_wire
 from trt.server.core.backends.base import BackendRequest, BackendResponse
 from trt.server.core.extensions.statistics import ModelStatistics
 from trt.server.core.scheduling.request_scheduler import RequestScheduler
@@ -345,10 +345,11 @@ def test_a_packed_environment_is_unpacked_once_into_the_cache(tmp_path: Path) ->
 def test_a_ring_keeps_order_across_its_end_spills_big_messages_and_says_when_it_is_full() -> None:
     spill_fd = _ipc.new_segment("trt_test_spill", 0)
     with mmap.mmap(-1, _ipc.Ring.bytes_needed(1024) + 8) as buffer:
-        ring = _ipc.Ring(buffer, 0, 1024, _ipc.Spill(spill_fd, buffer, _ipc.Ring.bytes_needed(1024)))
+        spill = _ipc.Spill(spill_fd, buffer, _ipc.Ring.bytes_needed(1024))
+        ring = _ipc.Ring(buffer, 0, 1024, trt_pb_wire.Codec("tag"), spill)
         for round_ in range(50):  # crosses the end of the ring many times
             assert ring.put(("message", round_, "x" * (round_ * 7 % 200)))
-            assert ring.get() == ("message", round_, "x" * (round_ * 7 % 200))
+            assert ring.get() == ["message", round_, "x" * (round_ * 7 % 200)]
         assert ring.get() is _ipc.EMPTY
         big = np.arange(10_000, dtype=np.int64)  # over max_message: through the spill
         assert ring.put(("big", big))
@@ -361,7 +362,7 @@ def test_a_ring_keeps_order_across_its_end_spills_big_messages_and_says_when_it_
         accepted = 0
         while ring.put(("fill", accepted)):
             accepted += 1
-        assert 5 < accepted < 40
+        assert 5 < accepted < 64  # 1,024 bytes of messages of 24
         assert [ring.get()[1] for _ in range(accepted)] == list(range(accepted))
         assert ring.empty()
         ring.close()
@@ -381,7 +382,7 @@ def test_the_fenced_ring_other_architectures_use_carries_messages_between_thread
     monkeypatch.setattr(_ipc, "_fence", counting_fence)
     received: list[object] = []
     with mmap.mmap(-1, _ipc.Ring.bytes_needed(256)) as buffer:
-        ring = _ipc.Ring(buffer, 0, 256)
+        ring = _ipc.Ring(buffer, 0, 256, trt_pb_wire.Codec(None))
 
         def consume() -> None:
             while len(received) < 2000:

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from trt.server.backends.python.stub import _ipc
+from trt.server.backends.python.stub import _ipc, trt_pb_wire
 from trt.server.core.errors import ModelLoadError
 from trt.server.core.scheduling.cpu_colocation import CpuColocation
 
@@ -94,12 +94,14 @@ class ModelProcess:
         self.input_arenas = _ipc.slot_arenas(self._input_fd, arena_bytes, slots)
         self.output_arenas = _ipc.slot_arenas(self._output_fd, arena_bytes, slots)
         self._control = _ipc.map_segment(self._control_fd, control_bytes)
-        self._outbox, self._inbox = _ipc.ring_pair(self._control, ring_bytes, self._spills)
+        # The tag of blob marks: drawn here, so that no client can write a dict that reads as one.
+        self._codec = trt_pb_wire.Codec(secrets.token_hex(16))
+        self._outbox, self._inbox = _ipc.ring_pair(self._control, ring_bytes, self._spills, self._codec)
         self._backlog: list[Message] = []  # messages waiting for room in the outbox (rare)
         self._to_model = self._to_server = -1  # eventfds
         self._popen: subprocess.Popen[bytes] | None = None
         self._sock: socket.socket | None = None
-        self._late_frames = _ipc.FrameReader()
+        self._late_frames = _ipc.FrameReader(self._codec)
         self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
@@ -142,24 +144,28 @@ class ModelProcess:
             "spills": self._spills,
             "wait_fd": to_model,
             "wake_fd": to_server,
+            "tag": self._codec.tag,
         }
         arenas = (
             (self._input_fd, self._arena_bytes, EXECUTION_SLOTS),
             (self._output_fd, self._arena_bytes, EXECUTION_SLOTS),
         )
         try:
-            parent.sendall(_ipc.encode_frame(("init", self.args, str(self.model_py), *arenas, channel)))
-            frames = _ipc.BlockingFrameSource(parent)
+            init = ("init", self.args, str(self.model_py), *arenas, channel)
+            parent.sendall(_ipc.encode_frame(self._codec, init))
+            frames = _ipc.BlockingFrameSource(parent, self._codec)
             reply = frames.next()
             while reply[0] in ("log", "metric", "call"):  # from initialize(), before it finishes
                 if reply[0] == "call":  # answered over the socket: the rings are not in use yet
                     answer = self._on_start_up_call(reply[2], reply[3])
-                    parent.sendall(_ipc.encode_frame(("answer", reply[1], answer)))
+                    parent.sendall(_ipc.encode_frame(self._codec, ("answer", reply[1], answer)))
                 else:
                     self._on_message(reply)
                 reply = frames.next()
         except (OSError, EOFError) as exc:
             reply = ("init_error", f"the Python model process exited during start-up ({exc})", "")
+        except trt_pb_wire.WireError as exc:
+            reply = ("init_error", f"the Python model process sent a message that was refused ({exc})", "")
         if reply[0] != "ready":
             process.kill()
             process.wait()
@@ -172,7 +178,7 @@ class ModelProcess:
             raise ModelLoadError(f"{reply[1]}; see the log for its output")
         parent.setblocking(False)
         self._sock = parent
-        self._late_frames = _ipc.FrameReader()
+        self._late_frames = _ipc.FrameReader(self._codec)
         self._to_model, self._to_server = to_model, to_server
         self._loop = None  # the readers are attached on first use, from the event loop
 
@@ -202,22 +208,27 @@ class ModelProcess:
         except BlockingIOError:
             pass
         inbox, empty, on_message = self._inbox, _ipc.EMPTY, self._on_message
-        while True:
-            try:
-                message = inbox.get()
-            except Exception as exc:  # whatever it sent, it no longer speaks our protocol
-                # Skipping the message would leave the execution it answered waiting for good; the
-                # process is stopped instead, and its death answers what it held and restarts it.
-                logger.error(
-                    "the process of %s sent a message that was refused (%s: %s): stopping it",
-                    self.model_py, type(exc).__name__, exc,
-                )  # fmt: skip
-                if self._popen is not None and self._popen.poll() is None:
-                    self._popen.kill()
-                return
-            if message is empty:
-                return
-            on_message(message)
+        try:
+            while (message := inbox.get()) is not empty:
+                on_message(message)
+        except Exception as exc:
+            self._stop_for(exc)
+
+    def _stop_for(self, exc: Exception) -> None:
+        """A message that could not be read or acted on (the process no longer speaks our
+        protocol, or it sent what its owner cannot take). Skipping it would leave the execution it
+        answered waiting for good; the process is stopped instead, and its death answers what it
+        held and restarts it."""
+        if isinstance(exc, trt_pb_wire.WireError):
+            logger.error(
+                "the process of %s sent a message that was refused (%s): stopping it",
+                self.model_py,
+                exc,
+            )
+        else:
+            logger.error("a message from the process of %s failed: stopping it", self.model_py, exc_info=exc)
+        if self._popen is not None and self._popen.poll() is None:
+            self._popen.kill()
 
     def _on_socket(self) -> None:
         assert self._sock is not None
@@ -230,8 +241,11 @@ class ModelProcess:
         if not data:  # it exited
             self._on_death()
             return
-        for message in self._late_frames.feed(data):  # sent before it switched to the rings
-            self._on_message(message)
+        try:
+            for message in self._late_frames.feed(data):  # sent before it switched to the rings
+                self._on_message(message)
+        except Exception as exc:
+            self._stop_for(exc)
 
     def _on_death(self) -> None:
         # The owner reads what is left in the ring and disconnects: it must first stop new

@@ -5,16 +5,17 @@ model process (whose ``sys.path`` holds only this folder and the model's own env
 nothing but the standard library and numpy, so it runs under whatever interpreter the model's
 ``EXECUTION_ENV_PATH`` names.
 
-After start-up, messages (pickles) travel through two single-producer single-consumer rings in a
+After start-up, messages travel through two single-producer single-consumer rings in a
 shared-memory segment, one per direction, and each message is announced by writing to an eventfd:
 one cheap system call per side and message, no socket buffers, and no spurious wake-ups (reading a
 unix socket wakes its writer's waiters). A message too big for its ring travels in a segment of its
-own ("spill": a memfd per direction, one message at a time, encoded with ``trt_pb_wire``, not
-pickled). Fixed-size tensors travel through a shared-memory arena
-written at offsets; only (name, datatype, shape, offset) cross in the message. BYTES tensors and
-tensors that do not fit the arena are pickled into the message; every pickle is read by ``loads``,
-which admits only the globals of plain data, so no bytes on a ring can make their reader call
-anything. The socket that started the process stays open only so that each side sees the other exit.
+own ("spill": a memfd per direction, one message at a time). Fixed-size tensors travel through a
+shared-memory arena written at offsets; only (name, datatype, shape, offset) cross in the message.
+BYTES tensors and tensors that do not fit the arena travel in the message. Every message, on a ring,
+in a spill or on the start-up socket, is encoded by ``trt_pb_wire``: JSON and blobs, never a pickle,
+so no bytes a model process writes can make the server call anything, and a reader checks every
+size it is given before allocating. The socket that started the process stays open only so that
+each side sees the other exit.
 
 The rings need a reader that sees the new tail to see the bytes before it, and a writer that sees
 the new head to find the reader done with the bytes behind it. x86 orders stores (and loads) that
@@ -26,11 +27,9 @@ stores of the head and tail are atomic on both. Only the x86 path has run here.
 from __future__ import annotations
 
 import ctypes
-import io
 import math
 import mmap
 import os
-import pickle
 import platform
 import struct
 import sys
@@ -65,7 +64,6 @@ _fence: Callable[[], None] | None = (
 _LENGTH = struct.Struct("<I")
 _WRAP = 0xFFFFFFFF  # in a ring: the next message starts at the beginning of the data
 _SPILL = 0xFFFFFFFE  # in a ring: the message is in the ring's spill
-PICKLE_PROTOCOL = 5
 
 # Wire datatype names for numpy dtypes; object arrays are BYTES.
 _NUMPY_TO_WIRE = {
@@ -83,71 +81,31 @@ def wire_datatype(array: np.ndarray) -> str:
     return _NUMPY_TO_WIRE[array.dtype]
 
 
-# Messages carry data only: containers, numbers, strings, numpy arrays and dtypes. A pickle that names
-# any other global (the way a pickle runs code) is refused, so bytes on a ring or the start-up socket
-# cannot make the reader call anything, whoever wrote them.
-_DATA_GLOBALS = frozenset(
-    {
-        ("numpy._core.numeric", "_frombuffer"),
-        ("numpy.core.numeric", "_frombuffer"),
-        ("numpy._core.multiarray", "_reconstruct"),
-        ("numpy.core.multiarray", "_reconstruct"),
-        ("numpy._core.multiarray", "scalar"),
-        ("numpy.core.multiarray", "scalar"),
-        ("numpy", "ndarray"),
-        ("numpy", "dtype"),
-        ("builtins", "bytearray"),
-        ("builtins", "complex"),
-        ("builtins", "frozenset"),
-        ("builtins", "set"),
-        ("builtins", "slice"),
-        ("builtins", "range"),
-    }
-)
-
-_RESOLVED: dict[tuple[str, str], Any] = {}
-
-
-class _DataUnpickler(pickle.Unpickler):
-    def find_class(self, module: str, name: str) -> Any:
-        if (module, name) not in _DATA_GLOBALS:
-            raise pickle.UnpicklingError(f"a message may not name {module}.{name}")
-        found = _RESOLVED.get((module, name))
-        if found is None:
-            found = _RESOLVED[(module, name)] = super().find_class(module, name)
-        return found
-
-
-def loads(data: bytes | bytearray | memoryview) -> Any:
-    """A message from its pickle, refusing any pickle that names a global outside plain data."""
-    stream = io.BytesIO(data)  # a copy: no frame of a failed load holds on to the ring's memory
-    del data
-    return _DataUnpickler(stream).load()
-
-
-def encode_frame(message: Any) -> bytes:
-    payload = pickle.dumps(message, protocol=PICKLE_PROTOCOL)
+def encode_frame(codec: trt_pb_wire.Codec, message: Any) -> bytes:
+    payload = codec.encode(message)
     return _LENGTH.pack(len(payload)) + payload
 
 
 class FrameReader:
-    """Splits a byte stream into decoded frames."""
+    """Splits a byte stream into decoded frames; ``codec`` may be replaced between feeds (the
+    model process learns the tag from the first frame)."""
 
-    def __init__(self) -> None:
+    def __init__(self, codec: trt_pb_wire.Codec) -> None:
+        self.codec = codec
         self._buffer = bytearray()
 
     def feed(self, data: bytes) -> list[Any]:
         if not self._buffer and len(data) >= 4:  # the common case: exactly one whole frame
             (length,) = _LENGTH.unpack_from(data)
             if len(data) == 4 + length:
-                return [loads(memoryview(data)[4:])]
+                return [self.codec.decode(memoryview(data)[4:])]
         self._buffer += data
         messages = []
         while len(self._buffer) >= 4:
             (length,) = _LENGTH.unpack_from(self._buffer)
             if len(self._buffer) < 4 + length:
                 break
-            messages.append(loads(bytes(self._buffer[4 : 4 + length])))
+            messages.append(self.codec.decode(bytes(self._buffer[4 : 4 + length])))
             del self._buffer[: 4 + length]
         return messages
 
@@ -156,10 +114,18 @@ class BlockingFrameSource:
     """Blocking reads of whole frames (the model process side), one ``recv`` per frame when it can:
     a system call costs more here than decoding the frame."""
 
-    def __init__(self, sock: Any) -> None:
+    def __init__(self, sock: Any, codec: trt_pb_wire.Codec) -> None:
         self._sock = sock
-        self._reader = FrameReader()
+        self._reader = FrameReader(codec)
         self._ready: list[Any] = []
+
+    @property
+    def codec(self) -> trt_pb_wire.Codec:
+        return self._reader.codec
+
+    @codec.setter
+    def codec(self, codec: trt_pb_wire.Codec) -> None:
+        self._reader.codec = codec
 
     def next(self) -> Any:
         while not self._ready:
@@ -171,19 +137,27 @@ class BlockingFrameSource:
 
 
 class Ring:
-    """A single-producer, single-consumer queue of pickled messages in shared memory.
+    """A single-producer, single-consumer queue of messages in shared memory, encoded by ``codec``.
 
     The head (read position) and tail (write position) count bytes since the start and never
-    wrap; each message is a 4-byte length and the pickle, padded to 8 bytes. A message that would
+    wrap; each message is a 4-byte length and its encoding, padded to 8 bytes. A message that would
     cross the end is preceded by a wrap mark; one larger than ``max_message`` is written to the
     ring's ``Spill`` and only a mark crosses the ring.
     """
 
     HEADER = 128  # tail at 0, head at 64: separate cache lines
 
-    def __init__(self, buffer: mmap.mmap, offset: int, capacity: int, spill: Spill | None = None) -> None:
+    def __init__(
+        self,
+        buffer: mmap.mmap,
+        offset: int,
+        capacity: int,
+        codec: trt_pb_wire.Codec,
+        spill: Spill | None = None,
+    ) -> None:
         if capacity & (capacity - 1) or capacity < 64:
             raise ValueError("the ring's capacity must be a power of two")
+        self._codec = codec
         self._map = buffer
         self._tail = ctypes.c_uint64.from_buffer(buffer, offset)
         self._head = ctypes.c_uint64.from_buffer(buffer, offset + 64)
@@ -208,15 +182,14 @@ class Ring:
 
     def put(self, message: Any) -> bool:
         """Append ``message``; False if the ring has no room for it now (the reader is behind)."""
-        payload = pickle.dumps(message, protocol=PICKLE_PROTOCOL)
+        payload = self._codec.encode(message)
         if len(payload) <= self.max_message:
             return self._put(len(payload), payload)
         if self._spill is None:
             raise ValueError(f"a message of {len(payload)} bytes is too big for this ring")
         if not self._room(self._size_on_ring(0)):
             return False  # checked first: a spill written must reach the ring
-        # Not a pickle: the spill's reader decodes it with a decoder that builds only data.
-        if not self._spill.write(trt_pb_wire.encode(message)):
+        if not self._spill.write(payload):
             return False  # the reader has not taken the last one yet
         return self._put(_SPILL, b"")
 
@@ -270,10 +243,10 @@ class Ring:
                 _fence()
             self._head.value = head + self._size_on_ring(0)
             assert self._spill is not None
-            return trt_pb_wire.decode(self._spill.read())
+            return self._codec.decode(self._spill.read())
         try:
-            with memoryview(self._map) as view:
-                return loads(view[start : start + mark])
+            # A copy (bytes): the space goes back to the writer, and a refused message holds none of it.
+            return self._codec.decode(self._map[start : start + mark])
         finally:  # a refused message is consumed all the same: the next one is readable
             if _fence is not None:
                 _fence()  # done with the bytes before handing their space back
@@ -313,7 +286,8 @@ class Spill:
 
     def read(self) -> bytes:
         """The message it holds; then it is free (and its memory given back)."""
-        size = self._size.value
+        # No more than the file holds: the size word is shared memory the writer could set to anything.
+        size = min(self._size.value, os.fstat(self._fd).st_size)
         chunks = []
         done = 0
         while done < size:
@@ -363,13 +337,15 @@ def map_segment(fd: int, size: int) -> mmap.mmap:
     return mmap.mmap(fd, size)
 
 
-def ring_pair(buffer: mmap.mmap, capacity: int, spills: tuple[int, int]) -> tuple[Ring, Ring]:
+def ring_pair(
+    buffer: mmap.mmap, capacity: int, spills: tuple[int, int], codec: trt_pb_wire.Codec
+) -> tuple[Ring, Ring]:
     """The two rings of a control segment, (server to model, model to server), and their spills
     (memfds, in that order). The segment holds the rings, then two words for the spills' sizes."""
     size = Ring.bytes_needed(capacity)
     return (
-        Ring(buffer, 0, capacity, Spill(spills[0], buffer, 2 * size)),
-        Ring(buffer, size, capacity, Spill(spills[1], buffer, 2 * size + 8)),
+        Ring(buffer, 0, capacity, codec, Spill(spills[0], buffer, 2 * size)),
+        Ring(buffer, size, capacity, codec, Spill(spills[1], buffer, 2 * size + 8)),
     )
 
 
@@ -413,6 +389,9 @@ class Arena:
         return offset, nbytes
 
     def view(self, datatype: str, shape: tuple[int, ...], offset: int) -> np.ndarray:
+        """A view of the arena; ValueError (or KeyError) where the description does not fit it."""
+        if min(shape, default=0) < 0:  # numpy reads a count of -1 as "all the rest"
+            raise ValueError(f"a tensor of shape {list(shape)}")
         array = np.frombuffer(self._map, WIRE_TO_NUMPY[datatype], math.prod(shape), offset)
         return array if len(shape) == 1 else array.reshape(shape)
 

@@ -1,291 +1,311 @@
-"""The encoding of the messages between the server and a Python model's process: a small tagged
-binary format whose decoder builds nothing but plain data, instead of pickle, whose loader runs
-whatever code the bytes name.
+"""The encoding of every message between the server and a Python model's process, both ways: JSON
+text for the structure, parsed by the standard library's C parser, and the bytes of arrays and
+bytes values after it. No pickle: whoever wrote the bytes, a reader builds nothing but plain data.
 
-The decoder treats its input as hostile: every length is checked against the bytes left before
-anything is allocated, nesting is bounded, array dtypes come from a fixed set, and any fault is a
-``WireError`` (a ValueError). What it builds: None, bool, int, float, str, bytes, tuple, list, dict
-and numpy arrays (numeric, fixed-width text, and object arrays of the other values, as BYTES
-tensors are). Like ``_ipc``, it needs nothing but the standard library and numpy.
+A message is::
 
-Each value is a one-byte tag, then::
+    <u32 text length> <u32 number of marks> <the JSON text, ASCII> <blob bytes>
 
-    N T F              None, True, False
-    i <q> / I <len> d  int: 8 bytes, or its decimal digits when it does not fit
-    d <d>              float
-    s <len> utf-8      str
-    b <len> bytes      bytes
-    t / l <count> ...  tuple / list
-    m <count> k v ...  dict
-    a <dtype> <ndim> <shape q...> <nbytes q> bytes   numeric or fixed-width array, C order
-    o <ndim> <shape q...> values                     object array, its values one by one
-    B <ndim> <shape q...> <lengths q...> bytes       object array of bytes only (a BYTES tensor)
+Tuples arrive as lists, dict keys as strings (JSON has neither tuples nor other keys) and numpy
+scalars as Python numbers. A bytes value or a numpy array is written as a *mark*: a JSON object
+whose only key is the codec's ``tag`` and whose value says what to build, mostly from blob bytes::
+
+    ["b", start, end]               bytes
+    ["a", dtype, shape, start]      numeric or fixed-width text array, C order
+    ["B", shape, start]             object array of bytes only (a BYTES tensor): int64 lengths,
+                                    then the bytes
+    ["o", shape, [values...]]       object array of any other values
+
+The server draws the tag for each model process and tells it at start-up, so that no dict a client
+sends (request parameters) and a model echoes back can be read as a mark; before that the tag is
+None and a message with marks is refused. The decoder treats its input as hostile: every mark is
+checked against the blob bytes there are before anything is allocated, array dtypes come from a
+fixed set, nesting is bounded by the parser's recursion limit, and any fault is a ``WireError`` (a
+ValueError). Like ``_ipc``, this needs nothing but the standard library and numpy, so it runs under
+the interpreter of the model's ``EXECUTION_ENV_PATH`` too.
 """
 
 from __future__ import annotations
 
+import itertools
+import json
 import math
 import re
 import struct
+from collections.abc import Callable
+from json import decoder as json_decoder
+from json import encoder as json_encoder
+from json import scanner as json_scanner
 from typing import Any
 
 import numpy as np
 
-MAX_DEPTH = 64
+_HEAD = struct.Struct("<II")
 _MAX_DIMS = 32
-_MAX_INT_DIGITS = 4300  # Python's own limit on int(str)
-_I64 = struct.Struct("<q")
-_F64 = struct.Struct("<d")
-_U32 = struct.Struct("<I")
 _DTYPE = re.compile(r"[<>|][biufc][1-9][0-9]?|[<>|][SU][0-9]{1,6}")
-_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_DTYPES: dict[str, np.dtype[Any]] = {}  # the dtypes built so far, by name (a small, fixed set)
+
+# The C encoder and scanner of the standard library's json, called directly: the public classes
+# build the same objects again on every call. Other interpreters fall back to the public API.
+_c_make_encoder = getattr(json_encoder, "c_make_encoder", None)
+_c_make_scanner = getattr(json_scanner, "c_make_scanner", None)
 
 
 class WireError(ValueError):
-    """Bytes that are not a message this format describes."""
+    """Bytes that are not a message this format describes, or a value that cannot be sent."""
 
 
-def encode(message: Any) -> bytes:
-    out = bytearray()
-    _put(out, message, 0)
-    return bytes(out)
+class Codec:
+    """Encodes and decodes messages whose blob marks carry ``tag`` (None: messages with none)."""
 
+    def __init__(self, tag: str | None) -> None:
+        self.tag = tag
+        self._scan_plain = _scanner(None)  # for messages without marks: no hook to call
 
-def _put(out: bytearray, value: Any, depth: int) -> None:
-    kind = type(value)
-    if kind is str:
-        data = value.encode("utf-8", "surrogatepass")
-        out += b"s"
-        out += _U32.pack(len(data))
-        out += data
-    elif kind is int:
-        if _INT64_MIN <= value <= _INT64_MAX:
-            out += b"i"
-            out += _I64.pack(value)
+    # -- encoding ------------------------------------------------------------------------------
+
+    def encode(self, message: Any) -> bytes:
+        try:  # most messages hold no bytes or arrays: one encoder for all of them, made once
+            text = _encode_plain(message).encode("ascii")
+        except _HasMarks:
+            pass
+        except RecursionError:
+            raise WireError("the message nests too deep") from None
+        except (TypeError, ValueError) as exc:  # a dict key JSON cannot have, a circular list
+            if isinstance(exc, WireError):
+                raise
+            raise WireError(f"the message cannot cross: {exc}") from None
         else:
-            digits = str(value).encode()
-            out += b"I"
-            out += _U32.pack(len(digits))
-            out += digits
-    elif kind is tuple or kind is list:
-        if depth >= MAX_DEPTH:
-            raise WireError("the message nests too deep")
-        out += b"t" if kind is tuple else b"l"
-        out += _U32.pack(len(value))
-        for item in value:
-            _put(out, item, depth + 1)
-    elif kind is dict:
-        if depth >= MAX_DEPTH:
-            raise WireError("the message nests too deep")
-        out += b"m"
-        out += _U32.pack(len(value))
-        for key, item in value.items():
-            _put(out, key, depth + 1)
-            _put(out, item, depth + 1)
-    elif value is None:
-        out += b"N"
-    elif kind is bool:
-        out += b"T" if value else b"F"
-    elif kind is float:
-        out += b"d"
-        out += _F64.pack(value)
-    elif kind is bytes or kind is bytearray or kind is memoryview:
-        out += b"b"
-        out += _U32.pack(len(value))
-        out += value
-    elif kind is np.ndarray:
-        _put_array(out, value, depth)
-    elif isinstance(value, np.generic):
-        _put(out, value.item(), depth)
-    elif isinstance(value, (str, int, float, tuple, list, dict, bytes)):  # subclasses: as the base
-        base: type[Any] = next(
-            t for t in (bool, str, int, float, tuple, list, dict, bytes) if isinstance(value, t)
+            return _HEAD.pack(len(text), 0) + text
+        return self._encode_with_marks(message)
+
+    def _encode_with_marks(self, message: Any) -> bytes:
+        blobs: list[bytes] = []
+        tag, size, marks = self.tag, 0, 0
+
+        def mark(value: Any) -> Any:
+            nonlocal marks
+            if isinstance(value, np.generic):
+                return value.item()
+            if tag is None:
+                raise WireError("bytes and arrays cannot cross before the codec has its tag")
+            if type(value) is np.ndarray:
+                marks += 1
+                return {tag: _array_mark(value, mark_bytes)}
+            if isinstance(value, (bytes, bytearray, memoryview)):
+                marks += 1
+                return {tag: mark_bytes(value)}
+            raise WireError(f"a {type(value).__name__} cannot cross to or from a model process")
+
+        def mark_bytes(value: bytes | bytearray | memoryview) -> list[Any]:
+            nonlocal size
+            data = value if type(value) is bytes else bytes(value)
+            blobs.append(data)
+            start, size = size, size + len(data)
+            return ["b", start, size]
+
+        try:
+            text = _encoder(mark)(message).encode("ascii")
+        except RecursionError:
+            raise WireError("the message nests too deep") from None
+        except (TypeError, ValueError) as exc:  # a dict key JSON cannot have, a circular list
+            if isinstance(exc, WireError):
+                raise
+            raise WireError(f"the message cannot cross: {exc}") from None
+        return b"".join((_HEAD.pack(len(text), marks), text, *blobs))
+
+    # -- decoding ------------------------------------------------------------------------------
+
+    def decode(self, data: bytes | bytearray | memoryview) -> Any:
+        """The message ``data`` holds, all of it; ``WireError`` if it holds anything else."""
+        data = data if type(data) is bytes else bytes(data)
+        if len(data) < _HEAD.size:
+            raise WireError("the message ends early")
+        length, marks = _HEAD.unpack_from(data)
+        end = _HEAD.size + length
+        if end > len(data):
+            raise WireError("the message ends early")
+        try:
+            text = str(data[_HEAD.size : end], "ascii")
+        except UnicodeDecodeError:
+            raise WireError("the message's text is not ASCII") from None
+        if marks and self.tag is None:
+            raise WireError("a message with blobs before the codec has its tag")
+        if marks:
+            scan = _scanner(_BlobReader(self.tag, data, end).hook)
+        elif end != len(data):
+            raise WireError(f"{len(data) - end} bytes after the message")
+        else:
+            scan = self._scan_plain
+        try:
+            value, position = scan(text, 0)
+        except WireError:  # from a mark
+            raise
+        except StopIteration:
+            raise WireError("the message's text is not JSON") from None
+        except json_decoder.JSONDecodeError as exc:
+            raise WireError(f"the message's text is not JSON: {exc.msg}") from None
+        except RecursionError:
+            raise WireError("the message nests too deep") from None
+        except ValueError:  # an integer of more digits than Python reads (int_max_str_digits)
+            raise WireError("the message's text holds an integer too long to read") from None
+        if position != len(text):
+            raise WireError(f"{len(text) - position} characters after the message")
+        return value
+
+
+class _HasMarks(Exception):
+    """The message holds bytes or an array: it takes the encoder that writes marks."""
+
+
+def _plain_value(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    if type(value) is np.ndarray or isinstance(value, (bytes, bytearray, memoryview)):
+        raise _HasMarks
+    raise WireError(f"a {type(value).__name__} cannot cross to or from a model process")
+
+
+def _encoder(default: Callable[[Any], Any]) -> Callable[[Any], str]:
+    if _c_make_encoder is not None:
+        make = _c_make_encoder(
+            None, default, json_encoder.encode_basestring_ascii, None, ":", ",", False, False, True
         )
-        _put(out, base(value), depth)
-    else:
-        raise WireError(f"a {kind.__name__} cannot cross to or from a model process")
+        return lambda message: "".join(make(message, 0))
+    return json.JSONEncoder(separators=(",", ":"), check_circular=False, default=default).encode
 
 
-def _put_array(out: bytearray, array: np.ndarray, depth: int) -> None:
+class _Context:
+    """What the C scanner reads its settings from (a JSONDecoder carries the same)."""
+
+    __slots__ = (
+        "memo",
+        "object_hook",
+        "object_pairs_hook",
+        "parse_constant",
+        "parse_float",
+        "parse_int",
+        "strict",
+    )
+
+    def __init__(self, object_hook: Callable[[dict[str, Any]], Any] | None) -> None:
+        self.strict = True
+        self.object_hook = object_hook
+        self.object_pairs_hook = None
+        self.parse_float = float
+        self.parse_int = int
+        self.parse_constant = _CONSTANTS.__getitem__
+        self.memo: dict[str, str] = {}
+
+
+_CONSTANTS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+
+
+def _scanner(object_hook: Callable[[dict[str, Any]], Any] | None) -> Callable[[str, int], tuple[Any, int]]:
+    if _c_make_scanner is not None:
+        return _c_make_scanner(_Context(object_hook))  # type: ignore[no-any-return]
+    return json_decoder.JSONDecoder(object_hook=object_hook).scan_once  # type: ignore[attr-defined,no-any-return]
+
+
+# -- arrays --------------------------------------------------------------------------------------
+
+
+def _array_mark(array: np.ndarray, mark_bytes: Callable[[bytes | memoryview], list[Any]]) -> list[Any]:
     if array.ndim > _MAX_DIMS:
         raise WireError(f"an array of {array.ndim} dimensions cannot cross")
-    shape = b"".join(_I64.pack(n) for n in array.shape)
+    shape = list(array.shape)
     if array.dtype.kind == "O":
         items = array.ravel().tolist()
-        if all(type(item) is bytes for item in items):  # a BYTES tensor: the lengths, then the bytes
-            out += b"B"
-            out += bytes((array.ndim,))
-            out += shape
-            out += np.fromiter(map(len, items), dtype="<i8", count=len(items)).tobytes()
-            out += b"".join(items)
-            return
-        out += b"o"
-        out += bytes((array.ndim,))
-        out += shape
-        for item in items:
-            _put(out, item, depth + 1)
-        return
-    dtype = array.dtype.str.encode()
-    if not _DTYPE.fullmatch(array.dtype.str):
+        if set(map(type, items)) <= {bytes}:  # a BYTES tensor: the lengths, then the bytes
+            lengths = np.fromiter(map(len, items), dtype="<i8", count=len(items))
+            start = mark_bytes(lengths.tobytes() + b"".join(items))[1]
+            return ["B", shape, start]
+        return ["o", shape, items]
+    name = array.dtype.str
+    if not _DTYPE.fullmatch(name):
         raise WireError(f"an array of {array.dtype} cannot cross")
     if not array.flags.c_contiguous:
         array = np.ascontiguousarray(array)  # the same shape (it is not 0-d: those are contiguous)
-    out += b"a"
-    out += bytes((len(dtype),))
-    out += dtype
-    out += bytes((array.ndim,))
-    out += shape
-    out += _I64.pack(array.nbytes)
-    if array.nbytes:
-        out += array.data.cast("B")
+    start = mark_bytes(array.data.cast("B") if array.nbytes else b"")[1]
+    return ["a", name, shape, start]
 
 
-def decode(data: bytes | bytearray | memoryview) -> Any:
-    """The message ``data`` holds, all of it; ``WireError`` if it holds anything else."""
-    data = data if type(data) is bytes else bytes(data)  # indexed and sliced faster than a view
-    value, position = _Reader(data).value(0, 0)
-    if position != len(data):
-        raise WireError(f"{len(data) - position} bytes after the message")
-    return value
+class _BlobReader:
+    """Builds the values that blob marks stand for, from the blob bytes after the text."""
 
+    __slots__ = ("_data", "_start", "_tag")
 
-class _Reader:
-    __slots__ = ("_data", "_end")
-
-    def __init__(self, data: bytes) -> None:
+    def __init__(self, tag: str | None, data: bytes, start: int) -> None:
+        self._tag = tag
         self._data = data
-        self._end = len(data)
+        self._start = start
 
-    def _take(self, position: int, size: int) -> int:
-        """The end of ``size`` bytes from ``position``, which must all be there."""
-        end = position + size
-        if size < 0 or end > self._end:
-            raise WireError("the message ends early")
-        return end
+    def hook(self, mapping: dict[str, Any]) -> Any:
+        if len(mapping) != 1 or self._tag not in mapping:
+            return mapping
+        spec = mapping[self._tag]
+        if type(spec) is not list or not spec:
+            raise WireError("a blob mark that is not one")
+        kind = spec[0]
+        if kind == "b" and len(spec) == 3:
+            start, end = self._span(spec[1], spec[2])
+            return self._data[start:end]
+        if kind == "a" and len(spec) == 4:
+            return self._array(spec[1], _shape(spec[2]), spec[3])
+        if kind == "B" and len(spec) == 3:
+            return self._bytes_array(_shape(spec[1]), spec[2])
+        if kind == "o" and len(spec) == 3:
+            return _object_array(_shape(spec[1]), spec[2])
+        raise WireError("a blob mark that is not one")
 
-    def _u32(self, position: int) -> tuple[int, int]:
-        end = self._take(position, 4)
-        return _U32.unpack_from(self._data, position)[0], end
+    def _span(self, start: Any, end: Any) -> tuple[int, int]:
+        """Blob offsets as offsets into the message, checked to lie within its blob bytes."""
+        if type(start) is not int or type(end) is not int or not 0 <= start <= end:
+            raise WireError("a blob mark that is not one")
+        start, end = self._start + start, self._start + end
+        if end > len(self._data):
+            raise WireError("a blob mark past the message's end")
+        return start, end
 
-    def value(self, position: int, depth: int) -> tuple[Any, int]:
-        if depth > MAX_DEPTH:
-            raise WireError("the message nests too deep")
-        data = self._data
-        end = self._take(position, 1)
-        tag = data[position]
-        position = end
-        if tag == 0x73:  # s
-            size, position = self._u32(position)
-            end = self._take(position, size)
-            try:
-                return str(data[position:end], "utf-8", "surrogatepass"), end
-            except UnicodeDecodeError:
-                raise WireError("a string that is not UTF-8") from None
-        if tag == 0x69:  # i
-            end = self._take(position, 8)
-            return _I64.unpack_from(data, position)[0], end
-        if tag == 0x74 or tag == 0x6C:  # t, l
-            count, position = self._u32(position)
-            self._take(position, count)  # each item takes a byte at least
-            items = []
-            for _ in range(count):
-                item, position = self.value(position, depth + 1)
-                items.append(item)
-            return (tuple(items) if tag == 0x74 else items), position
-        if tag == 0x6D:  # m
-            count, position = self._u32(position)
-            self._take(position, 2 * count)
-            mapping: dict[Any, Any] = {}
-            for _ in range(count):
-                key, position = self.value(position, depth + 1)
-                item, position = self.value(position, depth + 1)
-                try:
-                    mapping[key] = item
-                except TypeError:
-                    raise WireError("a dict key that cannot be one") from None
-            return mapping, position
-        if tag == 0x4E:  # N
-            return None, position
-        if tag == 0x54:  # T
-            return True, position
-        if tag == 0x46:  # F
-            return False, position
-        if tag == 0x64:  # d
-            end = self._take(position, 8)
-            return _F64.unpack_from(data, position)[0], end
-        if tag == 0x62:  # b
-            size, position = self._u32(position)
-            end = self._take(position, size)
-            return data[position:end], end
-        if tag == 0x61:  # a
-            return self._array(position)
-        if tag == 0x6F:  # o
-            return self._object_array(position, depth)
-        if tag == 0x42:  # B
-            return self._bytes_array(position)
-        if tag == 0x49:  # I
-            size, position = self._u32(position)
-            end = self._take(position, size)
-            digits = data[position:end]
-            if size > _MAX_INT_DIGITS or not re.fullmatch(rb"-?[0-9]+", digits):
-                raise WireError("an integer that is not one")
-            return int(digits), end
-        raise WireError(f"unknown tag {tag:#x}")
-
-    def _shape(self, position: int) -> tuple[tuple[int, ...], int]:
-        end = self._take(position, 1)
-        ndim = self._data[position]
-        if ndim > _MAX_DIMS:
-            raise WireError(f"an array of {ndim} dimensions")
-        position, end = end, self._take(end, 8 * ndim)
-        shape = struct.unpack_from(f"<{ndim}q", self._data, position)
-        if any(n < 0 for n in shape):
-            raise WireError("a negative dimension")
-        return shape, end
-
-    def _array(self, position: int) -> tuple[np.ndarray, int]:
-        end = self._take(position, 1)
-        size = self._data[position]
-        position, end = end, self._take(end, size)
-        name = str(self._data[position:end], "ascii", "replace")
-        if not _DTYPE.fullmatch(name):
-            raise WireError(f"an array of dtype '{name}'")
-        dtype = np.dtype(name)
-        shape, position = self._shape(end)
-        end = self._take(position, 8)
-        (nbytes,) = _I64.unpack_from(self._data, position)
-        if nbytes != math.prod(shape) * dtype.itemsize:
-            raise WireError(f"{nbytes} bytes for an array of shape {list(shape)} and dtype '{name}'")
-        position, end = end, self._take(end, nbytes)  # before allocating
-        array = np.empty(shape, dtype)
-        if nbytes:
-            array.data.cast("B")[:] = self._data[position:end]
-        return array, end
-
-    def _object_array(self, position: int, depth: int) -> tuple[np.ndarray, int]:
-        shape, position = self._shape(position)
+    def _array(self, name: Any, shape: tuple[int, ...], start: Any) -> np.ndarray:
+        dtype = _DTYPES.get(name) if type(name) is str else None
+        if dtype is None:
+            if type(name) is not str or not _DTYPE.fullmatch(name):
+                raise WireError(f"an array of dtype {name!r}")
+            dtype = _DTYPES[name] = np.dtype(name)
         count = math.prod(shape)
-        self._take(position, count)  # each value takes a byte at least: before allocating
-        array = np.empty(count, dtype=np.object_)
-        for index in range(count):
-            array[index], position = self.value(position, depth + 1)
-        return array.reshape(shape), position
+        begin, end = self._span(start, start + count * dtype.itemsize if type(start) is int else None)
+        array = np.empty(shape, dtype)  # after the check: its bytes are all there
+        if end > begin:
+            array.data.cast("B")[:] = memoryview(self._data)[begin:end]
+        return array
 
-    def _bytes_array(self, position: int) -> tuple[np.ndarray, int]:
-        shape, position = self._shape(position)
+    def _bytes_array(self, shape: tuple[int, ...], start: Any) -> np.ndarray:
         count = math.prod(shape)
-        end = self._take(position, 8 * count)  # before allocating
-        lengths = np.frombuffer(self._data, dtype="<i8", count=count, offset=position)
-        if count and int(lengths.min()) < 0:
-            raise WireError("a negative length")
-        if count and int(lengths.max()) > self._end - end:  # also keeps the sum from overflowing
-            raise WireError("the message ends early")
-        total = int(lengths.sum()) if count else 0
-        self._take(end, total)
-        offsets = np.full(count + 1, end, dtype=np.int64)
-        np.cumsum(lengths, out=offsets[1:])
-        offsets[1:] += end
+        begin, end = self._span(start, start + 8 * count if type(start) is int else None)
         data = self._data
+        lengths = struct.unpack_from(f"<{count}q", data, begin)  # all there: checked above
+        bounds = list(itertools.accumulate(lengths, initial=end))
+        if count and (min(lengths) < 0 or bounds[-1] > len(data)):
+            raise WireError("a BYTES tensor whose lengths do not fit its blob")
         array = np.empty(count, dtype=np.object_)
-        array[:] = [data[a:b] for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist(), strict=True)]
-        return array.reshape(shape), end + total
+        array[:] = [data[a:b] for a, b in itertools.pairwise(bounds)]
+        return array.reshape(shape)
+
+
+def _shape(value: Any) -> tuple[int, ...]:
+    if type(value) is not list or len(value) > _MAX_DIMS or any(type(n) is not int or n < 0 for n in value):
+        raise WireError("an array shape that is not one")
+    return tuple(value)
+
+
+def _object_array(shape: tuple[int, ...], items: Any) -> np.ndarray:
+    if type(items) is not list or len(items) != math.prod(shape):
+        raise WireError("an object array whose values do not fill its shape")
+    array = np.empty(len(items), dtype=np.object_)
+    for index, item in enumerate(items):  # one by one: a list value must not be broadcast
+        array[index] = item
+    return array.reshape(shape)
+
+
+_encode_plain = _encoder(_plain_value)

@@ -29,6 +29,7 @@ from typing import Any
 import _ipc
 import triton_python_backend_utils as pb_utils
 import trt_pb_runtime
+import trt_pb_wire
 
 released = trt_pb_runtime.released  # messages queued by __del__, sent ahead of the next message
 
@@ -46,7 +47,9 @@ class Runtime:
 
     def __init__(self, sock: socket.socket) -> None:
         self._sock = sock
-        self._frames = _ipc.BlockingFrameSource(sock)
+        # Until the first frame gives it the tag of blob marks, the codec takes no bytes or arrays.
+        self.codec = trt_pb_wire.Codec(None)
+        self._frames = _ipc.BlockingFrameSource(sock, self.codec)
         self._send_lock = threading.Lock()
         self._state = threading.Condition(threading.Lock())
         self._reading = False  # a thread is reading the ring (guarded by _state)
@@ -66,6 +69,10 @@ class Runtime:
 
     def start_up_message(self) -> Any:
         return self._frames.next()
+
+    def use_codec(self, codec: trt_pb_wire.Codec) -> None:
+        """The codec with the tag the server drew, for everything from now on."""
+        self.codec = self._frames.codec = codec
 
     def connect(self, inbox: _ipc.Ring, outbox: _ipc.Ring, wait_fd: int, wake_fd: int) -> None:
         """From now on messages go through the rings; called once ``ready`` has been sent."""
@@ -98,12 +105,20 @@ class Runtime:
                     _ipc.wake(self._wake_fd)
 
     def send(self, message: Any) -> None:
+        """Send ``message`` to the server; ``TritonModelException`` if it holds a value that cannot
+        cross (then nothing of it was sent)."""
+        try:
+            self._send(message)
+        except trt_pb_wire.WireError as exc:
+            raise pb_utils.TritonModelException(f"cannot be sent to the server: {exc}") from None
+
+    def _send(self, message: Any) -> None:
         outbox = self._outbox
         if outbox is None:
             with self._send_lock:
                 while released:
-                    self._sock.sendall(_ipc.encode_frame(released.popleft()))
-                self._sock.sendall(_ipc.encode_frame(message))
+                    self._sock.sendall(_ipc.encode_frame(self.codec, released.popleft()))
+                self._sock.sendall(_ipc.encode_frame(self.codec, message))
             return
         with self._send_lock:
             while released:
@@ -388,7 +403,11 @@ def execute(runtime: Runtime, model: Any, loop: asyncio.AbstractEventLoop, execu
         else {"error": (f"execute() returned {type(r).__name__}, not InferenceResponse", 1), "outputs": []}
         for r in result
     ]
-    runtime.send(("result", execution, {"responses": described, "started_ns": started_ns}))
+    try:
+        runtime.send(("result", execution, {"responses": described, "started_ns": started_ns}))
+    except pb_utils.TritonModelException as exc:  # a value in a response that cannot cross
+        failure = {"error": (f"execute() returned a response that {exc}", pb_utils.TritonError.INTERNAL)}
+        runtime.send(("result", execution, {**failure, "started_ns": started_ns}))
 
 
 def _owe_finals(requests: list[pb_utils.InferenceRequest]) -> None:
@@ -421,11 +440,12 @@ def serve(fd: int) -> None:
     if message[0] != "init":
         return
     _, args, model_path, input_arena, output_arena, channel = message
+    runtime.use_codec(trt_pb_wire.Codec(channel["tag"]))
     try:
         runtime.input_arenas = _ipc.slot_arenas(*input_arena)
         runtime.output_arenas = _ipc.slot_arenas(*output_arena)
         segment = _ipc.map_segment(channel["segment"], channel["size"])
-        inbox, outbox = _ipc.ring_pair(segment, channel["capacity"], tuple(channel["spills"]))
+        inbox, outbox = _ipc.ring_pair(segment, channel["capacity"], tuple(channel["spills"]), runtime.codec)
         model = load_model_class(model_path)()
         if hasattr(model, "initialize"):
             result = model.initialize(args)

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from trt.server.backends.python.stub import _ipc
+from trt.server.backends.python.stub import _ipc, trt_pb_wire
 from trt.server.backends.python.stub.trt_pb_wire import Codec, WireError
 
 TAG = "5b1c0f7e9a2d4c6b8e0f1a3c5d7e9f1b"
@@ -220,3 +220,19 @@ def _same(received: Any, sent: Any) -> bool:
     if isinstance(sent, (bytes, bytearray)):
         return type(received) is bytes and received == sent
     return type(received) is type(sent) and received == sent
+
+
+def test_without_the_c_encoder_and_scanner_the_public_json_api_gives_the_same(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The codec calls the C encoder and scanner of ``json`` directly (the public classes rebuild
+    them on every call); a model's interpreter without them, or with another signature, gets the
+    public API, which must give the same bytes and values."""
+    expected = [(CODEC.encode(message), CODEC.decode(CODEC.encode(message))) for message in MESSAGES]
+    monkeypatch.setattr(trt_pb_wire, "_c_make_encoder", None)
+    monkeypatch.setattr(trt_pb_wire, "_c_make_scanner", None)
+    monkeypatch.setattr(trt_pb_wire, "_encode_plain", trt_pb_wire._encoder(trt_pb_wire._plain_value))
+    public = Codec(TAG)
+    for message, (encoded, decoded) in zip(MESSAGES, expected, strict=True):
+        assert public.encode(message) == encoded
+        assert repr(public.decode(encoded)) == repr(decoded)

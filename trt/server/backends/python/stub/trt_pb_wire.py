@@ -168,10 +168,14 @@ def _plain_value(value: Any) -> Any:
 
 def _encoder(default: Callable[[Any], Any]) -> Callable[[Any], str]:
     if _c_make_encoder is not None:
-        make = _c_make_encoder(
-            None, default, json_encoder.encode_basestring_ascii, None, ":", ",", False, False, True
-        )
-        return lambda message: "".join(make(message, 0))
+        try:
+            make = _c_make_encoder(
+                None, default, json_encoder.encode_basestring_ascii, None, ":", ",", False, False, True
+            )
+        except TypeError:  # another interpreter's private signature: the public API below
+            pass
+        else:
+            return lambda message: "".join(make(message, 0))
     return json.JSONEncoder(separators=(",", ":"), check_circular=False, default=default).encode
 
 

@@ -15,6 +15,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.server.backends.python.wire_values import same
 from trt.server.backends.python.stub.trt_pb_wire import Codec, WireError
 
 TAG = "0f1e2d3c4b5a69788796a5b4c3d2e1f0"
@@ -69,7 +70,7 @@ MESSAGES = st.recursive(
 
 @given(MESSAGES)
 def test_any_message_comes_out_as_it_went_in(message: Any) -> None:
-    assert _same(CODEC.decode(CODEC.encode(message)), message)
+    assert same(CODEC.decode(CODEC.encode(message)), message)
 
 
 def _mutated(data: st.DataObject, message: bytes) -> bytes:
@@ -133,21 +134,3 @@ def test_any_bytes_come_out_as_a_message_or_a_wire_error_and_build_little(data: 
     # JSON builds objects bigger than their text ("[]" is a 56-byte list), but never more than a
     # bounded multiple of it: no size in the bytes is taken on trust.
     assert peak <= 200 * len(hostile) + 256 * 1024, (peak, len(hostile))
-
-
-def _same(received: Any, sent: Any) -> bool:
-    if isinstance(sent, np.ndarray):
-        if received.dtype != sent.dtype or received.shape != sent.shape:
-            return False
-        if sent.dtype.kind == "O":
-            return all(map(_same, received.flat, sent.flat))
-        return bool(received.tobytes() == sent.tobytes())  # NaNs too
-    if isinstance(sent, (tuple, list)):
-        return type(received) is list and len(received) == len(sent) and all(map(_same, received, sent))
-    if isinstance(sent, dict):
-        return (
-            type(received) is dict
-            and list(received) == list(sent)
-            and all(map(_same, received.values(), sent.values()))
-        )
-    return type(received) is type(sent) and received == sent

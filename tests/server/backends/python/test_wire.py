@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.server.backends.python.wire_values import same
 from trt.server.backends.python.stub import _ipc, trt_pb_wire
 from trt.server.backends.python.stub.trt_pb_wire import Codec, WireError
 
@@ -42,7 +43,7 @@ MESSAGES: list[Any] = [
 
 @pytest.mark.parametrize("message", MESSAGES)
 def test_messages_cross_with_tuples_as_lists(message: Any) -> None:
-    assert _same(CODEC.decode(CODEC.encode(message)), message)
+    assert same(CODEC.decode(CODEC.encode(message)), message)
 
 
 @pytest.mark.parametrize(
@@ -175,7 +176,7 @@ def test_a_pickle_on_the_ring_in_a_spill_or_on_the_socket_is_refused_and_never_r
         with pytest.raises(WireError):
             ring.get()
         assert ring.put(MESSAGES[0])  # the ring goes on, and data still crosses
-        assert _same(ring.get(), MESSAGES[0])
+        assert same(ring.get(), MESSAGES[0])
         assert ring.put(("big", np.arange(1000, dtype=np.int64)))  # over max_message: a spill
         os.ftruncate(spill_fd, 0)
         os.pwrite(spill_fd, planted, 0)
@@ -200,29 +201,7 @@ def test_a_spill_is_read_no_further_than_its_file_whatever_its_size_word_says() 
     os.close(spill_fd)
 
 
-def _same(received: Any, sent: Any) -> bool:
-    if isinstance(sent, np.ndarray):
-        return bool(
-            received.dtype == sent.dtype
-            and received.shape == sent.shape
-            and list(received.flat) == list(sent.flat)
-        )
-    if isinstance(sent, np.generic):
-        return type(received) is type(sent.item()) and received == sent.item()
-    if isinstance(sent, (tuple, list)):
-        return type(received) is list and len(received) == len(sent) and all(map(_same, received, sent))
-    if isinstance(sent, dict):
-        return (
-            type(received) is dict
-            and list(received) == list(sent)
-            and all(_same(received[key], value) for key, value in sent.items())
-        )
-    if isinstance(sent, (bytes, bytearray)):
-        return type(received) is bytes and received == sent
-    return type(received) is type(sent) and received == sent
-
-
-def test_without_the_c_encoder_and_scanner_the_public_json_api_gives_the_same(
+def test_without_the_c_encoder_and_scanner_the_public_json_api_gives_thesame(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The codec calls the C encoder and scanner of ``json`` directly (the public classes rebuild

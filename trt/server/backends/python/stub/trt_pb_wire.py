@@ -66,18 +66,10 @@ class Codec:
 
     def encode(self, message: Any) -> bytes:
         try:  # most messages hold no bytes or arrays: one encoder for all of them, made once
-            text = _encode_plain(message).encode("ascii")
+            text = _text(_encode_plain, message)
         except _HasMarks:
-            pass
-        except RecursionError:
-            raise WireError("the message nests too deep") from None
-        except (TypeError, ValueError) as exc:  # a dict key JSON cannot have, a circular list
-            if isinstance(exc, WireError):
-                raise
-            raise WireError(f"the message cannot cross: {exc}") from None
-        else:
-            return _HEAD.pack(len(text), 0) + text
-        return self._encode_with_marks(message)
+            return self._encode_with_marks(message)
+        return _HEAD.pack(len(text), 0) + text
 
     def _encode_with_marks(self, message: Any) -> bytes:
         blobs: list[bytes] = []
@@ -104,14 +96,7 @@ class Codec:
             start, size = size, size + len(data)
             return ["b", start, size]
 
-        try:
-            text = _encoder(mark)(message).encode("ascii")
-        except RecursionError:
-            raise WireError("the message nests too deep") from None
-        except (TypeError, ValueError) as exc:  # a dict key JSON cannot have, a circular list
-            if isinstance(exc, WireError):
-                raise
-            raise WireError(f"the message cannot cross: {exc}") from None
+        text = _text(_encoder(mark), message)
         return b"".join((_HEAD.pack(len(text), marks), text, *blobs))
 
     # -- decoding ------------------------------------------------------------------------------
@@ -152,6 +137,18 @@ class Codec:
         if position != len(text):
             raise WireError(f"{len(text) - position} characters after the message")
         return value
+
+
+def _text(encode: Callable[[Any], str], message: Any) -> bytes:
+    """The JSON text of ``message``, its faults as ``WireError`` (``_HasMarks`` passes through)."""
+    try:
+        return encode(message).encode("ascii")
+    except RecursionError:
+        raise WireError("the message nests too deep") from None
+    except (TypeError, ValueError) as exc:  # a dict key JSON cannot have, a circular list
+        if isinstance(exc, WireError):
+            raise
+        raise WireError(f"the message cannot cross: {exc}") from None
 
 
 class _HasMarks(Exception):

@@ -77,17 +77,13 @@ class Codec:
 
         def mark(value: Any) -> Any:
             nonlocal marks
-            if isinstance(value, np.generic):
-                return value.item()
+            is_array = type(value) is np.ndarray
+            if not is_array and not isinstance(value, (bytes, bytearray, memoryview)):
+                return _plain_value(value)  # a numpy scalar, or refused
             if tag is None:
                 raise WireError("bytes and arrays cannot cross before the codec has its tag")
-            if type(value) is np.ndarray:
-                marks += 1
-                return {tag: _array_mark(value, mark_bytes)}
-            if isinstance(value, (bytes, bytearray, memoryview)):
-                marks += 1
-                return {tag: mark_bytes(value)}
-            raise WireError(f"a {type(value).__name__} cannot cross to or from a model process")
+            marks += 1
+            return {tag: _array_mark(value, mark_bytes) if is_array else mark_bytes(value)}
 
         def mark_bytes(value: bytes | bytearray | memoryview) -> list[Any]:
             nonlocal size

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import pickle
 import socket
 import sys
 import time
@@ -22,7 +21,7 @@ from pathlib import Path
 import trt
 from trt.server.frontend import messages as m
 from trt.server.frontend.channel import Channel
-from trt.server.frontend.config import WorkerConfig, request_frame_limit
+from trt.server.frontend.config import WorkerConfig, config_to_json, request_frame_limit
 from trt.server.frontend.forward import MethodEntry
 from trt.server.frontend.serving import WorkerSession
 from trt.server.grpc.app import Method
@@ -123,7 +122,7 @@ class FrontendWorkers:
         session = WorkerSession(slot.index, self.http_app, self.methods)
         session.channel = await Channel.open(ours, session.on_message, session.on_closed, self.max_frame)
         assert process.stdin is not None
-        process.stdin.write(pickle.dumps(config))
+        process.stdin.write(config_to_json(config))
         process.stdin.close()
         slot.process, slot.session, slot.started = process, session, time.monotonic()
         slot.watcher = asyncio.get_running_loop().create_task(self._watch(slot, process))

@@ -12,7 +12,6 @@ import asyncio
 import ctypes
 import logging
 import os
-import pickle
 import signal
 import socket
 import sys
@@ -20,7 +19,7 @@ import sys
 from trt.server.core.scheduling.queued_bytes import QueuedBytes
 from trt.server.frontend import messages as m
 from trt.server.frontend.channel import Channel
-from trt.server.frontend.config import ANSWER_FRAME_LIMIT, WorkerConfig
+from trt.server.frontend.config import ANSWER_FRAME_LIMIT, WorkerConfig, config_from_json
 from trt.server.frontend.forward import CoreLink, HttpForwarder, forwarding_methods
 from trt.server.frontend.layouts import LayoutNumbers
 from trt.server.grpc.server import GrpcServer
@@ -93,7 +92,7 @@ def main() -> int:
     _die_with_parent()
     parent = os.getppid()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the core decides
-    config: WorkerConfig = pickle.loads(sys.stdin.buffer.read())  # from the core, our parent
+    config = config_from_json(sys.stdin.buffer.read())  # from the core, our parent
     logging.basicConfig(level=config.log_level, format=f"frontend worker {config.index}: %(message)s")
     try:
         import uvloop

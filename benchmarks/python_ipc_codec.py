@@ -3,7 +3,8 @@ process: ``trt_pb_wire`` (JSON and blobs; every message since 2026-11-28) agains
 (the rings carried pickles until then, read by an unpickler that admitted plain data's globals).
 
 The messages are the ones one add_sub request sends (an ``execute`` with two arena tensors, its
-``result``), a BYTES tensor of 1,000 elements inline, and a spill-sized BYTES tensor of 200,000.
+``result``), a BYTES tensor of 1,000 elements inline (all of one length, and of lengths 1-64), and a
+spill-sized BYTES tensor of 200,000.
 Each is encoded and decoded ``--repeat`` times per round, pickle and wire alternating in the same
 process (so other load on the machine hits both alike); the table shows the median of the rounds
 and the ratio wire / pickle.
@@ -36,6 +37,8 @@ CODEC = trt_pb_wire.Codec("5b1c0f7e9a2d4c6b8e0f1a3c5d7e9f1b")  # the server draw
 
 ARENA = [("shm", "INPUT0", "INT32", (16,), 64), ("shm", "INPUT1", "INT32", (16,), 192)]
 OUTPUTS = [("shm", "OUTPUT0", "INT32", (16,), 64), ("shm", "OUTPUT1", "INT32", (16,), 192)]
+# Text of many lengths, as tokens and sentences come: pickle cuts them in C, the codec in a loop.
+MIXED_LENGTHS = [b"x" * (1 + i % 64) for i in range(1000)]
 MESSAGES: dict[str, tuple[Any, int]] = {  # name: (message, repeat divisor)
     "execute (add_sub)": (("execute", 12345, 0, [("", ARENA, ("OUTPUT0", "OUTPUT1"), {}, 0, 0)]), 1),
     "result (add_sub)": (
@@ -52,6 +55,15 @@ MESSAGES: dict[str, tuple[Any, int]] = {  # name: (message, repeat divisor)
             1,
             None,
             [("", [("inline", "T", np.array([b"token"] * 1000, dtype=np.object_))], ("Y",), {}, 0, 0)],
+        ),
+        50,
+    ),
+    "BYTES x1,000 inline, lengths 1-64": (
+        (
+            "execute",
+            1,
+            None,
+            [("", [("inline", "T", np.array(MIXED_LENGTHS, dtype=np.object_))], ("Y",), {}, 0, 0)],
         ),
         50,
     ),

@@ -68,6 +68,24 @@ def test_arrays_cross_with_their_dtype_and_shape_and_arrive_writable(array: np.n
     assert received.flags.writeable
 
 
+@pytest.mark.parametrize(
+    "elements",
+    [
+        [b"ab\x00", b"\x00\x00\x00", b"xyz"],  # one length, NULs at the ends kept (cut in C)
+        [b"same"] * 500,
+        [b""] * 4,
+        [b"q"],
+        [b"a", b"bc", b"", b"def\x00"],  # lengths that differ (cut one by one)
+    ],
+)
+def test_bytes_tensors_arrive_element_for_element_as_bytes(elements: list[bytes]) -> None:
+    array = np.array(elements, dtype=np.object_).reshape(len(elements), 1)
+    received = CODEC.decode(CODEC.encode(array))
+    assert received.shape == array.shape and received.dtype == np.object_
+    assert list(received.flat) == elements
+    assert {type(element) for element in received.flat} == {bytes}
+
+
 def test_a_dict_a_client_shaped_like_a_mark_crosses_as_a_dict() -> None:
     """Request parameters reach the model, and a model may echo them back: only the tag the server
     drew for that model process makes a mark, and no client knows it."""

@@ -280,13 +280,24 @@ class _BlobReader:
     def _bytes_array(self, shape: tuple[int, ...], start: Any) -> np.ndarray:
         count = math.prod(shape)
         begin, end = self._span(start, start + 8 * count if type(start) is int else None)
+        if not count:
+            return np.empty(shape, dtype=np.object_)
         data = self._data
-        lengths = struct.unpack_from(f"<{count}q", data, begin)  # all there: checked above
-        bounds = list(itertools.accumulate(lengths, initial=end))
-        if count and (min(lengths) < 0 or bounds[-1] > len(data)):
+        lengths = np.frombuffer(data, "<i8", count, begin)  # all there: checked above
+        shortest, longest, room = int(lengths.min()), int(lengths.max()), len(data) - end
+        # Where every length fits but gigabytes of them might pass int64's range, Python's integers
+        # check the total first: then no running sum of the int64 ones below can wrap round.
+        if shortest < 0 or longest > room or (count * longest > 2**62 and sum(lengths.tolist()) > room):
             raise WireError("a BYTES tensor whose lengths do not fit its blob")
-        array = np.empty(count, dtype=np.object_)
-        array[:] = [data[a:b] for a, b in itertools.pairwise(bounds)]
+        stops = np.cumsum(lengths)
+        if int(stops[-1]) > room:
+            raise WireError("a BYTES tensor whose lengths do not fit its blob")
+        if shortest == longest and 0 < longest < 2**31:  # one length (ids, hashes): cut in C
+            array = np.frombuffer(data, f"V{longest}", count, end).astype(np.object_)
+        else:
+            bounds = [end, *(stops + end).tolist()]
+            array = np.empty(count, dtype=np.object_)
+            array[:] = [data[a:b] for a, b in itertools.pairwise(bounds)]
         return array.reshape(shape)
 
 

@@ -23,6 +23,9 @@ MIME = "application/vnd.sagemaker-triton.binary+json;json-header-size="
         (f"{MIME}+7", 7),
         (f"{MIME}0", 0),
         (f"{MIME}100", 100),
+        # leading zeros, more digits than int() reads: still the number
+        pytest.param(f"{MIME}{'0' * 5000}12", 12, id="5000 zeros, 12"),
+        pytest.param(f"{MIME}-{'0' * 5000}0", 0, id="-, 5000 zeros, 0"),
     ],
 )
 def test_header_size_read_as_triton_reads_it(content_type: str | None, expected: int | None) -> None:
@@ -36,6 +39,10 @@ def test_header_size_read_as_triton_reads_it(content_type: str | None, expected:
         (f"{MIME}abc12", "Unable to parse inference header size, got: abc12"),
         (f"{MIME}", "Unable to parse inference header size"),
         (f"{MIME}99999999999", "value is out of range"),
+        # not int()'s ValueError (a 500 until 2026-11-28)
+        pytest.param(f"{MIME}{'9' * 5000}", "value is out of range", id="5000 nines"),
+        pytest.param(f"{MIME}-{'9' * 5000}", "value is out of range", id="-, 5000 nines"),
+        pytest.param(f"{MIME}-{'0' * 5000}5", "should be in range (0, 100)", id="-, 5000 zeros, 5"),
         (f"{MIME}-1", "should be in range (0, 100), got: -1"),
         (f"{MIME}101", "should be in range (0, 100), got: 101"),
     ],

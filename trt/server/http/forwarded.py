@@ -47,10 +47,14 @@ def _leading_integer(text: str) -> int | None:
     end = 1 if stripped[:1] in ("+", "-") else 0
     while end < len(stripped) and stripped[end].isdigit() and stripped[end].isascii():
         end += 1
-    digits = stripped[:end]
-    if not digits.lstrip("+-"):
+    digits = stripped[:end].lstrip("+-")
+    if not digits:
         return None
-    return int(digits)
+    sign = -1 if stripped[:1] == "-" else 1
+    significant = digits.lstrip("0")
+    if len(significant) > 10:  # past int32 (and int() refuses thousands of digits): out of range
+        return sign * 2**40
+    return sign * int(significant or "0")
 
 
 def as_http_request(

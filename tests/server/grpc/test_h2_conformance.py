@@ -298,6 +298,14 @@ def test_a_stream_reset_by_the_client_leaves_the_connection_serving(peer: H2Peer
     _live_call_works(peer, 3)
 
 
+@pytest.mark.parametrize("timeout", ["1\xb2S", "\xb9m", "x", "99999999S", "-1S", ""])
+def test_a_grpc_timeout_that_is_not_one_is_ignored(peer: H2Peer, timeout: str) -> None:
+    """As grpc-core does: the call runs with no deadline (a superscript digit is no digit to int())."""
+    peer.call(1, "ServerLive", LIVE, ("grpc-timeout", timeout))
+    assert peer.response(1)[2]["grpc-status"] == "0"
+    _live_call_works(peer, 3)
+
+
 def test_data_after_end_stream_is_stream_closed(peer: H2Peer) -> None:
     peer.headers(1, request_block(SERVICE + "ServerLive", ("grpc-timeout", "5S")), end_stream=True)
     peer.send(FrameType.DATA, 0, 1, grpc_message(LIVE))
@@ -509,6 +517,10 @@ _GRPC = ("content-type", "application/grpc")
         _fields(_POST, _SCHEME, _PATH, (":status", "200")),  # a response's pseudo-header
         _fields(_POST, _POST, _SCHEME, _PATH),  # repeated
         _fields(_POST, _SCHEME, _PATH, ("x-bad", "a\nb")),
+        # content-length that str.isdigit() takes and int() does not: a superscript two (latin-1, as
+        # HPACK strings are read), and more digits than int() reads
+        _fields(_POST, _SCHEME, _PATH, _GRPC, ("content-length", "\xb2")),
+        _fields(_POST, _SCHEME, _PATH, _GRPC, ("content-length", "9" * 5000)),
     ],
 )
 def test_malformed_requests_reset_their_stream(peer: H2Peer, block: bytes) -> None:

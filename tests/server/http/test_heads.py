@@ -243,3 +243,24 @@ async def test_http_1_0_keep_alive_is_still_answered_as_http_1_0_needs(
         await connection.send(request)
     assert connection.transport.written.count(b"connection: keep-alive") == 2
     assert not connection.transport.closed
+
+
+@_in_loop
+async def test_a_content_length_with_thousands_of_leading_zeros_is_answered_each_time() -> None:
+    """httptools takes it (it is 5 with no overflow), int() would not read it: such a head, when a raised
+    size limit lets it be remembered, is still parsed each time."""
+    seen: list[HttpRequest] = []
+
+    async def echo(request: HttpRequest) -> HttpResponse:
+        seen.append(request)
+        return HttpResponse(200, request.body)
+
+    server = HttpServer(echo, heads=HeadCache(max_head_bytes=16384))
+    connection = _Connection(server, seen)
+    request = b"POST /v2/models/m/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %s5\r\n\r\nhello" % (
+        b"0" * 5000
+    )
+    await connection.send(request)
+    await connection.send(request)
+    assert connection.answers() == [(200, b"hello"), (200, b"hello")]
+    assert [request.plan for request in seen] == [None, None]

@@ -53,7 +53,7 @@ def status_block(code: StatusCode, message: str) -> bytes:
 def parse_timeout(value: str) -> float | None:
     """``grpc-timeout`` in seconds: at most 8 digits and a unit; anything else is ignored."""
     digits, unit = value[:-1], value[-1:]
-    if not digits.isdigit() or len(digits) > 8 or unit not in _TIMEOUT_UNITS:
+    if not (digits.isascii() and digits.isdigit()) or len(digits) > 8 or unit not in _TIMEOUT_UNITS:
         return None
     return int(digits) * _TIMEOUT_UNITS[unit]
 

@@ -75,7 +75,11 @@ def request_head(headers: list[Header]) -> RequestHead:
             continue
         _check_field(name, value)
         if name == "content-length":
-            if not value.isdigit() or (content_length is not None and int(value) != content_length):
+            # ASCII digits only (str.isdigit() takes the superscripts HPACK's latin-1 can spell), and
+            # no more than a 64-bit length has (int() refuses thousands)
+            if not (value.isascii() and value.isdigit() and len(value) <= 20) or (
+                content_length is not None and int(value) != content_length
+            ):
                 raise MalformedRequest("invalid content-length")
             content_length = int(value)
         fields.append((name, value))

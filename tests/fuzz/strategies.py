@@ -3,6 +3,7 @@ sometimes wrong in every way a hostile client could make them wrong."""
 
 from __future__ import annotations
 
+import json
 import struct
 from typing import Any
 
@@ -70,3 +71,14 @@ def json_values(datatype: str, count: int) -> st.SearchStrategy[Any]:
     # Nested lists two deep, built without st.recursive (whose leaf limit made replays flaky).
     nested = st.lists(st.one_of(SCALARS, st.lists(SCALARS, max_size=3)), max_size=3)
     return st.one_of(right, right, nested)
+
+
+# Real inference requests to the ONNX ``simple`` model (two INT32 [1, 16] inputs): JSON, and binary
+# (a JSON header of BINARY_HEADER's length, then the tensors' bytes).
+_SIMPLE_INPUTS = [{"name": n, "datatype": "INT32", "shape": [1, 16]} for n in ("INPUT0", "INPUT1")]
+JSON_INFER = json.dumps({"inputs": [{**t, "data": list(range(16))} for t in _SIMPLE_INPUTS]}).encode()
+BINARY_HEADER = json.dumps(
+    {"inputs": [{**t, "parameters": {"binary_data_size": 64}} for t in _SIMPLE_INPUTS],
+     "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": True}}]}
+).encode()  # fmt: skip
+BINARY_INFER = BINARY_HEADER + struct.pack("<16i", *range(16)) * 2

@@ -17,7 +17,6 @@ import asyncio
 import json
 import re
 import shutil
-import struct
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ import pytest
 from hypothesis import event, given
 from hypothesis import strategies as st
 
+from tests.fuzz.strategies import BINARY_HEADER, BINARY_INFER, JSON_INFER
 from tests.support import running_core, write_simple
 from trt.server.http.app import HttpApp
 from trt.server.http.messages import HttpRequest, HttpResponse, close_stream
@@ -39,13 +39,6 @@ ARCHIVE = "0a1b2c3d"  # the one archive under the models root: <root>/<hash>/mod
 
 # -- what the client sends ------------------------------------------------------------------------
 
-_INPUTS = [{"name": n, "datatype": "INT32", "shape": [1, 16]} for n in ("INPUT0", "INPUT1")]
-JSON_INFER = json.dumps({"inputs": [{**t, "data": list(range(16))} for t in _INPUTS]}).encode()
-_BINARY_HEADER = json.dumps(
-    {"inputs": [{**t, "parameters": {"binary_data_size": 64}} for t in _INPUTS],
-     "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": True}}]}
-).encode()  # fmt: skip
-BINARY_INFER = _BINARY_HEADER + struct.pack("<16i", *range(16)) * 2
 
 # (path, the method its contract uses), weighted toward inference and the multi-model endpoint.
 SAGEMAKER_ROUTES = [
@@ -70,7 +63,7 @@ REDIRECTS = [
 def content_type(draw: st.DrawFn, mime: str, body: bytes) -> str | None:
     """None, plain JSON, or the binary MIME type with a size: right, wrong, huge, or not a number."""
     kind = draw(st.sampled_from(["none", "json", *["exact"] * 4, "size", "digits", "zeros", "text", "late"]))
-    exact = len(_BINARY_HEADER) if body.startswith(_BINARY_HEADER[:20]) else len(body)
+    exact = len(BINARY_HEADER) if body.startswith(BINARY_HEADER[:20]) else len(body)
     size = {
         "none": "",
         "json": "",

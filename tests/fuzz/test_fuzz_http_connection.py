@@ -13,9 +13,7 @@ process through a transport that records what it writes.
 from __future__ import annotations
 
 import asyncio
-import json
 import re
-import struct
 from collections.abc import Iterator
 
 import pytest
@@ -23,6 +21,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.fuzz.connection_harness import serve
+from tests.fuzz.strategies import BINARY_HEADER, BINARY_INFER, JSON_INFER
 from tests.support import running_core, write_simple
 from trt.server.http.app import HttpApp
 from trt.server.http.limits import HttpLimits
@@ -34,18 +33,11 @@ LIMITS = HttpLimits(max_body_size=4096, max_header_size=1024, max_header_count=1
 
 # -- what the client sends ------------------------------------------------------------------------
 
-_INPUTS = [{"name": n, "datatype": "INT32", "shape": [1, 16]} for n in ("INPUT0", "INPUT1")]
-JSON_INFER = json.dumps({"inputs": [{**t, "data": list(range(16))} for t in _INPUTS]}).encode()
-_BINARY_HEADER = json.dumps(
-    {"inputs": [{**t, "parameters": {"binary_data_size": 64}} for t in _INPUTS],
-     "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": True}}]}
-).encode()  # fmt: skip
-BINARY_INFER = _BINARY_HEADER + struct.pack("<16i", *range(16)) * 2
 
 ROUTES = [
     ("POST", "/v2/models/simple/infer", JSON_INFER, {}),
     ("POST", "/v2/models/simple/infer", BINARY_INFER,
-     {"Inference-Header-Content-Length": str(len(_BINARY_HEADER)),
+     {"Inference-Header-Content-Length": str(len(BINARY_HEADER)),
       "Content-Type": "application/octet-stream"}),
     ("POST", "/v2/models/simple/versions/1/infer", JSON_INFER, {}),
     ("POST", "/v2/models/nothing/infer", JSON_INFER, {}),

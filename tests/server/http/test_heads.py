@@ -87,15 +87,20 @@ def _post(body: bytes, path: bytes = b"/v2/models/m/infer", extra: bytes = b"") 
     return b"POST %s HTTP/1.1\r\nHost: x\r\n%sContent-Length: %d\r\n\r\n%s" % (path, extra, len(body), body)
 
 
-@pytest.fixture
-def served() -> Iterator[tuple[HttpServer, list[HttpRequest]]]:
+def _echo_server(**options: Any) -> tuple[HttpServer, list[HttpRequest]]:
+    """A server whose handler echoes each request's body, and the requests it was handed."""
     seen: list[HttpRequest] = []
 
     async def echo(request: HttpRequest) -> HttpResponse:
         seen.append(request)
         return HttpResponse(200, request.body)
 
-    yield HttpServer(echo, queued_bytes=QueuedBytes(1 << 20)), seen
+    return HttpServer(echo, **options), seen
+
+
+@pytest.fixture
+def served() -> Iterator[tuple[HttpServer, list[HttpRequest]]]:
+    yield _echo_server(queued_bytes=QueuedBytes(1 << 20))
 
 
 def _connect(served: tuple[HttpServer, list[HttpRequest]]) -> _Connection:
@@ -192,13 +197,7 @@ async def test_a_head_is_remembered_only_from_a_read_that_held_its_whole_message
 
 @_in_loop
 async def test_the_cache_keeps_at_most_its_bound_the_oldest_going_first() -> None:
-    seen: list[HttpRequest] = []
-
-    async def echo(request: HttpRequest) -> HttpResponse:
-        seen.append(request)
-        return HttpResponse(200, request.body)
-
-    server = HttpServer(echo, heads=HeadCache(max_heads=2))
+    server, seen = _echo_server(heads=HeadCache(max_heads=2))
     connection = _Connection(server, seen)
     for path in (b"/a", b"/b", b"/c"):
         await connection.send(_post(b"x", path))
@@ -249,13 +248,7 @@ async def test_http_1_0_keep_alive_is_still_answered_as_http_1_0_needs(
 async def test_a_content_length_with_thousands_of_leading_zeros_is_answered_each_time() -> None:
     """httptools takes it (it is 5 with no overflow), int() would not read it: such a head, when a raised
     size limit lets it be remembered, is still parsed each time."""
-    seen: list[HttpRequest] = []
-
-    async def echo(request: HttpRequest) -> HttpResponse:
-        seen.append(request)
-        return HttpResponse(200, request.body)
-
-    server = HttpServer(echo, heads=HeadCache(max_head_bytes=16384))
+    server, seen = _echo_server(heads=HeadCache(max_head_bytes=16384))
     connection = _Connection(server, seen)
     request = b"POST /v2/models/m/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %s5\r\n\r\nhello" % (
         b"0" * 5000

@@ -9,8 +9,9 @@ and GOAWAY; MAX_CONCURRENT_STREAMS (streams beyond it are refused). Floods end t
 ENHANCE_YOUR_CALM: rapid resets, empty DATA frames, control frames the client never reads, PINGs
 closer than the keepalive rules allow (``keepalive``).
 
-The application sees only streams: ``StreamOpener.open_stream`` makes one per request (a subclass of
-``H2Stream``), whose callbacks get its data, trailers and reset.
+The application sees only streams: ``StreamOpener.open_stream`` (``stream``) makes one per request
+(a subclass of ``H2Stream``), whose callbacks get its data, trailers and reset. A fault of ours on a
+client's frames ends that connection alone, with GOAWAY INTERNAL_ERROR.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
-from typing import Protocol, cast
+from typing import cast
 
 from trt.http2.frames import (
     ACK,
@@ -40,7 +41,7 @@ from trt.server.grpc.h2.keepalive import Pinger, PingPolicy
 from trt.server.grpc.h2.outbound import Outbound
 from trt.server.grpc.h2.request_head import MalformedRequest, RequestHead, check_trailers, request_head
 from trt.server.grpc.h2.settings import H2Settings, KeepaliveOptions
-from trt.server.grpc.h2.stream import H2Stream
+from trt.server.grpc.h2.stream import H2Stream, StreamOpener
 
 logger = logging.getLogger("trt.grpc")
 
@@ -58,16 +59,6 @@ _EMPTY = memoryview(b"")
 _CACHED_BLOCK_BYTES = 1024
 LINGER_S = 1.0  # after a GOAWAY, how long the client's last bytes are read and dropped
 _CACHED_BLOCKS = 64
-
-
-class StreamOpener(Protocol):
-    def open_stream(self, outbound: Outbound, stream_id: int) -> H2Stream:
-        """A stream object for a new request; it must not send anything before ``on_open``."""
-        ...
-
-    def refuse_headers(self, outbound: Outbound, stream_id: int, message: str) -> None:
-        """Answer a request whose header list is over the limit (and close its stream)."""
-        ...
 
 
 class H2ServerConnection(ControlFrames, asyncio.Protocol):
@@ -246,8 +237,6 @@ class H2ServerConnection(ControlFrames, asyncio.Protocol):
             self.out.closed = True
             self._transport.abort()
 
-    # -- streams -----------------------------------------------------------------------------------
-
     # -- receiving ---------------------------------------------------------------------------------
 
     def data_received(self, data: bytes) -> None:
@@ -266,6 +255,10 @@ class H2ServerConnection(ControlFrames, asyncio.Protocol):
             at = self._frames(data)
         except ConnectionFailure as failure:
             self.fail(failure.code, failure.message)
+            return
+        except Exception:  # a fault of ours on this client's frames: its connection alone ends, told why
+            logger.exception("an HTTP/2 connection failed on the frames it was sent; closing it")
+            self.fail(ErrorCode.INTERNAL_ERROR, "internal error")
             return
         finally:
             out.uncork()

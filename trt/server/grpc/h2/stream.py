@@ -9,7 +9,7 @@ under flow control.
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from trt.http2.hpack import Header
 
@@ -100,3 +100,15 @@ class H2Stream:
         if self.held_bytes:
             self.outbound.credit_stream(self, self.held_bytes)
             self.held_bytes = 0
+
+
+class StreamOpener(Protocol):
+    """What the connection asks of the application for each request (``trt.server.grpc.call``)."""
+
+    def open_stream(self, outbound: Outbound, stream_id: int) -> H2Stream:
+        """A stream object for a new request; it must not send anything before ``on_open``."""
+        ...
+
+    def refuse_headers(self, outbound: Outbound, stream_id: int, message: str) -> None:
+        """Answer a request whose header list is over the limit (and close its stream)."""
+        ...

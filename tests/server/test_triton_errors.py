@@ -33,10 +33,17 @@ HTTP_CASES = [
         400,
         "requested model version is not available for model 'simple'",
     ),
+    # a version of more digits than int() reads: a 500 until 2026-11-28
+    (
+        f"/v2/models/simple/versions/{'9' * 5000}",
+        400,
+        f"failed to get model version from specified version string '{'9' * 5000}' (details: stol), "
+        "version should be an integral value > 0",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("path", "status", "text"), HTTP_CASES, ids=[case[0] for case in HTTP_CASES])
+@pytest.mark.parametrize(("path", "status", "text"), HTTP_CASES, ids=[case[0][:40] for case in HTTP_CASES])
 def test_http_answers_as_triton(server: ServerProcess, path: str, status: int, text: str) -> None:
     got, _, body = _request(server, path, method="GET")
     assert (got, body) == (status, {"error": text})
@@ -61,6 +68,14 @@ GRPC_CASES = [
     ("ModelConfig", "simple", "abc", grpc.StatusCode.INVALID_ARGUMENT, NOT_A_NUMBER.format("abc")),
     ("ModelReady", "simple", "abc", grpc.StatusCode.INVALID_ARGUMENT, NOT_A_NUMBER.format("abc")),
     ("ModelMetadata", "simple", "9" * 20, grpc.StatusCode.INVALID_ARGUMENT, NOT_A_NUMBER.format("9" * 20)),
+    # more digits than int() reads (it raised ValueError, an INTERNAL error, until 2026-11-28)
+    (
+        "ModelMetadata", "simple", "9" * 5000, grpc.StatusCode.INVALID_ARGUMENT,
+        NOT_A_NUMBER.format("9" * 5000),
+    ),
+    # digits std::stol does not read: Arabic-Indic one, superscript two
+    ("ModelMetadata", "simple", "\u0661", grpc.StatusCode.INVALID_ARGUMENT, NOT_A_NUMBER.format("\u0661")),
+    ("ModelReady", "simple", "\xb2", grpc.StatusCode.INVALID_ARGUMENT, NOT_A_NUMBER.format("\xb2")),
     (
         "ModelMetadata", "simple", "-3", grpc.StatusCode.INVALID_ARGUMENT,
         "invalid model version specified '-3' , version should be an integral value > 0",
@@ -98,7 +113,7 @@ def test_grpc_versions_read_as_std_stol_reads_them(
     stub: grpc_service_pb2_grpc.GRPCInferenceServiceStub,
 ) -> None:
     """Leading blanks and trailing text are ignored, as C++ std::stol does in Triton."""
-    for version in ("1", " 1", "+1", "1abc"):
+    for version in ("1", " 1", "+1", "1abc", "0" * 5000 + "1"):
         reply = stub.ModelMetadata(pb.ModelMetadataRequest(name="simple", version=version), timeout=30)
         assert reply.name == "simple", version
     # An unknown model or version is not ready, and that is an answer, not an error (Triton 2.51).

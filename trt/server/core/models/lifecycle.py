@@ -39,7 +39,8 @@ from trt.server.core.types import RepositoryIndexEntry
 logger = logging.getLogger("trt.lifecycle")
 
 READY, UNAVAILABLE, LOADING, UNLOADING = "READY", "UNAVAILABLE", "LOADING", "UNLOADING"
-_LEADING_INTEGER = re.compile(r"\s*([+-]?\d+)")
+# std::stol's reading: ASCII blanks, a sign, ASCII digits (leading zeros apart: any number of them)
+_LEADING_INTEGER = re.compile(r"\s*([+-]?)0*([0-9]+)", re.ASCII)
 _INT64_MAX = 2**63 - 1
 
 
@@ -47,7 +48,8 @@ def parse_version(text: str) -> int:
     """A version string as Triton reads one (C++ ``std::stol``: leading blanks, a sign, digits, and
     anything after them ignored), with Triton's messages; "-1" means the latest, as in BLS calls."""
     match = _LEADING_INTEGER.match(text)
-    number = int(match.group(1)) if match else None
+    # Past 19 digits it is out of int64's range; int() would refuse thousands of them.
+    number = int(match.group(1) + match.group(2)) if match and len(match.group(2)) <= 19 else None
     if number is None or not -_INT64_MAX - 1 <= number <= _INT64_MAX:
         raise InvalidArgument(
             f"failed to get model version from specified version string '{text}' (details: stol), "

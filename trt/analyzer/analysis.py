@@ -223,7 +223,9 @@ def apply_recommendation(outcome: Outcome, model_dir: Path, model_file: Path | N
     precision = outcome.chosen.candidate.precision
     variant = outcome.precisions[precision].path
     if variant is not None and model_file is not None and variant != model_file:
-        versions = [int(p.name) for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit()]
+        versions = [
+            int(p.name) for p in model_dir.iterdir() if p.is_dir() and p.name.isascii() and p.name.isdigit()
+        ]
         new_version = model_dir / str(max(versions, default=0) + 1)
         new_version.mkdir()
         copy_model_file(variant, new_version / model_file.name)

@@ -174,7 +174,7 @@ class ScratchServer(Deployment):
         shutil.copytree(source_dir, destination)
         if model_file is not None:
             for version in destination.iterdir():
-                if version.is_dir() and version.name.isdigit():
+                if version.is_dir() and version.name.isascii() and version.name.isdigit():
                     copy_model_file(model_file, version / model_file.name)
         return destination
 

@@ -143,7 +143,7 @@ def sweep_parameters(
     for name in KNOWN_BATCH_PARAMETERS:
         if name in config.parameters:
             value = config.parameters[name].string_value
-            if value.isdigit() and int(value) > 0:
+            if value.isascii() and value.isdigit() and int(value) > 0:
                 return ((name, _batch_values(int(value))),), [f"sweeping the model's '{name}' (now {value})"]
     return (), ["no scheduler parameter found (max_batch, max_num_seqs): give one with --parameter NAME=V,V"]
 

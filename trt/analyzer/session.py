@@ -285,7 +285,9 @@ def effective_config(deployment: Deployment, name: str) -> model_config_pb2.Mode
 def model_file_of(model_dir: Path, config: model_config_pb2.ModelConfig) -> Path | None:
     """The newest version's model file, where the model has one (ensembles and Python models may not)."""
     versions = sorted(
-        (int(p.name), p) for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit() and p.name[0] != "0"
+        (int(p.name), p)
+        for p in model_dir.iterdir()
+        if p.is_dir() and p.name.isascii() and p.name.isdigit() and p.name[0] != "0"
     )
     if not versions:
         return None

@@ -82,7 +82,7 @@ def parse_cache_config(values: list[str]) -> int | None:
     for value in values:
         kind, _, setting = value.partition(",")
         key, _, number = setting.partition("=")
-        if kind != "local" or key != "size" or not number.isdigit():
+        if kind != "local" or key != "size" or not (number.isascii() and number.isdigit()):
             raise ValueError(f"--cache-config expects local,size=BYTES, got '{value}'")
         size = int(number)
     return size
@@ -93,7 +93,7 @@ def parse_rate_limit_resources(values: Sequence[str]) -> dict[str, int]:
     counts: dict[str, int] = {}
     for value in values:
         parts = value.split(":")
-        if len(parts) not in (2, 3) or not parts[0] or not parts[1].isdigit():
+        if len(parts) not in (2, 3) or not parts[0] or not (parts[1].isascii() and parts[1].isdigit()):
             raise ValueError(f"--rate-limit-resource expects NAME:COUNT[:DEVICE], got '{value}'")
         counts[parts[0]] = int(parts[1])
     return counts

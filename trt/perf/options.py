@@ -122,7 +122,7 @@ class PerfOptions:
             raise OptionError("-u: HTTPS is not supported by trt perf; use plain http")
         url = url.split("/", 1)[0]
         host, sep, port = url.rpartition(":")
-        if not sep or not port.isdigit():
+        if not sep or not (port.isascii() and port.isdigit()):
             raise OptionError(f"-u '{self.url}': expected HOST:PORT")
         return host.strip("[]"), int(port)
 

@@ -12,7 +12,7 @@ def concurrency_levels(text: str, doubling_by_default: bool) -> list[int]:
     ``--concurrency-range`` keeps perf_analyzer's step of 1 so existing scripts get the same rows.
     """
     parts = text.split(":")
-    if not 1 <= len(parts) <= 3 or not all(p.strip().isdigit() for p in parts):
+    if not 1 <= len(parts) <= 3 or not all(p.strip().isascii() and p.strip().isdigit() for p in parts):
         raise OptionError(f"concurrency range '{text}': expected START[:END[:STEP]] with whole numbers")
     start = int(parts[0])
     end = int(parts[1]) if len(parts) > 1 else start
@@ -73,7 +73,7 @@ def parse_shapes(values: list[str]) -> dict[str, tuple[int, ...]]:
 def parse_id_range(text: str) -> tuple[int, int]:
     """``--sequence-id-range start[:end]`` as (first id, how many ids)."""
     parts = text.split(":")
-    if not 1 <= len(parts) <= 2 or not all(p.isdigit() for p in parts):
+    if not 1 <= len(parts) <= 2 or not all(p.isascii() and p.isdigit() for p in parts):
         raise OptionError(f"--sequence-id-range '{text}': expected START[:END] whole numbers")
     start = int(parts[0])
     end = int(parts[1]) if len(parts) == 2 else 2**32 - 1

@@ -192,6 +192,22 @@ def test_a_cancelled_model_stream_infer_stops_the_model_in_the_core(server: Serv
     assert server.log().count("spell: cancelled at") == before + 1
 
 
+@pytest.mark.parametrize("length", ["\xb2", "9" * 5000], ids=["superscript two", "5000 digits"])
+def test_a_header_length_int_cannot_read_is_refused_as_without_workers(
+    server: ServerProcess, length: str
+) -> None:
+    """str.isdigit() takes both; int() reads neither. The core refuses them (400), not the worker (500)."""
+    header = json.dumps({"inputs": [{"name": "INPUT0", "datatype": "INT32", "shape": [1, 16]}]}).encode()
+    connection = http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=20)
+    connection.putrequest("POST", "/v2/models/simple/infer")
+    connection.putheader("Inference-Header-Content-Length", length.encode("latin-1"))
+    connection.putheader("Content-Length", str(len(header) + 64))
+    connection.endheaders(header + bytes(64))
+    reply = connection.getresponse()
+    assert reply.status == 400
+    assert json.loads(reply.read())["error"].startswith("Unable to parse Inference-Header-Content-Length")
+
+
 def test_a_streamed_http_response_crosses_whole(server: ServerProcess) -> None:
     connection = http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=20)
     connection.request("POST", "/v2/models/spell/generate_stream", json.dumps({"text_input": "abcdefgh"}))

@@ -146,7 +146,7 @@ async def _trailers(reader: asyncio.StreamReader) -> None:
 def _parse_head(raw: bytes) -> tuple[int, dict[str, str]]:
     lines = raw.decode("latin-1").split("\r\n")
     parts = lines[0].split(" ", 2)
-    if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
+    if len(parts) < 2 or not parts[0].startswith("HTTP/") or not (parts[1].isascii() and parts[1].isdigit()):
         raise RequestFailed(f"not an HTTP response: {lines[0][:80]!r}")
     headers: dict[str, str] = {}
     for line in lines[1:]:

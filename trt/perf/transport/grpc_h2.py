@@ -331,7 +331,7 @@ class H2GrpcConnection:
             return
         for name, value in headers:
             if name == "grpc-status":
-                call.status = int(value) if value.isdigit() else 2
+                call.status = int(value) if value.isascii() and value.isdigit() and len(value) < 10 else 2
             elif name == "grpc-message":
                 call.message = unquote(value)
             elif name == ":status":

@@ -54,7 +54,7 @@ def _count(config: model_config_pb2.ModelConfig, key: str, allow: tuple[str, ...
     value = parameter(config, key).strip()
     if value.upper() in allow:
         return value.upper()
-    if not value.isdigit() or len(value) > 6:
+    if not (value.isascii() and value.isdigit()) or len(value) > 6:
         choices = f"{'/'.join(allow)} or " if allow else ""
         raise ModelConfigError(
             f"parameter {key} must be {choices}a non-negative whole number, got '{value}'",

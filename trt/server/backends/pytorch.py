@@ -94,7 +94,7 @@ class CallPlan:
 def _named_index(name: str) -> int | None:
     """``i`` for ``<name>__<i>``, with Triton's reading: whatever follows the first ``__``, all digits."""
     _, separator, index = name.partition("__")
-    return int(index) if separator and index.isdigit() else None
+    return int(index) if separator and index.isascii() and index.isdigit() and len(index) < 10 else None
 
 
 def _output_positions(names: Sequence[str], returns: int | None, text: str) -> dict[str, int]:
@@ -192,7 +192,7 @@ def _count(values: dict[str, str], key: str) -> int | None:
     if key not in values:
         return None
     text = values[key]
-    if not text.isdigit() or int(text) < 1:
+    if not (text.isascii() and text.isdigit()) or len(text) > 9 or int(text) < 1:
         raise ModelConfigError(f"parameter {key} must be a positive integer, got '{text}'")
     return int(text)
 

@@ -37,7 +37,7 @@ def _count(config: model_config_pb2.ModelConfig, key: str, default: int, minimum
     value = parameter(config, key).strip()
     if not value:
         return default
-    if not value.isdigit() or len(value) > 6 or int(value) < minimum:
+    if not (value.isascii() and value.isdigit()) or len(value) > 6 or int(value) < minimum:
         raise ModelConfigError(
             f"parameter {key} must be a whole number of at least {minimum}, got '{value}'",
             f"parameters[{key}]",

@@ -57,8 +57,9 @@ def split(request: HttpRequest) -> SplitRequest | None:
     if match is None:
         return None
     headers = request.headers
-    length = headers.get("inference-header-content-length")
-    if length is None or not length.isdigit() or "content-encoding" in headers:
+    length = headers.get("inference-header-content-length", "")
+    # ASCII digits, few enough for int(): anything else goes whole, for the core to refuse
+    if not (length.isascii() and length.isdigit() and len(length) <= 10) or "content-encoding" in headers:
         return None
     size = int(length)
     body = request.body

@@ -194,7 +194,8 @@ def default_name(source: Path) -> str:
     else:
         candidates = (source.parent, source.parent.parent)
     for folder in candidates:
-        if folder.name and not folder.name.isdigit():  # a version folder is named by its model's folder
+        # a version folder (ASCII digits) is named by its model's folder
+        if folder.name and not (folder.name.isascii() and folder.name.isdigit()):
             return folder.name
     raise RepoError(f"cannot name the model from '{source}': give --name")
 

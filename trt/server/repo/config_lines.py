@@ -48,7 +48,7 @@ class ConfigLines:
                 break
             if selector == "":
                 chosen = matches[0]
-            elif selector.isdigit() and not _has_named(matches, selector):
+            elif selector.isascii() and selector.isdigit() and not _has_named(matches, selector):
                 index = int(selector)
                 if index >= len(matches):
                     chosen = matches[0]

@@ -187,7 +187,9 @@ class ModelCheck:
     def _check_versions(self) -> bool:
         model_dir = self.location.path
         for entry in sorted(model_dir.iterdir()):
-            if not entry.is_dir() or (entry.name.isdigit() and not entry.name.startswith("0")):
+            if not entry.is_dir() or (
+                entry.name.isascii() and entry.name.isdigit() and not entry.name.startswith("0")
+            ):
                 continue
             if _LOOKS_LIKE_VERSION.match(entry.name):
                 suggestion = str(int(re.sub(r"\D", "", entry.name) or "0"))

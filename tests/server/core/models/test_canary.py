@@ -69,7 +69,14 @@ def test_requests_split_by_weight_and_the_split_follows_a_reload(tmp_path: Path)
 
 @pytest.mark.parametrize(
     ("weights", "message"),
-    [("1:90,3:10", "names version(s) 3, which are not loaded"), ("1=90", "expected VERSION:WEIGHT pairs")],
+    [
+        ("1:90,3:10", "names version(s) 3, which are not loaded"),
+        ("1=90", "expected VERSION:WEIGHT pairs"),
+        # str.isdigit() takes a superscript two and thousands of digits; int() reads neither
+        ("1:90,\xb2:10", "expected VERSION:WEIGHT pairs"),
+        ("1:90,2:" + "1" * 5000, "expected VERSION:WEIGHT pairs"),
+    ],
+    ids=["unloaded version", "no colon", "superscript", "5000 digits"],
 )
 def test_bad_weights_are_refused_at_load_and_the_old_config_keeps_serving(
     tmp_path: Path, weights: str, message: str

@@ -149,6 +149,8 @@ def test_version_policy_selects_versions(tmp_path: Path) -> None:
     (repo / "every" / "config.pbtxt").write_text(config + "version_policy: { all: { } }\n")
     write_simple(repo, "default_latest", versions=(1, 2, 10))
     (repo / "default_latest" / "010").mkdir()  # a leading zero is not a version
+    (repo / "default_latest" / "\u0662\u0660").mkdir()  # nor Arabic-Indic digits (20 to int())
+    (repo / "default_latest" / "\xb2").mkdir()  # nor a superscript two (int() refuses it)
     proc = ServerProcess([repo]).start(tmp_path)
     try:
         client = httpclient.InferenceServerClient(proc.http_url)

@@ -96,7 +96,7 @@ class Trace:
 
     def as_json(self) -> list[dict[str, Any]]:
         about: dict[str, Any] = {"id": self.id, "model_name": self.model_name}
-        if self.model_version.isdigit():
+        if self.model_version.isascii() and self.model_version.isdigit():
             about["model_version"] = int(self.model_version)
         if self.request_id:
             about["request_id"] = self.request_id

@@ -43,7 +43,7 @@ def canary_router(config: model_config_pb2.ModelConfig, loaded: set[int]) -> Can
     weights: dict[int, int] = {}
     for item in filter(None, (part.strip() for part in text.split(","))):
         version, sep, weight = item.partition(":")
-        if not sep or not version.strip().isdigit() or not weight.strip().isdigit():
+        if not sep or not _whole_number(version.strip()) or not _whole_number(weight.strip()):
             raise ModelConfigError(
                 f"parameter {PARAMETER} '{text}': expected VERSION:WEIGHT pairs, e.g. '1:90,2:10'"
             )
@@ -57,3 +57,8 @@ def canary_router(config: model_config_pb2.ModelConfig, loaded: set[int]) -> Can
             f"(loaded: {', '.join(map(str, sorted(loaded))) or 'none'}); set version_policy to load them"
         )
     return CanaryRouter({v: w for v, w in weights.items() if w > 0})
+
+
+def _whole_number(text: str) -> bool:
+    """ASCII digits, few enough for int() (str.isdigit() also takes superscripts, which int() refuses)."""
+    return text.isascii() and text.isdigit() and len(text) <= 18

@@ -109,7 +109,8 @@ def version_folders(model_dir: Path) -> dict[int, Path]:
         return versions
     for entry in entries:
         name = entry.name
-        if entry.is_dir() and name.isdigit() and not name.startswith("0"):
+        # ASCII digits: str.isdigit() alone takes superscripts (int() refuses) and other scripts' digits
+        if entry.is_dir() and name.isascii() and name.isdigit() and not name.startswith("0"):
             versions[int(name)] = entry
     return versions
 

@@ -81,6 +81,7 @@ def request(draw: st.DrawFn) -> bytes:
             "Connection: close", "Expect: 100-continue", "Content-Encoding: gzip", "Accept-Encoding: gzip",
             "Transfer-Encoding: gzip, chunked", "X: " + "y" * 2000, "Bad Header",
             "Inference-Header-Content-Length: -1", "Inference-Header-Content-Length: 99999",
+            "Inference-Header-Content-Length: \xb2", "Inference-Header-Content-Length: " + "9" * 900,
         ])))  # fmt: skip
     if chunked:
         lines.append("Transfer-Encoding: chunked")
@@ -89,7 +90,7 @@ def request(draw: st.DrawFn) -> bytes:
         encoded = b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in parts) + b"0\r\n\r\n"
         if draw(st.integers(0, 4)) == 0:
             encoded = encoded[: draw(st.integers(0, len(encoded)))]
-        return ("\r\n".join(lines) + "\r\n\r\n").encode() + encoded
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + encoded
     announced = {
         "exact": len(body), "short": max(len(body) - 3, 0), "long": len(body) + 3, "huge": 1 << 40,
         "twice": len(body), "bad": -1, "none": None,
@@ -98,7 +99,7 @@ def request(draw: st.DrawFn) -> bytes:
         lines.append(f"Content-Length: {announced}")
     if length == "twice":
         lines.append(f"Content-Length: {len(body) + 1}")
-    return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
 
 
 @st.composite

@@ -2,9 +2,9 @@
 would, and checking what is left once the client has gone.
 
 ``RecordingTransport`` keeps what the connection writes and, like uvloop's transports, raises on a
-write after ``write_eof()`` or ``close()``. ``serve`` hands the bytes over piece by piece, lets what
-they started run, drops the connection, and fails if anything the connection started is still running
-after ``settle_s`` or if the event loop saw an exception no one retrieved.
+write after ``write_eof()``, ``close()`` or the connection's loss. ``serve`` hands the bytes over piece
+by piece, lets what they started run, drops the connection, and fails if anything the connection
+started is still running after ``settle_s`` or if the event loop saw an exception no one retrieved.
 """
 
 from __future__ import annotations
@@ -20,13 +20,14 @@ class RecordingTransport(asyncio.Transport):
         self.eof = False  # write_eof() was called
         self.closed = False
         self.paused = False  # the connection asked not to be given more bytes for now
+        self.gone = False  # the client went: connection_lost was called
 
     @property
     def ended(self) -> bool:
         return self.eof or self.closed
 
     def write(self, data: Any) -> None:
-        if self.ended:
+        if self.ended or self.gone:
             raise RuntimeError("unable to perform operation on a closed transport, or after write_eof()")
         self.written += data
 
@@ -63,9 +64,15 @@ class RecordingTransport(asyncio.Transport):
 
 
 async def serve(
-    connection: asyncio.Protocol, pieces: list[bytes], settle_s: float = 5.0
+    connection: asyncio.Protocol,
+    pieces: list[bytes],
+    settle_s: float = 5.0,
+    delays: list[float] | None = None,
+    linger_s: float = 0.0,
 ) -> RecordingTransport:
-    """Run ``connection`` on the bytes ``pieces`` until the client goes; what it wrote."""
+    """Run ``connection`` on the bytes ``pieces`` until the client goes; what it wrote. ``delays``:
+    seconds the client waits before each piece and, last, before it goes (timers fire meanwhile);
+    ``linger_s``: how long after it went the loop is still watched for errors (a late timer's)."""
     loop = asyncio.get_running_loop()
     errors: list[dict[str, Any]] = []
     loop.set_exception_handler(lambda _, context: errors.append(context))
@@ -77,23 +84,28 @@ async def serve(
     transport = RecordingTransport()
     connection.connection_made(transport)
     try:
-        for piece in pieces:
+        for index, piece in enumerate(pieces):
+            if delays:
+                await asyncio.sleep(delays[index])
             if transport.ended:
                 break
             while transport.paused:  # it holds what it has read until it has answered some of it
                 await asyncio.sleep(0.001)
             connection.data_received(piece)
             await asyncio.sleep(0)
+        if delays and not transport.ended:
+            await asyncio.sleep(delays[-1])
         for _ in range(50):  # let what was read be answered (up to 50 ms; less once nothing runs)
             await asyncio.sleep(0.001)
             if not still_running():
                 break
+        transport.gone = True  # a real transport takes no writes once it has called connection_lost
         connection.connection_lost(None)
         deadline = loop.time() + settle_s
         while still_running():
             assert loop.time() < deadline, "work the client started still runs after it left"
             await asyncio.sleep(0.01)
-        await asyncio.sleep(0)
+        await asyncio.sleep(linger_s)
     finally:
         loop.set_exception_handler(None)
     assert not errors, f"the event loop saw errors: {errors}"

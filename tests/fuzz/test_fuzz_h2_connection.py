@@ -16,9 +16,10 @@ from __future__ import annotations
 import asyncio
 import struct
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
-from hypothesis import example, given
+from hypothesis import event, example, given, settings
 from hypothesis import strategies as st
 
 from tests.fuzz.connection_harness import serve
@@ -37,6 +38,7 @@ from trt.http2.hpack import HpackDecoder
 from trt.protos import grpc_service_pb2 as pb
 from trt.server.grpc.app import GrpcApp
 from trt.server.grpc.h2.connection import H2ServerConnection
+from trt.server.grpc.h2.settings import KeepaliveOptions
 from trt.server.grpc.options import GrpcOptions
 from trt.server.grpc.server import service_methods
 
@@ -292,3 +294,67 @@ def test_any_client_bytes_leave_the_connection_well_formed_and_nothing_running(
     goaway = check_written(bytes(transport.written), max_frame)
     if transport.ended:
         assert goaway, "closed without a GOAWAY saying why"
+
+
+# -- with its timers running ----------------------------------------------------------------------
+
+KEEPALIVE = st.builds(
+    KeepaliveOptions,
+    time_ms=st.sampled_from([10, 30, 7_200_000]),
+    timeout_ms=st.sampled_from([10, 40]),
+    permit_without_calls=st.booleans(),
+    max_pings_without_data=st.sampled_from([0, 1, 2]),
+    min_recv_ping_interval_without_data_ms=st.sampled_from([0, 20, 300_000]),
+    max_ping_strikes=st.sampled_from([0, 1, 2]),
+    max_connection_age_ms=st.sampled_from([0, 0, 25, 60]),
+    max_connection_age_grace_ms=st.sampled_from([0, 15]),
+)
+
+
+@st.composite
+def timed_connection(draw: st.DrawFn) -> tuple[list[bytes], int, list[float], KeepaliveOptions, float]:
+    """A client's bytes, the waits before each piece and before it goes, and the timers it meets."""
+    if draw(st.booleans()):
+        pieces, max_frame = draw(connection_bytes())
+    else:  # a client that keeps to the rules, so that the connection lives long enough to ping
+        calm = st.one_of(grpc_call(), st.just(frame_bytes(FrameType.PING, 0, 0, bytes(8))))
+        frames = draw(st.lists(calm, max_size=4))
+        pieces, max_frame = [PREFACE + frame_bytes(FrameType.SETTINGS, 0, 0, b""), *frames], 16384
+    delays = draw(st.lists(st.sampled_from([0.0, 0.0, 0.005, 0.03, 0.06]), min_size=len(pieces) + 1,
+                           max_size=len(pieces) + 1))  # fmt: skip
+    return pieces, max_frame, delays, draw(KEEPALIVE), draw(st.sampled_from([0.02, 10.0]))
+
+
+def _pinged(written: bytes) -> bool:
+    """Whether the server sent a PING of its own (a keepalive ping may go unanswered: then it closes)."""
+    at = 0
+    while len(written) - at >= 9:
+        length = int.from_bytes(written[at : at + 3], "big")
+        if written[at + 3] == FrameType.PING and not written[at + 4] & ACK:
+            return True
+        at += 9 + length
+    return False
+
+
+@settings(max_examples=max(settings.default.max_examples // 4, 1))  # each waits for its timers
+@given(timed_connection())
+def test_with_keepalive_age_and_preface_timers_the_connection_stays_well_formed(
+    app: tuple[GrpcApp, GrpcOptions], sent: tuple[list[bytes], int, list[float], KeepaliveOptions, float]
+) -> None:
+    """Keepalive PINGs and their deadlines, ping strikes, the connection's age and grace, the preface
+    timeout: whatever fires while the client sends, waits or has gone, the invariants above hold, and
+    no timer writes or fails after the client left (the loop is watched 80 ms longer)."""
+    pieces, max_frame, delays, keepalive, preface_timeout_s = sent
+    grpc_app, options = app
+
+    async def made() -> H2ServerConnection:
+        http2 = replace(options.http2, preface_timeout_s=preface_timeout_s)
+        return H2ServerConnection(grpc_app, http2, keepalive, set())
+
+    connection = LOOP.run_until_complete(made())
+    transport = LOOP.run_until_complete(serve(connection, pieces, delays=delays, linger_s=0.08))
+    written = bytes(transport.written)
+    goaway = check_written(written, max_frame)
+    event(f"server PING: {_pinged(written)}, GOAWAY: {goaway}, closed: {transport.ended}")
+    if transport.ended and not goaway:
+        assert _pinged(written), "closed without a GOAWAY saying why, and no keepalive PING unanswered"

@@ -48,7 +48,7 @@ class RecordingTransport(asyncio.Transport):
         self.closed = True
 
     def is_closing(self) -> bool:
-        return self.closed
+        return self.closed or self.gone
 
     def pause_reading(self) -> None:
         self.paused = True

@@ -5,12 +5,21 @@ would, and checking what is left once the client has gone.
 write after ``write_eof()``, ``close()`` or the connection's loss. ``serve`` hands the bytes over piece
 by piece, lets what they started run, drops the connection, and fails if anything the connection
 started is still running after ``settle_s`` or if the event loop saw an exception no one retrieved.
+``nothing_left_running`` checks the same around a request handed to an app directly; ``core_on``
+runs the real core such tests serve from, in the loop they drive.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
 from typing import Any
+
+from tests.support import running_core
+from trt.server.core.server import InferenceServer
+from trt.server.http.messages import close_stream
 
 
 class RecordingTransport(asyncio.Transport):
@@ -110,3 +119,50 @@ async def serve(
         loop.set_exception_handler(None)
     assert not errors, f"the event loop saw errors: {errors}"
     return transport
+
+
+@asynccontextmanager
+async def nothing_left_running(settle_s: float = 5.0) -> AsyncIterator[None]:
+    """Around a request handed to an app: once the block is done (its answer read), every task the
+    request started must end within ``settle_s``, and the event loop must have seen no exception that
+    no one retrieved."""
+    loop = asyncio.get_running_loop()
+    errors: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _, context: errors.append(context))
+    before = asyncio.all_tasks()
+    try:
+        yield
+        deadline = loop.time() + settle_s
+        while asyncio.all_tasks() - before:
+            assert loop.time() < deadline, "work the request started still runs after its answer"
+            await asyncio.sleep(0.005)
+    finally:
+        loop.set_exception_handler(None)
+    assert not errors, f"the event loop saw errors: {errors}"
+
+
+async def stream_events(stream: AsyncIterator[bytes], reads: int) -> list[bytes] | None:
+    """A streamed answer's pieces, all of them; or None when the client stops reading after ``reads``
+    of them (0: before the first) and closes the stream, as one that goes away does."""
+    events: list[bytes] = []
+    if reads != 0:
+        async for piece in stream:
+            events.append(piece)
+            if len(events) == reads:
+                break
+        else:
+            return events
+    await close_stream(stream)
+    return None
+
+
+@contextmanager
+def core_on(loop: asyncio.AbstractEventLoop, repository: Path, *models: str) -> Iterator[InferenceServer]:
+    """A real core with ``models`` of ``repository`` loaded, running on ``loop`` (a module's fixture
+    keeps it for all of its examples), stopped on the way out."""
+    context = running_core(repository, *models)
+    core = loop.run_until_complete(context.__aenter__())
+    try:
+        yield core
+    finally:
+        loop.run_until_complete(context.__aexit__(None, None, None))

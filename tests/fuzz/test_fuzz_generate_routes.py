@@ -21,9 +21,10 @@ import pytest
 from hypothesis import event, given
 from hypothesis import strategies as st
 
-from tests.support import running_core, write_python_model, write_simple
+from tests.fuzz.connection_harness import core_on, nothing_left_running, stream_events
+from tests.support import write_python_model, write_simple
 from trt.server.http.app import HttpApp
-from trt.server.http.messages import HttpRequest, HttpResponse, close_stream
+from trt.server.http.messages import HttpRequest
 
 # Both take any text and never fail on it: what they send back is the prompt, so a 5xx can only be
 # the server's own.
@@ -166,20 +167,6 @@ def _object(data: bytes) -> dict[str, Any]:
     return document
 
 
-async def _events(response: HttpResponse, reads: int) -> list[bytes] | None:
-    assert response.stream is not None
-    events: list[bytes] = []
-    if reads == 0:
-        await close_stream(response.stream)
-        return None
-    async for piece in response.stream:
-        events.append(piece)
-        if len(events) == reads:
-            await close_stream(response.stream)
-            return None
-    return events
-
-
 # -- the property ---------------------------------------------------------------------------------
 
 LOOP = asyncio.new_event_loop()
@@ -191,37 +178,22 @@ def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpApp]:
     write_simple(repo)
     write_python_model(repo, "echo", ECHO, ECHO_CONFIG)
     write_python_model(repo, "pieces", PIECES, PIECES_CONFIG)
-    context = running_core(repo, *MODELS)
-    core = LOOP.run_until_complete(context.__aenter__())
-    try:
+    with core_on(LOOP, repo, *MODELS) as core:
         yield HttpApp(core)
-    finally:
-        LOOP.run_until_complete(context.__aexit__(None, None, None))
 
 
 async def _answer(app: HttpApp, request: HttpRequest, reads: int) -> None:
-    loop = asyncio.get_running_loop()
-    errors: list[dict[str, Any]] = []
-    loop.set_exception_handler(lambda _, context: errors.append(context))
-    before = asyncio.all_tasks()
-    try:
+    async with nothing_left_running():
         response = await asyncio.wait_for(app(request), 10)
         assert response.status in STATUSES, (response.status, response.body[:300])
         event(f"{request.path.rsplit('/', 1)[1]}: {response.status}{' (stream)' if response.stream else ''}")
         if response.stream is None:
             _object(response.body)
         else:
-            events = await asyncio.wait_for(_events(response, reads), 10)
+            events = await asyncio.wait_for(stream_events(response.stream, reads), 10)
             for piece in events or []:
                 assert piece.startswith(b"data: ") and piece.endswith(b"\n\n"), piece
                 _object(piece[len(b"data: ") : -2])
-        deadline = loop.time() + 5
-        while asyncio.all_tasks() - before:
-            assert loop.time() < deadline, "work the request started still runs after its answer"
-            await asyncio.sleep(0.005)
-    finally:
-        loop.set_exception_handler(None)
-    assert not errors, f"the event loop saw errors: {errors}"
 
 
 @given(generate_request())

@@ -22,9 +22,9 @@ import pytest
 from hypothesis import event, example, given, settings
 from hypothesis import strategies as st
 
-from tests.fuzz.connection_harness import serve
+from tests.fuzz.connection_harness import core_on, serve
 from tests.server.grpc.h2_peer import SERVICE, frame_bytes, request_block
-from tests.support import running_core, write_simple
+from tests.support import write_simple
 from trt.http2.frames import (
     ACK,
     END_HEADERS,
@@ -253,17 +253,13 @@ LOOP = asyncio.new_event_loop()
 def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[GrpcApp, GrpcOptions]]:
     repo = tmp_path_factory.mktemp("repo")
     write_simple(repo)
-    context = running_core(repo, "simple")
-    core = LOOP.run_until_complete(context.__aenter__())
-    options = GrpcOptions()
+    with core_on(LOOP, repo, "simple") as core:
+        options = GrpcOptions()
 
-    async def made() -> GrpcApp:  # it belongs to the loop that runs it
-        return GrpcApp(options, service_methods(core), core.tracer)
+        async def made() -> GrpcApp:  # it belongs to the loop that runs it
+            return GrpcApp(options, service_methods(core), core.tracer)
 
-    try:
         yield LOOP.run_until_complete(made()), options
-    finally:
-        LOOP.run_until_complete(context.__aexit__(None, None, None))
 
 
 async def _connection(app: GrpcApp, options: GrpcOptions) -> H2ServerConnection:

@@ -25,8 +25,9 @@ import pytest
 from hypothesis import event, given
 from hypothesis import strategies as st
 
+from tests.fuzz.connection_harness import core_on, nothing_left_running
 from tests.fuzz.strategies import BINARY_HEADER, BINARY_INFER, JSON_INFER
-from tests.support import running_core, write_simple
+from tests.support import write_simple
 from trt.server.http.app import HttpApp
 from trt.server.http.messages import HttpRequest, HttpResponse, close_stream
 from trt.server.sagemaker.app import BINARY_MIME as SAGEMAKER_MIME
@@ -154,38 +155,25 @@ def apps(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     (root / ARCHIVE).mkdir()
     shutil.copytree(repo / "simple", root / ARCHIVE / "model")
     ROOT_FOLDERS["root"] = root
-    context = running_core(repo, "simple")
-    core = LOOP.run_until_complete(context.__aenter__())
+    with core_on(LOOP, repo, "simple") as core:
 
-    async def made() -> dict[str, Any]:
-        sagemaker = SageMakerApp(HttpApp(core), SageMakerOptions(default_model="simple", models_root=root))
-        vertex = VertexAiApp(
-            HttpApp(core), "simple", re.compile("/predict"), re.compile("/health"), lambda: b"# metrics\n"
-        )
-        return {"sagemaker": sagemaker, "vertex": vertex}
+        async def made() -> dict[str, Any]:
+            sagemaker = SageMakerApp(
+                HttpApp(core), SageMakerOptions(default_model="simple", models_root=root)
+            )
+            vertex = VertexAiApp(
+                HttpApp(core), "simple", re.compile("/predict"), re.compile("/health"), lambda: b"# metrics\n"
+            )
+            return {"sagemaker": sagemaker, "vertex": vertex}
 
-    try:
         yield LOOP.run_until_complete(made())
-    finally:
-        LOOP.run_until_complete(context.__aexit__(None, None, None))
 
 
 async def _answer(app: Any, request: HttpRequest) -> HttpResponse:
-    loop = asyncio.get_running_loop()
-    errors: list[dict[str, Any]] = []
-    loop.set_exception_handler(lambda _, context: errors.append(context))
-    before = asyncio.all_tasks()
-    try:
+    async with nothing_left_running():
         response: HttpResponse = await asyncio.wait_for(app(request), 20)
         if response.stream is not None:
             await close_stream(response.stream)
-        deadline = loop.time() + 5
-        while asyncio.all_tasks() - before:
-            assert loop.time() < deadline, "work the request started still runs after its answer"
-            await asyncio.sleep(0.005)
-    finally:
-        loop.set_exception_handler(None)
-    assert not errors, f"the event loop saw errors: {errors}"
     return response
 
 

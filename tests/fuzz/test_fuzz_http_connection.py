@@ -20,9 +20,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.fuzz.connection_harness import serve
+from tests.fuzz.connection_harness import core_on, serve
 from tests.fuzz.strategies import BINARY_HEADER, BINARY_INFER, JSON_INFER
-from tests.support import running_core, write_simple
+from tests.support import write_simple
 from trt.server.http.app import HttpApp
 from trt.server.http.limits import HttpLimits
 from trt.server.http.protocol import HttpProtocol
@@ -158,18 +158,14 @@ LOOP = asyncio.new_event_loop()
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpServer]:
     repo = tmp_path_factory.mktemp("repo")
     write_simple(repo)
-    context = running_core(repo, "simple")
-    core = LOOP.run_until_complete(context.__aenter__())
+    with core_on(LOOP, repo, "simple") as core:
 
-    async def made() -> HttpServer:  # it belongs to the loop that runs it
-        return HttpServer(
-            HttpApp(core), LIMITS, cancellable=HttpApp.cancellable, queued_bytes=core.queued_bytes
-        )
+        async def made() -> HttpServer:  # it belongs to the loop that runs it
+            return HttpServer(
+                HttpApp(core), LIMITS, cancellable=HttpApp.cancellable, queued_bytes=core.queued_bytes
+            )
 
-    try:
         yield LOOP.run_until_complete(made())
-    finally:
-        LOOP.run_until_complete(context.__aexit__(None, None, None))
 
 
 async def _connection(server: HttpServer) -> HttpProtocol:

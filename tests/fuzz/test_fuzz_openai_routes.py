@@ -23,8 +23,9 @@ from hypothesis import event as note_event
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.support import ROOT, running_core, write_python_model, write_simple
-from trt.server.http.messages import HttpRequest, HttpResponse, close_stream
+from tests.fuzz.connection_harness import core_on, nothing_left_running, stream_events
+from tests.support import ROOT, write_python_model, write_simple
+from trt.server.http.messages import HttpRequest
 from trt.server.openai.app import OpenAIApp
 from trt.server.openai.options import OpenAIOptions
 
@@ -241,21 +242,6 @@ def _completion_shape(body: bytes, chat: bool) -> None:
     assert choice["finish_reason"] in ("stop", "length")
 
 
-async def _events(response: HttpResponse, reads: int) -> list[bytes] | None:
-    """The stream's events, all of them; None when the client stops after ``reads`` of them."""
-    assert response.stream is not None
-    if reads == 0:
-        await close_stream(response.stream)
-        return None
-    events: list[bytes] = []
-    async for event in response.stream:
-        events.append(event)
-        if len(events) == reads:
-            await close_stream(response.stream)
-            return None
-    return events
-
-
 def _stream_shape(events: list[bytes], chat: bool) -> None:
     assert events[-1] == b"data: [DONE]\n\n", events[-1:]
     assert b"data: [DONE]\n\n" not in events[:-1]
@@ -288,40 +274,24 @@ def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpenAIApp]:
     ):
         for name in names:
             shutil.copyfile(tiny_llm / name, repo / model / "1" / name)
-    context = running_core(repo, *MODELS)
-    core = LOOP.run_until_complete(context.__aenter__())
-    try:
+    with core_on(LOOP, repo, *MODELS) as core:
         yield OpenAIApp(core, OpenAIOptions(default_max_tokens=3))
-    finally:
-        LOOP.run_until_complete(context.__aexit__(None, None, None))
 
 
 async def _answer(app: OpenAIApp, request: HttpRequest, reads: int) -> None:
-    loop = asyncio.get_running_loop()
-    errors: list[dict[str, Any]] = []
-    loop.set_exception_handler(lambda _, context: errors.append(context))
-    before = asyncio.all_tasks()
-    try:
+    async with nothing_left_running():
         response = await asyncio.wait_for(app(request), 10)
         assert response.status in STATUSES, (response.status, response.body[:300])
         note_event(f"{request.path}: {response.status}{' streamed' if response.stream is not None else ''}")
         chat = request.path == "/v1/chat/completions"
         if response.status != 200:
             _error_shape(response.body)
-            note_event(orjson.loads(response.body)["error"]["message"][:60])
         elif response.stream is not None:
-            events = await asyncio.wait_for(_events(response, reads), 10)
+            events = await asyncio.wait_for(stream_events(response.stream, reads), 10)
             if events is not None:
                 _stream_shape(events, chat)
         elif request.path in ("/v1/completions", "/v1/chat/completions"):
             _completion_shape(response.body, chat)
-        deadline = loop.time() + 5
-        while asyncio.all_tasks() - before:  # what the request started ends with it
-            assert loop.time() < deadline, "work the request started still runs after its answer"
-            await asyncio.sleep(0.005)
-    finally:
-        loop.set_exception_handler(None)
-    assert not errors, f"the event loop saw errors: {errors}"
 
 
 @given(openai_request())

@@ -144,7 +144,6 @@ def hosted_request(draw: st.DrawFn, root: Path) -> tuple[str, HttpRequest]:
 # -- the property ---------------------------------------------------------------------------------
 
 LOOP = asyncio.new_event_loop()
-ROOT_FOLDERS: dict[str, Path] = {}
 
 
 @pytest.fixture(scope="module")
@@ -154,7 +153,6 @@ def apps(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     root = tmp_path_factory.mktemp("sagemaker_models")
     (root / ARCHIVE).mkdir()
     shutil.copytree(repo / "simple", root / ARCHIVE / "model")
-    ROOT_FOLDERS["root"] = root
     with core_on(LOOP, repo, "simple") as core:
 
         async def made() -> dict[str, Any]:
@@ -181,7 +179,7 @@ async def _answer(app: Any, request: HttpRequest) -> HttpResponse:
 def test_any_request_to_sagemaker_or_vertex_ai_is_answered_without_a_500(
     apps: dict[str, Any], data: st.DataObject
 ) -> None:
-    front_end, request = data.draw(hosted_request(ROOT_FOLDERS["root"]))
+    front_end, request = data.draw(hosted_request(apps["sagemaker"].options.models_root))
     response = LOOP.run_until_complete(_answer(apps[front_end], request))
     event(f"{front_end} {request.method} {request.path}: {response.status}")
     assert 200 <= response.status < 600 and response.status != 500, (

@@ -199,12 +199,14 @@ def _combined(runs: list[tuple[LoadResult, dict[str, float]]]) -> dict[str, Any]
     }
 
 
-def start_server(repo: Path, trt_root: Path) -> tuple[subprocess.Popen[bytes], int]:
+def start_server(
+    repo: Path, trt_root: Path, serve_args: tuple[str, ...] = ()
+) -> tuple[subprocess.Popen[bytes], int]:
     port, grpc_port = free_port(), free_port()
     server = subprocess.Popen(
         [sys.executable, "-m", "trt", "serve", f"--model-repository={repo}",
          "--http-address=127.0.0.1", f"--http-port={port}", f"--grpc-port={grpc_port}",
-         "--allow-metrics=false", "--log-info=false"],
+         "--allow-metrics=false", "--log-info=false", *serve_args],
         cwd=trt_root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     for _ in range(600):
@@ -240,6 +242,7 @@ class Settings:
     variants: tuple[str, ...]  # of "off", "delay", "pref 32"
     perf_analyzer: Path | None  # drive the server with NVIDIA's perf_analyzer instead of _load
     trt_root: Path  # the checkout whose trt serves (compare commits in one run)
+    serve_args: tuple[str, ...] = ()  # more flags for trt serve (--frontend-workers=1)
 
 
 def _children_cpu_s() -> float:
@@ -308,7 +311,7 @@ def measure_model(mlp: Mlp, settings: Settings, progress: Progress) -> list[dict
             (repo / name / "1").mkdir(parents=True)
             shutil.copy(source, repo / name / "1" / "model.onnx")
             (repo / name / "config.pbtxt").write_text(config(name, mlp.width, batching))
-        server, port = start_server(repo, settings.trt_root)
+        server, port = start_server(repo, settings.trt_root, settings.serve_args)
         rows: list[dict[str, Any]] = []
         task = progress.add_task(f"MLP {mlp.label}", total=len(settings.levels) * len(variants))
         try:
@@ -397,6 +400,9 @@ def main() -> None:
         "--trt-root", type=Path, default=ROOT, help="the checkout whose trt serves (to compare commits)"
     )
     parser.add_argument(
+        "--serve-args", default="", help="more flags for trt serve, e.g. '--frontend-workers=1'"
+    )
+    parser.add_argument(
         "--json", type=Path, default=ROOT / "reports" / "benchmarks" / "dynamic_batching.json"
     )
     args = parser.parse_args()
@@ -405,6 +411,7 @@ def main() -> None:
     settings = Settings(
         args.seconds, args.delay_us, args.pref_delay_us, tuple(int(c) for c in args.levels.split(",")),
         tuple(v.strip() for v in args.variants.split(",")), args.perf_analyzer, args.trt_root.resolve(),
+        tuple(args.serve_args.split()),
     )  # fmt: skip
     models = [Mlp(label, *MODELS[label]) for label in args.models.split(",")]
     console = Console(width=200)

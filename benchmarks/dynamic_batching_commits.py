@@ -69,6 +69,11 @@ def main() -> None:
         "--queue-delay-from", choices=("arrival", "instance_free"), default="arrival",
         help="the model's queue_delay_from parameter (checkouts before it ignore it)",
     )  # fmt: skip
+    parser.add_argument(
+        "--serve-args", action="append", default=[],
+        help="more flags for the server of the --trt-root at the same position ('' for none), e.g. "
+        "--trt-root . --trt-root . --serve-args='' --serve-args=--frontend-workers=1",
+    )  # fmt: skip
     parser.add_argument("--window-ms", type=int, default=3000)
     parser.add_argument("--perf-analyzer", type=Path, default=PERF_ANALYZER)
     parser.add_argument(
@@ -76,6 +81,10 @@ def main() -> None:
     )
     args = parser.parse_args()
     roots = [root.resolve() for root in args.trt_root]
+    if len(args.serve_args) > len(roots):
+        parser.error("more --serve-args than --trt-root")
+    flags = [tuple(a.split()) for a in args.serve_args] + [()] * (len(roots) - len(args.serve_args))
+    labels = [" ".join((str(root), *extra)) for root, extra in zip(roots, flags, strict=True)]
     console = Console(width=180)
     rounds: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -90,7 +99,7 @@ def main() -> None:
             f'parameters {{ key: "queue_delay_from" value {{ string_value: "{args.queue_delay_from}" }} }}\n'
         )
         (repo / "mlp" / "config.pbtxt").write_text(config("mlp", WIDTH, batching))
-        servers = [start_server(repo, root) for root in roots]
+        servers = [start_server(repo, root, extra) for root, extra in zip(roots, flags, strict=True)]
         try:
             for _, port in servers:  # warm each: the first batches pay the allocator's growth
                 perf_analyzer_run_fixed(args.perf_analyzer, port, 1000)
@@ -109,8 +118,8 @@ def main() -> None:
                 console.print(
                     f"round {number + 1}: in-process {reference:,.0f}/s; "
                     + "; ".join(
-                        f"{root.name}: {f['throughput']:,.0f}/s ({f['batches']})"
-                        for root, f in zip(roots, figures, strict=True)
+                        f"{label}: {f['throughput']:,.0f}/s ({f['batches']})"
+                        for label, f in zip(labels, figures, strict=True)
                     )
                 )
                 time.sleep(0.5)
@@ -130,14 +139,14 @@ def main() -> None:
         "CPU/request (us): serving / model / client, median",
     ):
         table.add_column(column, justify="right")
-    for index, root in enumerate(roots):
+    for index, label in enumerate(labels):
         ratios = [r["served"][index]["throughput"] / r["in_process_default"] for r in rounds]
 
         def med(key: str, index: int = index) -> float:
             return statistics.median(r["served"][index][key] for r in rounds)
 
         table.add_row(
-            str(root),
+            label,
             " / ".join(f"{x:.2f}" for x in ratios),
             f"{statistics.median(ratios):.2f}",
             rounds[-1]["served"][index]["batches"],
@@ -145,7 +154,9 @@ def main() -> None:
         )
     console.print(table)
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps({"roots": [str(r) for r in roots], "rounds": rounds}, indent=2))
+    args.json.write_text(
+        json.dumps({"roots": [str(r) for r in roots], "serve_args": flags, "rounds": rounds}, indent=2)
+    )
 
 
 if __name__ == "__main__":

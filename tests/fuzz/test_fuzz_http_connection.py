@@ -82,6 +82,8 @@ def request(draw: st.DrawFn) -> bytes:
             "Transfer-Encoding: gzip, chunked", "X: " + "y" * 2000, "Bad Header",
             "Inference-Header-Content-Length: -1", "Inference-Header-Content-Length: 99999",
             "Inference-Header-Content-Length: \xb2", "Inference-Header-Content-Length: " + "9" * 900,
+            "Inference-Header-Content-Length: 0", "Inference-Header-Content-Length: 1_0",
+            "Inference-Header-Content-Length:  +0012x",
         ])))  # fmt: skip
     if chunked:
         lines.append("Transfer-Encoding: chunked")

@@ -170,10 +170,17 @@ BINARY_CASES = {
     "payload shorter than binary_data_size": (64, 100, None, "only 36 bytes of binary data remain"),
     "extra bytes no input claims": (64, 200, None, "72 bytes of binary data that no input claims"),
     "binary_data_size that does not fit the shape": (60, 120, None, "Expected 64, got 60"),
-    "header length larger than the body": (64, 128, "99999", "Inference-Header-Content-Length is 99999"),
-    "header length not a number": (64, 128, "abc", "Unable to parse Inference-Header-Content-Length"),
-    "header length negative": (64, 128, "-5", "Inference-Header-Content-Length is -5"),
-}
+    # Triton's texts; the body is the JSON header's 210 bytes and 128 attached
+    "header length larger than the body": (64, 128, "99999", "should be in range (0, 338), got: 99999"),
+    "header length not a number": (64, 128, "abc", "parse Inference-Header-Content-Length, got: abc"),
+    "header length negative": (64, 128, "-5", "inference header size should be in range (0, 338), got: -5"),
+    "header length past int32": (
+        64, 128, "2147483648",
+        "Inference-Header-Content-Length, value is out of range [ -2147483648, 2147483647 ], got: 2147483648",
+    ),
+    # std::stoi reads "2_10" as 2, a JSON header of two bytes (int() would read the true 210)
+    "header length with an underscore": (64, 128, "2_10", "failed to parse the request JSON: unexpected"),
+}  # fmt: skip
 
 
 @pytest.mark.parametrize("case", list(BINARY_CASES))
@@ -182,6 +189,17 @@ def test_binary_payload_errors_are_400(server: ServerProcess, case: str) -> None
     body, true_length = _binary_body(declared, attached)
     headers = {"Inference-Header-Content-Length": header_length or str(true_length)}
     _assert_error(server, 400, fragment, body=body, headers=headers)
+
+
+@pytest.mark.parametrize("written", ["{length}", " {length}", "+{length}", "{length}abc", "000{length}"])
+def test_the_header_length_is_read_as_triton_reads_it(server: ServerProcess, written: str) -> None:
+    """As C++'s ``std::stoi``: blanks and a sign before the digits, anything after them, ignored."""
+    header = _binary_header(64)
+    tensors = np.arange(16, dtype="<i4").tobytes() + np.ones(16, dtype="<i4").tobytes()
+    headers = {"Inference-Header-Content-Length": written.format(length=len(header))}
+    status, _, body = _request(server, INFER, header + tensors, headers)
+    assert status == 200, body
+    assert body["outputs"][0]["data"] == [value + 1 for value in FIRST]
 
 
 def test_a_well_formed_binary_request_is_answered(server: ServerProcess) -> None:

@@ -208,6 +208,24 @@ def test_a_header_length_int_cannot_read_is_refused_as_without_workers(
     assert json.loads(reply.read())["error"].startswith("Unable to parse Inference-Header-Content-Length")
 
 
+def test_a_raw_binary_request_crosses_whole_to_the_core(server: ServerProcess) -> None:
+    """Inference-Header-Content-Length 0: no JSON header to send apart; the core deduces the input of
+    a Python model, as without workers, and refuses a model of two inputs."""
+    answers = []
+    for model in ("slow", "simple"):
+        connection = http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=20)
+        headers = {"Inference-Header-Content-Length": "0", "Content-Type": "application/octet-stream"}
+        connection.request("POST", f"/v2/models/{model}/infer", np.int32(7).tobytes(), headers)
+        reply = connection.getresponse()
+        answers.append((reply.status, reply.getheader("Inference-Header-Content-Length"), reply.read()))
+    status, header_length, body = answers[0]
+    assert status == 200, body
+    assert json.loads(body[: int(header_length)])["outputs"][0]["shape"] == [1]
+    assert body[int(header_length) :] == np.int32(1).tobytes()  # what the waiter answers
+    status, _, body = answers[1]
+    assert status == 400 and b"Raw request must only have 1 input" in body
+
+
 def test_a_streamed_http_response_crosses_whole(server: ServerProcess) -> None:
     connection = http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=20)
     connection.request("POST", "/v2/models/spell/generate_stream", json.dumps({"text_input": "abcdefgh"}))

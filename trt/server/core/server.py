@@ -169,6 +169,9 @@ class InferenceServer:
         return self.models.get(request.model_name, request.model_version)
 
     async def _infer_on(self, model: ModelVersion, request: InferenceRequest) -> InferenceResponse:
+        if request.raw_input is not None:
+            request.inputs = [model.signature.raw_input(request.raw_input, request.id)]
+            request.raw_input = None
         if model.decoupled:
             raise DecoupledModelNeedsStream(
                 f"model '{model.name}' uses the decoupled transaction policy (zero or many responses per "

@@ -59,6 +59,9 @@ class InferenceRequest:
     # a decoder that built the request from one it remembered. A model checks a layout once and
     # remembers the result (``ModelVersion``). None: the request is checked on its own.
     layout: object | None = None
+    # HTTP's raw binary request: the bytes of the model's one input, sent without a header. The core
+    # names and shapes that input from the config of the version it picks (``ModelSignature.raw_input``).
+    raw_input: bytes | None = None
 
 
 @dataclass(slots=True)

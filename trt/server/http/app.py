@@ -24,6 +24,7 @@ from trt.server.core.models.config import config_to_json
 from trt.server.core.server import InferenceServer
 from trt.server.core.types import InferenceRequest, InferenceResponse, StreamItem
 from trt.server.http import codec, compression, generate
+from trt.server.http.header_numbers import inference_header_length
 from trt.server.http.messages import HttpRequest, HttpResponse, close_stream
 from trt.server.http.statistics import statistics_json
 from trt.server.restrictions import Restrictions
@@ -113,14 +114,7 @@ class HttpApp:
         headers = http_request.headers
         body = self._body(http_request)
         header_length = headers.get("inference-header-content-length")
-        length = None
-        if header_length is not None:
-            try:
-                length = int(header_length)
-            except ValueError:
-                raise InvalidArgument(
-                    f"Unable to parse Inference-Header-Content-Length, got: {header_length}"
-                ) from None
+        length = None if header_length is None else inference_header_length(header_length)
         route = _InferRoute(
             self, match.group(1), match.group(2) or "", length, headers.get("accept-encoding")
         )

@@ -40,8 +40,10 @@ def decode_request(
     else:
         if header_length < 0 or header_length > len(body):
             raise InvalidArgument(
-                f"Inference-Header-Content-Length is {header_length} but the body has only {len(body)} bytes"
+                f"inference header size should be in range (0, {len(body)}), got: {header_length}"
             )
+        if header_length == 0:  # a raw binary request: the body is the one input's bytes, all outputs binary
+            return InferenceRequest(model_name, model_version, raw_input=body), {}, True
         view = memoryview(body)
         json_part, binary = view[:header_length], view[header_length:]
     if not json_part:

@@ -9,6 +9,7 @@ a request into the HTTP app's own, so the two front ends share its decoding, err
 from __future__ import annotations
 
 from trt.server.core.errors import InvalidArgument
+from trt.server.http.header_numbers import INT32_MAX, INT32_MIN, leading_integer
 from trt.server.http.messages import HttpRequest
 
 _COMPRESSION_HEADERS = ("content-encoding", "accept-encoding")
@@ -31,30 +32,14 @@ def json_header_size(content_type: str | None, mime_prefix: str, body_length: in
             f"expect MIME type for binary data starts with '{mime_prefix}', got: {content_type}"
         )
     text = content_type[len(mime_prefix) :]
-    value = _leading_integer(text)
+    value = leading_integer(text)
     if value is None:
         raise InvalidArgument(f"Unable to parse inference header size, got: {text}")
-    if not -(2**31) <= value < 2**31:
+    if not INT32_MIN <= value <= INT32_MAX:
         raise InvalidArgument(f"Unable to parse inference header size, value is out of range, got: {text}")
     if value < 0 or value > body_length:
         raise InvalidArgument(f"inference header size should be in range (0, {body_length}), got: {text}")
     return value
-
-
-def _leading_integer(text: str) -> int | None:
-    """What C++'s ``std::stoi`` reads: optional space and sign, then digits; None if there are none."""
-    stripped = text.lstrip(" \t\n\r\f\v")
-    end = 1 if stripped[:1] in ("+", "-") else 0
-    while end < len(stripped) and stripped[end].isdigit() and stripped[end].isascii():
-        end += 1
-    digits = stripped[:end].lstrip("+-")
-    if not digits:
-        return None
-    sign = -1 if stripped[:1] == "-" else 1
-    significant = digits.lstrip("0")
-    if len(significant) > 10:  # past int32 (and int() refuses thousands of digits): out of range
-        return sign * 2**40
-    return sign * int(significant or "0")
 
 
 def as_http_request(

@@ -6,10 +6,17 @@ validation framework, no copies. Messages name the tensor, what was expected and
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 
 from trt.protos import model_config_pb2
-from trt.server.core.datatypes import config_to_wire
+from trt.server.core.datatypes import (
+    check_shape,
+    config_to_wire,
+    element_count,
+    element_size,
+    tensor_from_bytes,
+)
 from trt.server.core.errors import InvalidInput, request_label
 from trt.server.core.types import InputTensor, RequestedOutput
 
@@ -126,6 +133,43 @@ class ModelSignature:
                 raise self._shape_error(label, tensor, spec)
         return batch_size
 
+    def raw_input(self, data: bytes, request_id: str = "") -> InputTensor:
+        """The input of a raw binary request (HTTP, no header: ``data`` is the bytes of the model's
+        one input), named, typed and shaped from the config as Triton deduces it: a batch of one where
+        the model batches, and the one variable dimension, if any, from the byte count. A BYTES input
+        must be one element, which is the whole of ``data``. InvalidInput where it cannot be deduced,
+        in Triton's words, and where the bytes do not fill the shape."""
+        label = request_label(request_id)
+        if len(self.inputs) != 1:
+            raise InvalidInput(
+                f"{label}Raw request must only have 1 input (found 1) to be deduced but got "
+                f"{len(self.inputs)} inputs in '{self.model_name}' model configuration"
+            )
+        spec = next(iter(self.inputs.values()))
+        variable = [axis for axis, dim in enumerate(spec.dims) if dim == -1]
+        if len(variable) > 1:
+            raise InvalidInput(
+                f"{label}The shape of the raw input '{spec.name}' can not be deduced because there are "
+                "more than one variable-sized dimension"
+            )
+        fixed = element_count([dim for dim in spec.dims if dim != -1])
+        dims = list(spec.dims)
+        if spec.datatype == "BYTES":
+            if variable or fixed != 1:
+                raise InvalidInput(
+                    f"{label}For BYTE datatype raw input '{spec.name}', the model must have input shape [1]"
+                )
+            if len(data) > 0xFFFFFFFF:  # Triton's length prefix is 32 bits
+                raise InvalidInput(f"{label}raw input '{spec.name}' of {len(data)} bytes is too large")
+            data = _BYTES_LENGTH.pack(len(data)) + data  # one element: the serialized form has its length
+        elif variable:
+            per_row = fixed * element_size(spec.datatype)
+            dims[variable[0]] = len(data) // per_row if per_row else 0
+        shape = ((1,) if self.max_batch_size > 0 else ()) + tuple(dims)
+        check_shape(spec.name, shape)  # a zero beside a huge dimension is still a shape numpy refuses
+        array = tensor_from_bytes(data, spec.datatype, shape, spec.name, self.model_name, request_id)
+        return InputTensor(spec.name, spec.datatype, shape, array)
+
     def _missing_inputs_message(self, label: str, walk: list[InputTensor]) -> str:
         got = "[" + ",".join(f"'{tensor.name}'" for tensor in walk) + "]"
         names = {tensor.name for tensor in walk}
@@ -173,6 +217,9 @@ class ModelSignature:
                 "batch size followed by the config's dims."
             )
         return InvalidInput(message)
+
+
+_BYTES_LENGTH = struct.Struct("<I")
 
 
 def _dims_text(shape: tuple[int, ...]) -> str:

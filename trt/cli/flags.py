@@ -97,3 +97,34 @@ def parse_rate_limit_resources(values: Sequence[str]) -> dict[str, int]:
             raise ValueError(f"--rate-limit-resource expects NAME:COUNT[:DEVICE], got '{value}'")
         counts[parts[0]] = int(parts[1])
     return counts
+
+
+# tritonserver flags a launch script may carry that have no counterpart here, and why: taken with a
+# warning, so that the script still starts the server. Any other unknown flag is an error.
+IGNORED_TRITON_FLAGS = {
+    "--pinned-memory-pool-byte-size": "tensors stay in pageable memory",
+    "--cuda-memory-pool-byte-size": "CUDA memory is the backends' own (ONNX Runtime, PyTorch, TensorRT)",
+    "--min-supported-compute-capability": "every GPU the backends can use is used",
+    "--backend-directory": "backends are Python modules of trt",
+    "--repoagent-directory": "repository agents are not supported",
+    "--buffer-manager-thread-count": "no buffer manager threads",
+    "--http-thread-count": "HTTP runs on the event loop",
+    "--grpc-infer-thread-count": "gRPC runs on the event loop",
+    "--grpc-infer-allocation-pool-size": "a call's state is a few Python objects, made per call",
+    "--metrics-interval-ms": "metrics are read when Prometheus scrapes",
+    "--allow-client-shm": "shared memory registration is always allowed",
+}
+
+
+def ignored_triton_flags(args: list[str]) -> list[tuple[str, str]]:
+    """The tritonserver flags among ``args`` that trt takes without effect; any other is an error."""
+    ignored, index = [], 0
+    while index < len(args):
+        flag = args[index].split("=", 1)[0]
+        if flag not in IGNORED_TRITON_FLAGS:
+            raise typer.BadParameter(f"no such option: {args[index]}")
+        if "=" not in args[index] and index + 1 < len(args) and not args[index + 1].startswith("--"):
+            index += 1  # its value came as the next argument
+        ignored.append((flag, IGNORED_TRITON_FLAGS[flag]))
+        index += 1
+    return ignored

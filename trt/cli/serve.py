@@ -17,6 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from trt.cli.flags import (
+    ignored_triton_flags,
     parse_backend_config,
     parse_bool,
     parse_cache_config,
@@ -32,6 +33,7 @@ from trt.server.core.models.object_store import is_remote
 from trt.server.core.options import CoreOptions, ModelControlMode
 from trt.server.core.scheduling.queued_bytes import DEFAULT_LIMIT as DEFAULT_QUEUED_BYTES
 from trt.server.core.server import InferenceServer
+from trt.server.header_forwarding import HeaderForwarding
 from trt.server.http.codec import DEFAULT_HEADER_CACHE_BYTES
 from trt.server.http.limits import DEFAULT_MAX_HEADER_COUNT, DEFAULT_MAX_HEADER_SIZE, HttpLimits
 from trt.server.openai.options import OPENAI_CATEGORIES, OpenAIOptions
@@ -40,22 +42,6 @@ from trt.server.runtime import Endpoint, ServeOptions, serve
 from trt.server.tls import TlsOptions, server_context
 
 T = TypeVar("T")
-
-# tritonserver flags a launch script may carry that have no counterpart here, and why: taken with a
-# warning, so that the script still starts the server. Any other unknown flag is an error.
-IGNORED_TRITON_FLAGS = {
-    "--pinned-memory-pool-byte-size": "tensors stay in pageable memory",
-    "--cuda-memory-pool-byte-size": "CUDA memory is the backends' own (ONNX Runtime, PyTorch, TensorRT)",
-    "--min-supported-compute-capability": "every GPU the backends can use is used",
-    "--backend-directory": "backends are Python modules of trt",
-    "--repoagent-directory": "repository agents are not supported",
-    "--buffer-manager-thread-count": "no buffer manager threads",
-    "--http-thread-count": "HTTP runs on the event loop",
-    "--grpc-infer-thread-count": "gRPC runs on the event loop",
-    "--grpc-infer-allocation-pool-size": "a call's state is a few Python objects, made per call",
-    "--metrics-interval-ms": "metrics are read when Prometheus scrapes",
-    "--allow-client-shm": "shared memory registration is always allowed",
-}
 
 
 def serve_command(
@@ -110,6 +96,12 @@ def serve_command(
         "--http-restricted-api",
         metavar="CATEGORY[,CATEGORY...]:HEADER=VALUE",
         help="Requests to these API categories need this header (403 without it).",
+    ),
+    http_header_forward_pattern: str = typer.Option(
+        "", "--http-header-forward-pattern", metavar="REGEX", help="Headers it finds: request parameters."
+    ),
+    grpc_header_forward_pattern: str = typer.Option(
+        "", "--grpc-header-forward-pattern", metavar="REGEX", help="The same for gRPC metadata."
     ),
     grpc_restricted_protocol: list[str] = typer.Option(
         None,
@@ -232,7 +224,7 @@ def serve_command(
     ),
 ) -> None:
     """Serve a Triton model repository over HTTP (8000), gRPC (8001) and metrics (8002)."""
-    ignored = _ignored_flags(context.args)
+    ignored = ignored_triton_flags(context.args)
     if log_format not in LOG_FORMATS:
         raise typer.BadParameter(f"--log-format takes default or ISO8601, got '{log_format}'")
     log = LogOptions(
@@ -307,6 +299,8 @@ def serve_command(
         grpc_restrictions=_parsed(
             Restrictions.parse, grpc_restricted_protocol or [], "--grpc-restricted-protocol"
         ),
+        http_header_forwarding=_forwarding(http_header_forward_pattern, "--http-header-forward-pattern"),
+        grpc_header_forwarding=_forwarding(grpc_header_forward_pattern, "--grpc-header-forward-pattern"),
         grpc_options=_parsed(
             GrpcFlags(
                 grpc_use_ssl,
@@ -366,20 +360,6 @@ def _openai_options(
     )
 
 
-def _ignored_flags(args: list[str]) -> list[tuple[str, str]]:
-    """The tritonserver flags among ``args`` that trt takes without effect; any other is an error."""
-    ignored, index = [], 0
-    while index < len(args):
-        flag = args[index].split("=", 1)[0]
-        if flag not in IGNORED_TRITON_FLAGS:
-            raise typer.BadParameter(f"no such option: {args[index]}")
-        if "=" not in args[index] and index + 1 < len(args) and not args[index + 1].startswith("--"):
-            index += 1  # its value came as the next argument
-        ignored.append((flag, IGNORED_TRITON_FLAGS[flag]))
-        index += 1
-    return ignored
-
-
 def _http_tls(use_ssl: bool, cert: str, key: str, root_cert: str, mutual: bool) -> TlsOptions | None:
     """The HTTPS settings, checked now (files readable, key matching), not after the models load."""
     if not use_ssl:
@@ -421,6 +401,10 @@ def _parsed(parse: Callable[..., T], *arguments: Any) -> T:
         return parse(*arguments)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
+
+
+def _forwarding(pattern: str, flag: str) -> HeaderForwarding | None:
+    return _parsed(HeaderForwarding.parse, pattern, flag) if pattern else None
 
 
 def _rate_limit_on(value: str) -> bool:

@@ -19,6 +19,7 @@ from typing import Any
 from trt.server.core.options import CoreOptions
 from trt.server.core.server import InferenceServer, StartupError
 from trt.server.grpc.options import GrpcOptions
+from trt.server.header_forwarding import HeaderForwarding
 from trt.server.hosted_front_ends import hosted_front_ends
 from trt.server.http.app import HttpApp
 from trt.server.http.codec import DEFAULT_HEADER_CACHE_BYTES
@@ -55,6 +56,8 @@ class ServeOptions:
     http_tls: TlsOptions | None = None  # --http-use-ssl and its certificates
     http_restrictions: Restrictions = field(default_factory=Restrictions)  # --http-restricted-api
     grpc_restrictions: Restrictions = field(default_factory=Restrictions)  # --grpc-restricted-protocol
+    http_header_forwarding: HeaderForwarding | None = None  # --http-header-forward-pattern
+    grpc_header_forwarding: HeaderForwarding | None = None  # --grpc-header-forward-pattern
     grpc_options: GrpcOptions = field(default_factory=GrpcOptions)  # TLS, keepalive, compression, limits
     sagemaker: SageMakerOptions | None = None  # --allow-sagemaker=true
     vertex_ai: VertexAiOptions | None = None  # --allow-vertex-ai=true (or AIP_MODE=PREDICTION)
@@ -107,13 +110,15 @@ async def serve(options: ServeOptions, on_ready: Callable[[InferenceServer, dict
             from trt.server.grpc.server import start_grpc_server
 
             grpc_options = dataclasses.replace(options.grpc_options, restrictions=options.grpc_restrictions)
-            grpc_server = await start_grpc_server(core, options.grpc.address, options.grpc.port, grpc_options)
+            grpc_server = await start_grpc_server(
+                core, options.grpc.address, options.grpc.port, grpc_options, options.grpc_header_forwarding
+            )
             logger.info("Started GRPCInferenceService at %s:%d", options.grpc.address, options.grpc.port)
         metrics = MetricsApp(core, options.gpu_metrics, options.cpu_metrics)
         if options.http.enabled and options.frontend_workers == 0:
             http_app = HttpApp(
                 core, options.http_limits.max_body_size, options.http_restrictions,
-                options.http_header_cache_bytes,
+                options.http_header_cache_bytes, options.http_header_forwarding,
             )  # fmt: skip
             tls = server_context(options.http_tls) if options.http_tls is not None else None
             http_server = HttpServer(
@@ -152,6 +157,9 @@ async def _start_frontend_workers(core: InferenceServer, options: ServeOptions) 
     from trt.server.grpc.server import listen, service_methods
 
     count = options.frontend_workers
+    if options.grpc.enabled and options.grpc_header_forwarding is not None:
+        # A worker hands the core a call's messages, not its metadata.
+        raise RuntimeError("--grpc-header-forward-pattern does not work with --frontend-workers yet")
     grpc_options = dataclasses.replace(
         options.grpc_options,
         restrictions=options.grpc_restrictions,
@@ -165,6 +173,7 @@ async def _start_frontend_workers(core: InferenceServer, options: ServeOptions) 
             options.http_limits.max_body_size,
             options.http_restrictions,
             options.http_header_cache_bytes,
+            options.http_header_forwarding,
         )
         http_sockets = more_listeners(_bind(options.http, "HTTPService", reuse_port=True), count)
     if options.grpc.enabled:

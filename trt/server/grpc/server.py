@@ -12,6 +12,7 @@ from trt.server.grpc.errors import GrpcBindError
 from trt.server.grpc.h2.connection import H2ServerConnection
 from trt.server.grpc.options import GrpcOptions
 from trt.server.grpc.service import GrpcInferenceService, HealthService
+from trt.server.header_forwarding import HeaderForwarding
 from trt.server.tls import server_context
 
 if TYPE_CHECKING:
@@ -44,9 +45,11 @@ def listen(address: str, port: int, reuse_port: bool) -> socket.socket:
     return sock
 
 
-def service_methods(core: InferenceServer) -> dict[str, Method]:
+def service_methods(
+    core: InferenceServer, header_forwarding: HeaderForwarding | None = None
+) -> dict[str, Method]:
     """Triton's ``GRPCInferenceService`` and ``grpc.health.v1.Health``, by ``:path``."""
-    return GrpcInferenceService(core).methods() | HealthService(core).methods()
+    return GrpcInferenceService(core, header_forwarding).methods() | HealthService(core).methods()
 
 
 class GrpcServer:
@@ -98,13 +101,17 @@ class GrpcServer:
 
 
 async def start_grpc_server(
-    core: InferenceServer, address: str, port: int, options: GrpcOptions | None = None
+    core: InferenceServer,
+    address: str,
+    port: int,
+    options: GrpcOptions | None = None,
+    header_forwarding: HeaderForwarding | None = None,
 ) -> GrpcServer:
     """Build, bind and start the gRPC endpoint; the caller stops it with ``await server.stop(grace)``.
 
     Raises ``GrpcBindError`` (an ``OSError``) when the address cannot be bound, ``ValueError`` when the
     TLS files cannot be loaded.
     """
-    server = GrpcServer(options or GrpcOptions(), service_methods(core), core.tracer)
+    server = GrpcServer(options or GrpcOptions(), service_methods(core, header_forwarding), core.tracer)
     await server.start(address, port)
     return server

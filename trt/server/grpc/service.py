@@ -20,7 +20,8 @@ from trt.server.grpc import codec
 from trt.server.grpc.app import Method, Reply, unary
 from trt.server.grpc.call import GrpcCall
 from trt.server.grpc.restrictions import CATEGORY_OF_RPC
-from trt.server.grpc.stream_infer import StreamInfer
+from trt.server.grpc.stream_infer import StreamInfer, forward_metadata
+from trt.server.header_forwarding import HeaderForwarding
 
 GRPC_TRACE_POINTS = TransportPoints(
     "GRPC_WAITREAD_START", "GRPC_WAITREAD_END", "GRPC_SEND_START", "GRPC_SEND_END"
@@ -54,10 +55,11 @@ _UNARY_REQUESTS: dict[str, type[Any]] = {
 class GrpcInferenceService:
     """The KServe v2 / Triton gRPC API over one ``InferenceServer``."""
 
-    def __init__(self, core: InferenceServer) -> None:
+    def __init__(self, core: InferenceServer, header_forwarding: HeaderForwarding | None = None) -> None:
         self.core = core
         self.log_settings = core.log_settings
-        self.stream_infer = StreamInfer(core)
+        self.header_forwarding = header_forwarding
+        self.stream_infer = StreamInfer(core, header_forwarding)
 
     def methods(self) -> dict[str, Method]:
         """Every method of the service, by ``:path``."""
@@ -123,7 +125,10 @@ class GrpcInferenceService:
         core = self.core
         if core.tracer.active:
             return await self._traced_infer(data, call)
-        response = await core.infer(codec.decode_infer_message(data))
+        inference = codec.decode_infer_message(data)
+        if self.header_forwarding is not None:
+            forward_metadata(self.header_forwarding, call, inference)
+        response = await core.infer(inference)
         parts = codec.encode_infer_parts(response)
         if len(parts) == 1:
             return parts[0]
@@ -134,6 +139,8 @@ class GrpcInferenceService:
         tracer = self.core.tracer
         decoding = time.perf_counter_ns()
         inference = codec.decode_infer_message(data)
+        if self.header_forwarding is not None:
+            forward_metadata(self.header_forwarding, call, inference)
         trace = tracer.start(inference.model_name, inference.model_version, inference.id)
         if trace is None:
             return codec.encode_infer_response(await self.core.infer(inference))

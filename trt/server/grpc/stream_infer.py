@@ -14,16 +14,19 @@ import logging
 
 from trt.protos import grpc_service_pb2 as pb
 from trt.server.core.server import InferenceServer
+from trt.server.core.types import InferenceRequest
 from trt.server.grpc import codec
 from trt.server.grpc.call import GrpcCall
 from trt.server.grpc.errors import status_of
+from trt.server.header_forwarding import HeaderForwarding
 
 logger = logging.getLogger("trt.grpc")
 
 
 class StreamInfer:
-    def __init__(self, core: InferenceServer) -> None:
+    def __init__(self, core: InferenceServer, header_forwarding: HeaderForwarding | None = None) -> None:
         self.core = core
+        self.header_forwarding = header_forwarding
 
     async def run(self, call: GrpcCall) -> None:
         loop = asyncio.get_running_loop()
@@ -47,6 +50,8 @@ class StreamInfer:
         try:
             request, raw = codec.parse_infer_message(message)
             inference = codec.decode_infer_request(request, raw)
+            if self.header_forwarding is not None:
+                forward_metadata(self.header_forwarding, call, inference)
             empty_final = bool(inference.parameters.pop("triton_enable_empty_final_response", False))
             async for item in self.core.infer_stream(inference):
                 if item.response is None and item.error is None:
@@ -73,6 +78,12 @@ class StreamInfer:
     async def _send(call: GrpcCall, reply: pb.ModelStreamInferResponse) -> None:
         await call.writable()
         call.send_message(reply.SerializeToString())
+
+
+def forward_metadata(forwarding: HeaderForwarding, call: GrpcCall, inference: InferenceRequest) -> None:
+    """The call's metadata that ``forwarding`` finds, added to the request's parameters."""
+    fields = call.head.fields if call.head is not None else ()
+    inference.parameters = forwarding.parameters(fields, inference.parameters)
 
 
 def _reply(

@@ -23,6 +23,7 @@ from trt.server.core.extensions.tracing import TransportPoints
 from trt.server.core.models.config import config_to_json
 from trt.server.core.server import InferenceServer
 from trt.server.core.types import InferenceRequest, InferenceResponse, StreamItem
+from trt.server.header_forwarding import HeaderForwarding
 from trt.server.http import codec, compression, generate
 from trt.server.http.header_numbers import inference_header_length
 from trt.server.http.messages import HttpRequest, HttpResponse, close_stream
@@ -69,10 +70,12 @@ class HttpApp:
         max_input_size: int = 64 * 1024 * 1024,
         restrictions: Restrictions | None = None,
         header_cache_bytes: int = codec.DEFAULT_HEADER_CACHE_BYTES,
+        header_forwarding: HeaderForwarding | None = None,
     ) -> None:
         self.core = core
         self.max_input_size = max_input_size
         self.restrictions = restrictions or Restrictions()
+        self.header_forwarding = header_forwarding  # --http-header-forward-pattern
         self._decoder = codec.RequestDecoder(header_cache_bytes)
 
     @staticmethod
@@ -136,6 +139,10 @@ class HttpApp:
             http_request.body if body is None else body,
             route.header_length,
         )
+        if self.header_forwarding is not None:
+            request.parameters = self.header_forwarding.parameters(
+                http_request.headers.items(), request.parameters
+            )
         timestamps = (http_request.started_ns, http_request.received_ns)
         return self._run(request, route, binary_choice, default_binary, timestamps)
 
@@ -165,9 +172,9 @@ class HttpApp:
 
     @property
     def answers_split(self) -> bool:
-        """Whether ``answer_split`` may serve: not where inference is restricted, since a request sent
-        apart comes without the headers a restriction checks."""
-        return self.restrictions.by_category.get("inference") is None
+        """Whether ``answer_split`` may serve: not where inference is restricted or headers are
+        forwarded, since a request sent apart comes without its headers."""
+        return self.restrictions.by_category.get("inference") is None and self.header_forwarding is None
 
     def infer_route(
         self, model_name: str, model_version: str, header_length: int, accept_encoding: str

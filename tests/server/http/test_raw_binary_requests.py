@@ -78,23 +78,26 @@ def _post_raw(server: ServerProcess, model: str, body: bytes) -> tuple[int, dict
     return response.status, json.loads(payload[: int(header_length)]), payload[int(header_length) :]
 
 
-def test_a_batching_models_variable_dimension_comes_from_the_byte_count(raw_server: ServerProcess) -> None:
-    values = np.array([1.5, -2.0, 3.25], dtype="<f4")
-    status, header, binary = _post_raw(raw_server, "raw_rows", values.tobytes())
+def _echoed(server: ServerProcess, model: str, values: np.ndarray) -> dict:
+    """Send ``values`` raw to an identity model; the description of its one output, whose bytes must
+    be the values sent."""
+    status, header, binary = _post_raw(server, model, values.tobytes())
     assert status == 200, header
+    (output,) = header["outputs"]
+    np.testing.assert_array_equal(np.frombuffer(binary, values.dtype), values)
+    return output
+
+
+def test_a_batching_models_variable_dimension_comes_from_the_byte_count(raw_server: ServerProcess) -> None:
     # A batch of one; every output binary, as Triton answers a raw request.
-    assert header["outputs"] == [
-        {"name": "OUT", "datatype": "FP32", "shape": [1, 3], "parameters": {"binary_data_size": 12}}
-    ]
-    np.testing.assert_array_equal(np.frombuffer(binary, "<f4"), values)
+    assert _echoed(raw_server, "raw_rows", np.array([1.5, -2.0, 3.25], dtype="<f4")) == {
+        "name": "OUT", "datatype": "FP32", "shape": [1, 3], "parameters": {"binary_data_size": 12}
+    }  # fmt: skip
 
 
 def test_a_fixed_shape_takes_its_bytes_and_no_other_count(raw_server: ServerProcess) -> None:
     values = np.arange(4, dtype="<f4")
-    status, header, binary = _post_raw(raw_server, "raw_square", values.tobytes())
-    assert status == 200, header
-    assert header["outputs"][0]["shape"] == [2, 2]
-    np.testing.assert_array_equal(np.frombuffer(binary, "<f4"), values)
+    assert _echoed(raw_server, "raw_square", values)["shape"] == [2, 2]
     status, error, _ = _post_raw(raw_server, "raw_square", values[:3].tobytes())
     assert status == 400
     assert error == {
@@ -103,11 +106,7 @@ def test_a_fixed_shape_takes_its_bytes_and_no_other_count(raw_server: ServerProc
 
 
 def test_the_variable_dimension_may_sit_after_fixed_ones(raw_server: ServerProcess) -> None:
-    values = np.arange(6, dtype="<i8")
-    status, header, binary = _post_raw(raw_server, "raw_any_rows", values.tobytes())
-    assert status == 200, header
-    assert header["outputs"][0]["shape"] == [3, 2]
-    np.testing.assert_array_equal(np.frombuffer(binary, "<i8"), values)
+    assert _echoed(raw_server, "raw_any_rows", np.arange(6, dtype="<i8"))["shape"] == [3, 2]
     # 7 elements do not make rows of 3: the shape is rounded down, and the bytes do not fill it
     status, error, _ = _post_raw(raw_server, "raw_any_rows", np.arange(7, dtype="<i8").tobytes())
     assert (status, error["error"]) == (

@@ -142,7 +142,7 @@ def _frame(sequence: int) -> bytes:
 
     tensors = np.arange(16, dtype=np.int32).tobytes()
     payload = b"\n\x06simple" + (b"\x22\x1a\n\x06INPUT0\x12\x05INT32\x1a\x02\x01\x10" + tensors) * 2
-    return codec.encode(m.GrpcUnary(sequence, "/inference.GRPCInferenceService/ModelInfer", payload))
+    return codec.encode(m.GrpcUnary(sequence, "/inference.GRPCInferenceService/ModelInfer", payload, []))
 
 
 def _socket_core_side(sock: object, count: int, report: Connection) -> None:

@@ -123,20 +123,18 @@ def test_parse_matches_without_case_unless_told_otherwise() -> None:
             HeaderForwarding.parse(".").parameters([(name, "1")], {})
 
 
-def test_http_headers_are_forwarded_through_front_end_workers(tmp_path: Path) -> None:
-    """A worker sends such requests whole (with their headers), not split by layout; gRPC metadata
-    does not cross to the core, so its pattern refuses to start beside workers."""
+def test_headers_are_forwarded_through_front_end_workers(tmp_path: Path) -> None:
+    """A worker sends HTTP requests whole (with their headers), not split by layout, and each gRPC
+    call's metadata with it."""
     write_python_model(tmp_path / "repo", "echo", PARAMETERS_ECHO, PARAMETERS_ECHO_CONFIG)
-    server = ServerProcess([tmp_path / "repo"], ["--frontend-workers=1", "--http-header-forward-pattern=^x-"])
+    flags = ["--frontend-workers=1", "--http-header-forward-pattern=^x-", "--grpc-header-forward-pattern=^x-"]
+    server = ServerProcess([tmp_path / "repo"], flags)
     server.start(tmp_path)
     try:
         for _ in range(2):  # the second, of a JSON header seen before, would go apart with layouts on
             assert _http_parameters(server, {"X-Tenant": "acme"}) == {"x-tenant": "acme"}
+        for stream in (False, True):
+            forwarded = _grpc_parameters(server, {"x-tenant": "acme", "other": "no"}, stream)
+            assert forwarded == {"x-tenant": "acme"}
     finally:
         server.stop()
-    refused = ServerProcess(
-        [tmp_path / "repo"], ["--frontend-workers=1", "--grpc-header-forward-pattern=^x-"]
-    )
-    refused.start(tmp_path, wait=False)
-    assert refused.process is not None and refused.process.wait(60) == 1
-    assert "--grpc-header-forward-pattern does not work with --frontend-workers yet" in refused.log()

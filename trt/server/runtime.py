@@ -157,9 +157,6 @@ async def _start_frontend_workers(core: InferenceServer, options: ServeOptions) 
     from trt.server.grpc.server import listen, service_methods
 
     count = options.frontend_workers
-    if options.grpc.enabled and options.grpc_header_forwarding is not None:
-        # A worker hands the core a call's messages, not its metadata.
-        raise RuntimeError("--grpc-header-forward-pattern does not work with --frontend-workers yet")
     grpc_options = dataclasses.replace(
         options.grpc_options,
         restrictions=options.grpc_restrictions,
@@ -178,12 +175,13 @@ async def _start_frontend_workers(core: InferenceServer, options: ServeOptions) 
         http_sockets = more_listeners(_bind(options.http, "HTTPService", reuse_port=True), count)
     if options.grpc.enabled:
         grpc_sockets = more_listeners(listen(options.grpc.address, options.grpc.port, True), count)
-    methods = service_methods(core)
+    methods = service_methods(core, options.grpc_header_forwarding)
     config = WorkerConfig(
         index=0, channel_fd=-1, http_fd=-1, grpc_fd=-1, http_limits=options.http_limits,
         http_tls=options.http_tls, queued_bytes=core.queued_bytes.limit // count, grpc_options=grpc_options,
         grpc_methods=method_entries(methods), log_level=logging.getLogger().getEffectiveLevel(),
         infer_layouts=http_app is not None and http_app.answers_split,
+        forward_metadata=options.grpc_header_forwarding is not None,
     )  # fmt: skip
     workers = FrontendWorkers(config, http_app, methods, http_sockets, grpc_sockets, count)
     try:

@@ -37,6 +37,8 @@ class WorkerConfig:
     # Binary inference requests go to the core apart, by layout (``layouts``), where the core's
     # HttpApp takes them (``HttpApp.answers_split``).
     infer_layouts: bool = True
+    # Each gRPC call's metadata goes to the core with it, which forwards some to models.
+    forward_metadata: bool = False
 
 
 def request_frame_limit(http_limits: HttpLimits, grpc: GrpcOptions) -> int:

@@ -207,20 +207,28 @@ class MethodEntry:
     streaming: bool
 
 
-def forwarding_methods(link: CoreLink, entries: list[MethodEntry]) -> dict[str, Method]:
-    """The core's gRPC method table, each method forwarding its call to the core."""
+def forwarding_methods(
+    link: CoreLink, entries: list[MethodEntry], forward_metadata: bool = False
+) -> dict[str, Method]:
+    """The core's gRPC method table, each method forwarding its call to the core (with its metadata
+    where ``forward_metadata``)."""
     table = {}
     for entry in entries:
         if entry.streaming:
+            streamed = _stream_forwarder(link, entry.path, forward_metadata)
             table[entry.path] = Method(
-                entry.name, entry.category, stream_handler=_stream_forwarder(link, entry.path),
-                compressed=entry.compressed,
-            )  # fmt: skip
+                entry.name, entry.category, stream_handler=streamed, compressed=entry.compressed
+            )
         else:
             table[entry.path] = Method(
-                entry.name, entry.category, _unary_forwarder(link, entry.path), compressed=entry.compressed
-            )
+                entry.name, entry.category, _unary_forwarder(link, entry.path, forward_metadata),
+                compressed=entry.compressed,
+            )  # fmt: skip
     return table
+
+
+def _metadata(call: GrpcCall, forward_metadata: bool) -> list[tuple[str, str]]:
+    return list(call.metadata) if forward_metadata else []
 
 
 def _ended(item: m.Message) -> None:
@@ -231,11 +239,13 @@ def _ended(item: m.Message) -> None:
         raise GrpcError(StatusCode(item.code), item.message)
 
 
-def _unary_forwarder(link: CoreLink, path: str) -> Callable[[bytes | memoryview, GrpcCall], Awaitable[Reply]]:
+def _unary_forwarder(
+    link: CoreLink, path: str, forward_metadata: bool
+) -> Callable[[bytes | memoryview, GrpcCall], Awaitable[Reply]]:
     async def forward(data: bytes | memoryview, call: GrpcCall) -> Reply:
         number, pending = link.open()
         try:
-            await link.send(m.GrpcUnary(number, path, bytes(data)))
+            await link.send(m.GrpcUnary(number, path, bytes(data), _metadata(call, forward_metadata)))
             item = await pending.next()
             if isinstance(item, m.GrpcReply):
                 return item.data
@@ -252,13 +262,15 @@ def _unary_forwarder(link: CoreLink, path: str) -> Callable[[bytes | memoryview,
     return forward
 
 
-def _stream_forwarder(link: CoreLink, path: str) -> Callable[[GrpcCall], Awaitable[None]]:
+def _stream_forwarder(
+    link: CoreLink, path: str, forward_metadata: bool
+) -> Callable[[GrpcCall], Awaitable[None]]:
     async def forward(call: GrpcCall) -> None:
         number, pending = link.open()
         loop = asyncio.get_running_loop()
         pump: asyncio.Task[None] | None = None
         try:
-            await link.send(m.GrpcOpen(number, path))
+            await link.send(m.GrpcOpen(number, path, _metadata(call, forward_metadata)))
             pump = loop.create_task(_pump_requests(link, number, call))
             while True:
                 item = await pending.next()

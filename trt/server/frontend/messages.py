@@ -40,6 +40,9 @@ class GrpcUnary:
     call: int
     path: str
     data: bytes
+    # The call's metadata, where the core forwards some to models (--grpc-header-forward-pattern);
+    # otherwise empty.
+    metadata: list[tuple[str, str]]
 
 
 @dataclass(slots=True)
@@ -48,6 +51,7 @@ class GrpcOpen:
 
     call: int
     path: str
+    metadata: list[tuple[str, str]]  # as GrpcUnary's
 
 
 @dataclass(slots=True)

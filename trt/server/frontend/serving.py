@@ -53,9 +53,10 @@ class _Window:
 class RemoteCall:
     """What gRPC handlers use of a ``GrpcCall``, for a call whose stream lives in a worker."""
 
-    def __init__(self, session: WorkerSession, number: int) -> None:
+    def __init__(self, session: WorkerSession, number: int, metadata: list[tuple[str, str]]) -> None:
         self.session = session
         self.number = number
+        self.metadata = metadata  # what the worker sent of the call's (see GrpcUnary)
         self.opened_ns = 0  # tracing measures from decoding: the worker's read time is not here
         self.reply: bytes | None = None
         self.window = _Window()
@@ -151,7 +152,7 @@ class WorkerSession:
             if (call := self._calls.get(message.call)) is not None:
                 call.push(message.data)
         elif isinstance(message, m.GrpcOpen):
-            self._calls[message.call] = RemoteCall(self, message.call)
+            self._calls[message.call] = RemoteCall(self, message.call, message.metadata)
             self._start(message.call, self._stream(message))
         elif isinstance(message, m.GrpcHalfClose):
             if (call := self._calls.get(message.call)) is not None:
@@ -254,7 +255,7 @@ class WorkerSession:
                 m.GrpcFinish(message.call, StatusCode.UNIMPLEMENTED, f"Method not found: {message.path}")
             )
             return
-        call = RemoteCall(self, message.call)
+        call = RemoteCall(self, message.call, message.metadata)
         try:
             # RemoteCall has every part of GrpcCall the handlers use (respond, respond_parts, opened_ns)
             reply = await method.handler(message.data, cast(GrpcCall, call))

@@ -75,7 +75,8 @@ async def run(config: WorkerConfig, parent: int) -> int:
         await http_server.start(socket.socket(fileno=config.http_fd))
         servers.append(http_server)
     if config.grpc_fd >= 0:
-        grpc_server = GrpcServer(config.grpc_options, forwarding_methods(link, config.grpc_methods), None)
+        methods = forwarding_methods(link, config.grpc_methods, config.forward_metadata)
+        grpc_server = GrpcServer(config.grpc_options, methods, None)
         await grpc_server.start_on(socket.socket(fileno=config.grpc_fd))
     link.send_now(m.Ready(os.getpid()))
     await stop.wait()

@@ -178,6 +178,11 @@ class GrpcCall(H2Stream):
 
     # -- the request --------------------------------------------------------------------------------
 
+    @property
+    def metadata(self) -> tuple[tuple[str, str], ...]:
+        """The call's metadata: its head's regular fields, names in lower case."""
+        return self.head.fields if self.head is not None else ()
+
     def on_open(self, head: RequestHead, end_stream: bool) -> None:
         app = self.app
         self.head = head

@@ -82,8 +82,7 @@ class StreamInfer:
 
 def forward_metadata(forwarding: HeaderForwarding, call: GrpcCall, inference: InferenceRequest) -> None:
     """The call's metadata that ``forwarding`` finds, added to the request's parameters."""
-    fields = call.head.fields if call.head is not None else ()
-    inference.parameters = forwarding.parameters(fields, inference.parameters)
+    inference.parameters = forwarding.parameters(call.metadata, inference.parameters)
 
 
 def _reply(

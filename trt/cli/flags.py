@@ -5,6 +5,7 @@ into the core's options. A parser's ValueError is the usage error the command pr
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import typer
 
@@ -88,6 +89,13 @@ def parse_cache_config(values: list[str]) -> int | None:
     return size
 
 
+def parse_model_config_name(name: str) -> str:
+    """``--model-config-name``: a file name, without spaces (Triton's rule) or a way out of ``configs/``."""
+    if any(c.isspace() for c in name) or "/" in name or "\\" in name or name in (".", ".."):
+        raise ValueError(f"--model-config-name takes a name without spaces or slashes, got {name!r}")
+    return name
+
+
 def parse_rate_limit_resources(values: Sequence[str]) -> dict[str, int]:
     """``NAME:COUNT[:DEVICE]`` -> counts by name (the device part applies to GPUs; none here)."""
     counts: dict[str, int] = {}
@@ -104,27 +112,63 @@ def parse_rate_limit_resources(values: Sequence[str]) -> dict[str, int]:
 IGNORED_TRITON_FLAGS = {
     "--pinned-memory-pool-byte-size": "tensors stay in pageable memory",
     "--cuda-memory-pool-byte-size": "CUDA memory is the backends' own (ONNX Runtime, PyTorch, TensorRT)",
+    "--cuda-virtual-address-size": "implicit states are held in host memory",
     "--min-supported-compute-capability": "every GPU the backends can use is used",
+    "--enable-peer-access": "GPU peer access is the backends' own",
+    "--model-load-gpu-limit": "loads are not refused by GPU memory use",
+    "--host-policy": "instances are not bound to NUMA nodes or cores",
     "--backend-directory": "backends are Python modules of trt",
     "--repoagent-directory": "repository agents are not supported",
+    "--cache-directory": "the local response cache is built in (--cache-config)",
+    "--model-namespacing": "models are not namespaced: one name serves one model",
     "--buffer-manager-thread-count": "no buffer manager threads",
     "--http-thread-count": "HTTP runs on the event loop",
     "--grpc-infer-thread-count": "gRPC runs on the event loop",
     "--grpc-infer-allocation-pool-size": "a call's state is a few Python objects, made per call",
     "--metrics-interval-ms": "metrics are read when Prometheus scrapes",
+    "--metrics-config": "the metrics are Triton's counters, with no summaries or histograms to choose",
     "--allow-client-shm": "shared memory registration is always allowed",
 }
 
+# tritonserver's deprecated flags (it still takes them, with a warning), each as the flag that replaced
+# it: (that flag, its value with ``{}`` for the old flag's). The old ones come first, so that the new
+# flag, where both are given, decides (Triton's "Overriding deprecated ..."); trace levels add up.
+DEPRECATED_TRITON_FLAGS = {
+    "--trace-file": ("--trace-config", "triton,file={}"),
+    "--trace-level": ("--trace-config", "level={}"),
+    "--trace-rate": ("--trace-config", "rate={}"),
+    "--trace-count": ("--trace-config", "count={}"),
+    "--trace-log-frequency": ("--trace-config", "triton,log-frequency={}"),
+    "--response-cache-byte-size": ("--cache-config", "local,size={}"),
+}
 
-def ignored_triton_flags(args: list[str]) -> list[tuple[str, str]]:
-    """The tritonserver flags among ``args`` that trt takes without effect; any other is an error."""
-    ignored, index = [], 0
+
+@dataclass(frozen=True)
+class TritonOnlyFlags:
+    """What ``triton_only_flags`` made of the flags trt serve has no option for."""
+
+    ignored: list[tuple[str, str]]  # (flag, why it has no effect)
+    replaced: list[tuple[str, str, str]]  # (deprecated flag, the flag it became, that flag's value)
+
+    def values_of(self, flag: str) -> list[str]:
+        return [value for _, target, value in self.replaced if target == flag]
+
+
+def triton_only_flags(args: list[str]) -> TritonOnlyFlags:
+    """The tritonserver flags among ``args`` that trt takes without effect or as the flags that
+    replaced them; any other is an error."""
+    ignored, replaced, index = [], [], 0
     while index < len(args):
-        flag = args[index].split("=", 1)[0]
-        if flag not in IGNORED_TRITON_FLAGS:
+        flag, equals, value = args[index].partition("=")
+        if flag not in IGNORED_TRITON_FLAGS and flag not in DEPRECATED_TRITON_FLAGS:
             raise typer.BadParameter(f"no such option: {args[index]}")
-        if "=" not in args[index] and index + 1 < len(args) and not args[index + 1].startswith("--"):
+        if not equals and index + 1 < len(args) and not args[index + 1].startswith("--"):
             index += 1  # its value came as the next argument
-        ignored.append((flag, IGNORED_TRITON_FLAGS[flag]))
+            value = args[index]
+        if flag in IGNORED_TRITON_FLAGS:
+            ignored.append((flag, IGNORED_TRITON_FLAGS[flag]))
+        else:
+            target, form = DEPRECATED_TRITON_FLAGS[flag]
+            replaced.append((flag, target, form.format(value)))
         index += 1
-    return ignored
+    return TritonOnlyFlags(ignored, replaced)

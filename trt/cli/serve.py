@@ -17,12 +17,13 @@ from rich.markup import escape
 from rich.table import Table
 
 from trt.cli.flags import (
-    ignored_triton_flags,
     parse_backend_config,
     parse_bool,
     parse_cache_config,
+    parse_model_config_name,
     parse_rate_limit_resources,
     parse_trace_config,
+    triton_only_flags,
 )
 from trt.cli.grpc_flags import GrpcFlags
 from trt.cli.hosted_flags import ListeningService, check_port_collisions, resolve_hosted_flags
@@ -71,6 +72,7 @@ def serve_command(
     strict_readiness: str = typer.Option("true", "--strict-readiness", metavar="BOOL"),
     exit_on_error: str = typer.Option("true", "--exit-on-error", metavar="BOOL"),
     disable_auto_complete_config: bool = typer.Option(False, "--disable-auto-complete-config"),
+    model_config_name: str = typer.Option("", "--model-config-name", help="configs/NAME.pbtxt if present."),
     strict_model_config: str = typer.Option(
         "", "--strict-model-config", metavar="BOOL", help="Deprecated: true = --disable-auto-complete-config."
     ),
@@ -134,6 +136,7 @@ def serve_command(
     grpc_max_connection_age_grace: int = typer.Option(0, "--grpc-max-connection-age-grace", metavar="MS"),
     grpc_response_pool: int = typer.Option(2**31 - 1, "--grpc-max-response-pool-size"),
     reuse_grpc_port: str = typer.Option("false", "--reuse-grpc-port", metavar="BOOL"),
+    reuse_http_port: str = typer.Option("false", "--reuse-http-port", metavar="BOOL"),
     server_id: str = typer.Option("triton", "--id", help="Server name in server metadata."),
     log_verbose: int = typer.Option(0, "--log-verbose"),
     log_info: str = typer.Option("true", "--log-info", metavar="BOOL"),
@@ -224,7 +227,7 @@ def serve_command(
     ),
 ) -> None:
     """Serve a Triton model repository over HTTP (8000), gRPC (8001) and metrics (8002)."""
-    ignored = ignored_triton_flags(context.args)
+    triton_only = triton_only_flags(context.args)
     if log_format not in LOG_FORMATS:
         raise typer.BadParameter(f"--log-format takes default or ISO8601, got '{log_format}'")
     log = LogOptions(
@@ -236,8 +239,12 @@ def serve_command(
         log_format=log_format,
     )
     _configure_logging(log)
-    for flag, why in ignored:
+    for flag, why in triton_only.ignored:
         logging.getLogger("trt.serve").warning("%s has no effect in trt serve: %s", flag, why)
+    for flag, target, value in triton_only.replaced:
+        logging.getLogger("trt.serve").warning(
+            "%s is deprecated in tritonserver: taken as %s=%s", flag, target, value
+        )
     backend_settings = parse_backend_config(backend_config or [])
     auto_complete = not disable_auto_complete_config
     if strict_model_config:
@@ -257,6 +264,7 @@ def serve_command(
         strict_readiness=parse_bool(strict_readiness, "--strict-readiness"),
         exit_on_error=parse_bool(exit_on_error, "--exit-on-error"),
         auto_complete_config=auto_complete,
+        model_config_name=_parsed(parse_model_config_name, model_config_name),
         default_max_batch_size=int(default_batch),
         model_load_thread_count=model_load_thread_count,
         model_load_retry_count=model_load_retry_count,
@@ -266,11 +274,13 @@ def serve_command(
         ),
         server_id=server_id,
         backend_config=backend_settings,
-        response_cache_bytes=_parsed(parse_cache_config, cache_config or []),
+        response_cache_bytes=_parsed(
+            parse_cache_config, triton_only.values_of("--cache-config") + (cache_config or [])
+        ),
         rate_limit=_rate_limit_on(rate_limit),
         rate_limit_resources=_parsed(parse_rate_limit_resources, rate_limit_resource or []),
         log=log,
-        trace=_parsed(parse_trace_config, trace_config or []),
+        trace=_parsed(parse_trace_config, triton_only.values_of("--trace-config") + (trace_config or [])),
         max_queued_bytes=max_queued_bytes,
         max_bytes_elements=max_bytes_elements,
     )
@@ -281,7 +291,10 @@ def serve_command(
     options = ServeOptions(
         core=core,
         http=Endpoint(
-            hosted.http_on_by_default and parse_bool(allow_http, "--allow-http"), http_address, http_port
+            hosted.http_on_by_default and parse_bool(allow_http, "--allow-http"),
+            http_address,
+            http_port,
+            parse_bool(reuse_http_port, "--reuse-http-port"),
         ),
         grpc=Endpoint(
             hosted.grpc_on_by_default and parse_bool(allow_grpc, "--allow-grpc"), grpc_address, grpc_port

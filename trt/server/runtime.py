@@ -40,6 +40,7 @@ class Endpoint:
     enabled: bool
     address: str
     port: int
+    reuse_port: bool = False  # SO_REUSEPORT (--reuse-http-port): other servers may listen on the port too
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,7 @@ def _bind(endpoint: Endpoint, what: str, reuse_port: bool = False) -> socket.soc
     family = socket.AF_INET6 if ":" in endpoint.address else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    if reuse_port:  # front-end workers: one socket each on the port
+    if reuse_port or endpoint.reuse_port:  # front-end workers: one socket each on the port
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     try:
         sock.bind((endpoint.address, endpoint.port))

@@ -28,6 +28,8 @@ class CoreOptions:
     strict_readiness: bool = True
     exit_on_error: bool = True
     auto_complete_config: bool = True
+    # --model-config-name: each model's configs/<name>.pbtxt where it has one, else its config.pbtxt
+    model_config_name: str = ""
     default_max_batch_size: int = 4
     model_load_thread_count: int = 4
     model_load_retry_count: int = 0  # a version that fails to load is tried this many times more

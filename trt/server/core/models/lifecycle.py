@@ -247,7 +247,7 @@ class ModelManager:
         if location is None:
             return set()
         try:
-            config = read_model_config(name, location.path)
+            config = read_model_config(name, location.path, config_name=self.options.model_config_name)
         except ServerError:
             return set()
         return {step.model_name for step in config.ensemble_scheduling.step} - {name}

@@ -57,12 +57,25 @@ class LoadResult:
     failed: dict[int, str] = field(default_factory=dict)
 
 
-def read_model_config(name: str, model_dir: Path, override: Config | None = None) -> Config:
+def model_config_path(model_dir: Path, config_name: str = "") -> Path:
+    """The config file of the model in ``model_dir``: ``configs/<config_name>.pbtxt`` where
+    ``--model-config-name`` names one it has, else ``config.pbtxt`` (Triton's choice)."""
+    if config_name:
+        custom = model_dir / "configs" / f"{config_name}.pbtxt"
+        if custom.is_file():
+            return custom
+    return model_dir / "config.pbtxt"
+
+
+def read_model_config(
+    name: str, model_dir: Path, override: Config | None = None, config_name: str = ""
+) -> Config:
+    config_file = model_config_path(model_dir, config_name)
     if override is not None:
         config = Config()
         config.CopyFrom(override)
-    elif (model_dir / "config.pbtxt").is_file():
-        config = read_config_file(model_dir / "config.pbtxt")
+    elif config_file.is_file():
+        config = read_config_file(config_file)
     else:
         config = Config()
     if config.name and config.name != name:
@@ -109,7 +122,7 @@ def effective_config(
 ) -> tuple[Config, list[int], dict[int, Path]]:
     """The config after auto-complete and defaults, not yet checked against the rules (``trt repo
     validate`` reports every broken rule rather than the first)."""
-    config = read_model_config(name, model_dir, override)
+    config = read_model_config(name, model_dir, override, options.model_config_name)
     available = version_folders(model_dir)
     if not available:
         raise ModelLoadError(f"model '{name}' has no version folder; put the model file in '{model_dir}/1/'")

@@ -25,6 +25,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from trt.cli.console import make_console
+from trt.cli.flags import parse_model_config_name
 from trt.server.core.errors import ServerError
 from trt.server.core.models.config import config_to_dict, config_to_text
 from trt.server.core.models.object_store import is_remote
@@ -238,10 +239,17 @@ def validate_command(
     model: str = typer.Option(None, "--model", "-m", help="Check only this model."),
     load: bool = typer.Option(False, "--load", help="Also load each model and run one inference."),
     warnings_as_errors: bool = typer.Option(False, "--warnings-as-errors", help="Fail on warnings too."),
+    model_config_name: str = typer.Option(
+        "", "--model-config-name", help="Check configs/NAME.pbtxt where a model has it (as trt serve would)."
+    ),
     json_output: bool = typer.Option(False, "--json"),
 ) -> None:
     """Check every model against Triton's rules and its own files; name the file and line of each fault."""
     locations = [_location(r) for r in repositories or [DEFAULT_REPOSITORY]]
+    try:
+        config_name = parse_model_config_name(model_config_name)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
     # Loading models logs through the server's loggers; the report says the same, once.
     logging.getLogger("trt").setLevel(logging.CRITICAL)
     err = make_console(stderr=True)
@@ -259,7 +267,7 @@ def validate_command(
         def on_model(name: str) -> None:
             progress.update(task, description=name, advance=1)
 
-        report = validate_repository(locations, model, load, on_model=on_model)
+        report = validate_repository(locations, model, load, on_model=on_model, model_config_name=config_name)
     failed = report.errors > 0 or (warnings_as_errors and report.warnings > 0)
     if json_output:
         _print_json({**report.as_dict(), "ok": not failed})

@@ -98,6 +98,20 @@ def test_a_config_that_does_not_parse_is_named_once_at_its_line_and_column(tmp_p
     assert finding.message == "'max_batch_size: oops': Couldn't parse integer: oops"
 
 
+def test_model_config_name_checks_the_config_trt_serve_would_read(tmp_path: Path) -> None:
+    write_simple(tmp_path, config='name: "simple"\n' + ADD_SUB)
+    (tmp_path / "simple" / "configs").mkdir()
+    named = tmp_path / "simple" / "configs" / "h100.pbtxt"
+    named.write_text(ADD_SUB.replace("max_batch_size: 8", "max_batch_size: oops"))
+    assert run_trt("repo", "validate", str(tmp_path)).returncode == 0  # config.pbtxt is sound
+    result = run_trt("repo", "validate", str(tmp_path), "--model-config-name=h100")
+    assert result.returncode == 1
+    assert f"error {named}:2:17: 'max_batch_size: oops'" in " ".join(result.stdout.split())
+    assert run_trt("repo", "validate", str(tmp_path), "--model-config-name=a100").returncode == 0  # none
+    refused = run_trt("repo", "validate", str(tmp_path), "--model-config-name=../simple")
+    assert refused.returncode == 2 and "--model-config-name takes a name" in refused.stdout + refused.stderr
+
+
 def test_an_undefined_enum_number_is_named_once_at_its_line(tmp_path: Path) -> None:
     write_simple(tmp_path, config=ADD_SUB.replace('"INPUT1" data_type: TYPE_INT32', '"INPUT1" data_type: 32'))
     finding = validate_repository([tmp_path]).models[0].findings[0]

@@ -97,6 +97,7 @@ class CheckedModel:
 
     report: ModelReport
     model_dir: Path  # the local folder (a remote repository's mirror)
+    config_path: Path  # its config file: config.pbtxt, or configs/<--model-config-name>.pbtxt
     config: model_config_pb2.ModelConfig | None = None
     lines: ConfigLines | None = None
 
@@ -111,6 +112,6 @@ def note(
 ) -> None:
     """Record a finding about a model's config found after its own pass (ensembles, --load)."""
     line = model.lines.line_of(field) if field and model.lines is not None else None
-    config_path = model.model_dir / "config.pbtxt"
+    config_path = model.config_path
     file = repository.display(config_path if config_path.is_file() else model.model_dir)
     model.report.findings.append(Finding(severity, model.report.name, file, message, line, check))

@@ -24,7 +24,7 @@ from trt.server.core.backends.registry import ENSEMBLE_PLATFORM, get_backend, mo
 from trt.server.core.errors import ModelConfigError, ModelLoadError, ServerError
 from trt.server.core.models.config import parse_config_text
 from trt.server.core.models.config_rules import config_problems
-from trt.server.core.models.loader import effective_config, read_labels
+from trt.server.core.models.loader import effective_config, model_config_path, read_labels
 from trt.server.core.models.repository import ModelLocation, ModelRepository, version_folders
 from trt.server.core.models.warmup import warmup_samples
 from trt.server.core.options import CoreOptions
@@ -44,7 +44,10 @@ def validate_repository(
     load: bool = False,
     options: CoreOptions | None = None,
     on_model: Callable[[str], None] | None = None,
+    model_config_name: str = "",
 ) -> ValidationReport:
+    """Check the models of ``locations`` (or ``model``), loading each where ``load``; each model's
+    ``configs/<model_config_name>.pbtxt`` where it has one, as ``trt serve --model-config-name``."""
     repository = ModelRepository(locations)
     report = ValidationReport([str(source) for source in repository.sources])
     try:
@@ -55,7 +58,9 @@ def validate_repository(
             Finding(Severity.ERROR, "", repository.describe(), exc.message, check="layout")
         )
         return report
-    options = options or CoreOptions(model_repositories=tuple(repository.roots))
+    options = options or CoreOptions(
+        model_repositories=tuple(repository.roots), model_config_name=model_config_name
+    )
     found = repository.scan()
     if model is not None and model not in found:
         close = difflib.get_close_matches(model, list(found), n=1)
@@ -99,9 +104,9 @@ class ModelCheck:
         self.location = location
         self.repository = repository
         self.options = options
-        self.config_path = location.path / "config.pbtxt"
+        self.config_path = model_config_path(location.path, options.model_config_name)
         self.result = CheckedModel(
-            ModelReport(location.name, repository.display(location.path)), location.path
+            ModelReport(location.name, repository.display(location.path)), location.path, self.config_path
         )
 
     @property

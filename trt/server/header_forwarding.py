@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trt.server.core.errors import InvalidArgument
+from trt.server.core.types import InferenceRequest
 
 # Triton's kReservedParameterKeys, and its ``triton_`` prefix: names a forwarded header may not take
 RESERVED_NAMES = frozenset(
@@ -39,6 +40,10 @@ class HeaderForwarding:
             return cls(re.compile(source, flags))
         except re.error as exc:
             raise ValueError(f"{flag}: {text!r} is not a regular expression ({exc})") from None
+
+    def apply(self, request: InferenceRequest, headers: Iterable[tuple[str, str]]) -> None:
+        """Add the headers the pattern finds to ``request``'s parameters."""
+        request.parameters = self.parameters(headers, request.parameters)
 
     def parameters(self, headers: Iterable[tuple[str, str]], parameters: dict[str, Any]) -> dict[str, Any]:
         """``parameters`` with the headers the pattern finds added (a new dict when there are any:

@@ -20,7 +20,7 @@ from trt.server.grpc import codec
 from trt.server.grpc.app import Method, Reply, unary
 from trt.server.grpc.call import GrpcCall
 from trt.server.grpc.restrictions import CATEGORY_OF_RPC
-from trt.server.grpc.stream_infer import StreamInfer, forward_metadata
+from trt.server.grpc.stream_infer import StreamInfer
 from trt.server.header_forwarding import HeaderForwarding
 
 GRPC_TRACE_POINTS = TransportPoints(
@@ -127,7 +127,7 @@ class GrpcInferenceService:
             return await self._traced_infer(data, call)
         inference = codec.decode_infer_message(data)
         if self.header_forwarding is not None:
-            forward_metadata(self.header_forwarding, call, inference)
+            self.header_forwarding.apply(inference, call.metadata)
         response = await core.infer(inference)
         parts = codec.encode_infer_parts(response)
         if len(parts) == 1:
@@ -140,7 +140,7 @@ class GrpcInferenceService:
         decoding = time.perf_counter_ns()
         inference = codec.decode_infer_message(data)
         if self.header_forwarding is not None:
-            forward_metadata(self.header_forwarding, call, inference)
+            self.header_forwarding.apply(inference, call.metadata)
         trace = tracer.start(inference.model_name, inference.model_version, inference.id)
         if trace is None:
             return codec.encode_infer_response(await self.core.infer(inference))

@@ -14,7 +14,6 @@ import logging
 
 from trt.protos import grpc_service_pb2 as pb
 from trt.server.core.server import InferenceServer
-from trt.server.core.types import InferenceRequest
 from trt.server.grpc import codec
 from trt.server.grpc.call import GrpcCall
 from trt.server.grpc.errors import status_of
@@ -51,7 +50,7 @@ class StreamInfer:
             request, raw = codec.parse_infer_message(message)
             inference = codec.decode_infer_request(request, raw)
             if self.header_forwarding is not None:
-                forward_metadata(self.header_forwarding, call, inference)
+                self.header_forwarding.apply(inference, call.metadata)
             empty_final = bool(inference.parameters.pop("triton_enable_empty_final_response", False))
             async for item in self.core.infer_stream(inference):
                 if item.response is None and item.error is None:
@@ -78,11 +77,6 @@ class StreamInfer:
     async def _send(call: GrpcCall, reply: pb.ModelStreamInferResponse) -> None:
         await call.writable()
         call.send_message(reply.SerializeToString())
-
-
-def forward_metadata(forwarding: HeaderForwarding, call: GrpcCall, inference: InferenceRequest) -> None:
-    """The call's metadata that ``forwarding`` finds, added to the request's parameters."""
-    inference.parameters = forwarding.parameters(call.metadata, inference.parameters)
 
 
 def _reply(

@@ -140,9 +140,7 @@ class HttpApp:
             route.header_length,
         )
         if self.header_forwarding is not None:
-            request.parameters = self.header_forwarding.parameters(
-                http_request.headers.items(), request.parameters
-            )
+            self.header_forwarding.apply(request, http_request.headers.items())
         timestamps = (http_request.started_ns, http_request.received_ns)
         return self._run(request, route, binary_choice, default_binary, timestamps)
 

@@ -6,8 +6,9 @@ validation framework, no copies. Messages name the tensor, what was expected and
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
+
+import numpy as np
 
 from trt.protos import model_config_pb2
 from trt.server.core.datatypes import (
@@ -15,6 +16,7 @@ from trt.server.core.datatypes import (
     config_to_wire,
     element_count,
     element_size,
+    serialize_bytes_tensor,
     tensor_from_bytes,
 )
 from trt.server.core.errors import InvalidInput, request_label
@@ -161,7 +163,7 @@ class ModelSignature:
                 )
             if len(data) > 0xFFFFFFFF:  # Triton's length prefix is 32 bits
                 raise InvalidInput(f"{label}raw input '{spec.name}' of {len(data)} bytes is too large")
-            data = _BYTES_LENGTH.pack(len(data)) + data  # one element: the serialized form has its length
+            data = serialize_bytes_tensor(np.array([data], dtype=np.object_))  # one element, length first
         elif variable:
             per_row = fixed * element_size(spec.datatype)
             dims[variable[0]] = len(data) // per_row if per_row else 0
@@ -217,9 +219,6 @@ class ModelSignature:
                 "batch size followed by the config's dims."
             )
         return InvalidInput(message)
-
-
-_BYTES_LENGTH = struct.Struct("<I")
 
 
 def _dims_text(shape: tuple[int, ...]) -> str:

@@ -124,6 +124,8 @@ def test_invocations_binary_envelope_both_ways(sagemaker: ServerProcess) -> None
         (f"{BINARY_MIME}additional-string{{n}}", "Unable to parse inference header size"),
         (f"{BINARY_MIME}-{{n}}", "inference header size should be in range"),
         (f"{BINARY_MIME}99999", "inference header size should be in range"),
+        # a size of 0 is a raw binary request, which a model of two inputs cannot take
+        (f"{BINARY_MIME}0", "Raw request must only have 1 input (found 1) to be deduced but got 2 inputs"),
     ],
 )
 def test_malformed_binary_header_is_a_400(sagemaker: ServerProcess, content_type: str, message: str) -> None:

@@ -1,6 +1,7 @@
 """The OpenAI-compatible front end's request handler, behind ``trt.server.http.protocol``.
 
 Routes, as Triton's front end serves them: ``GET /v1/models``, ``GET /v1/models/{model}``,
+``POST /v1/models/{model}/load`` and ``/unload`` (explicit model control mode),
 ``POST /v1/completions``, ``POST /v1/chat/completions``, ``GET /health/ready`` and ``GET /metrics``
 (the metrics endpoint's text, when metrics are on). Every error is OpenAI's shape. Restricted
 categories (``--openai-restricted-api``: inference, model-repository, metrics, health) answer 401
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING
 import orjson
 
 from trt.server.core.errors import ServerError
+from trt.server.core.options import ModelControlMode
 from trt.server.core.server import InferenceServer
 from trt.server.http.messages import HttpRequest, HttpResponse
 from trt.server.openai import completions, responses
@@ -98,6 +100,10 @@ class OpenAIApp:
             _allow(method, "GET")
             return HttpResponse(200, responses.model_list(self._model_entries()), completions.JSON_HEADERS)
         if path.startswith(_MODELS_PREFIX) and len(path) > len(_MODELS_PREFIX):
+            name, _, action = path.removeprefix(_MODELS_PREFIX).rpartition("/")
+            if name and action in ("load", "unload"):
+                _allow(method, "POST")
+                return await (self._load(name) if action == "load" else self._unload(name))
             _allow(method, "GET")
             return self._model_entry(path.removeprefix(_MODELS_PREFIX))
         if path == "/health/ready":
@@ -174,6 +180,32 @@ class OpenAIApp:
             entries.append(responses.model_entry(row.name, self._served_for(model).created, owner))
         return entries
 
+    # Triton's front end loads and unloads models by name in explicit mode, and words its refusals as below.
+
+    async def _load(self, name: str) -> HttpResponse:
+        self._require_explicit_mode()
+        if self.core.models.is_loaded(name):
+            raise OpenAIError(400, f"Model '{name}' is already loaded")
+        try:
+            await self.core.load_model(name)
+        except ServerError as exc:
+            raise _management_error(f"Failed to load model '{name}'", exc) from None
+        return self._model_entry(name)
+
+    async def _unload(self, name: str) -> HttpResponse:
+        self._require_explicit_mode()
+        if not self.core.models.is_loaded(name):
+            raise OpenAIError(400, f"Unknown model: {name}")
+        try:
+            await self.core.unload_model(name)
+        except ServerError as exc:
+            raise _management_error(f"Failed to unload model '{name}'", exc) from None
+        return HttpResponse(200, orjson.dumps({"status": "success", "model": name}), completions.JSON_HEADERS)
+
+    def _require_explicit_mode(self) -> None:
+        if self.core.options.model_control_mode != ModelControlMode.EXPLICIT:
+            raise OpenAIError(400, "Model load/unload requires --model-control-mode=explicit")
+
     def _model_entry(self, name: str) -> HttpResponse:
         for entry in self._model_entries():
             if entry["id"] == name:
@@ -192,6 +224,11 @@ def _category(path: str) -> str | None:
     if path == "/health/ready":
         return "health"
     return None
+
+
+def _management_error(what: str, exc: ServerError) -> OpenAIError:
+    """A load or unload the core refused: a client's mistake (400) or the server's (500), as Triton's."""
+    return OpenAIError(400 if exc.http_status < 500 else 500, f"{what}: {exc.message}")
 
 
 def _allow(method: str, allowed: str) -> None:

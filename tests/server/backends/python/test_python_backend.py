@@ -69,6 +69,34 @@ output [ { name: "Y" data_type: TYPE_FP32 dims: [ 2 ] } ]
 """
 
 
+# Answers OUTPUT1 only when the request's "both" parameter says so, as vLLM's backend answers its
+# token counts only when asked.
+PARTIAL_OUTPUTS = """
+import json
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            outputs = [pb_utils.Tensor("OUTPUT0", x + 1)]
+            if json.loads(request.parameters()).get("both"):
+                outputs.append(pb_utils.Tensor("OUTPUT1", x + 2))
+            responses.append(pb_utils.InferenceResponse(outputs))
+        return responses
+"""
+PARTIAL_OUTPUTS_CONFIG = """
+backend: "python"
+input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 2 ] } ]
+output [
+  { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 2 ] },
+  { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 2 ] }
+]
+"""
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     repo = tmp_path_factory.mktemp("python_repo")
@@ -84,6 +112,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         models.AUTO_COMPLETE_CONFIG + models.ADD_SUB_CONFIG.split("\n", 3)[3],
     )
     _write(repo, "imports", IMPORTS, IMPORTS_CONFIG)
+    _write(repo, "partial_outputs", PARTIAL_OUTPUTS, PARTIAL_OUTPUTS_CONFIG)
     version_dir = repo / "imports" / "1"
     (version_dir / "scaling.py").write_text("SCALE = 3.0\n")
     (version_dir / "offsets.py").write_text("OFFSET = 0.5\n")
@@ -130,6 +159,23 @@ def test_bytes_in_and_out_with_parameters_and_correlation_id(server: ServerProce
     assert info["correlation_id"] == 42
     assert info["request_id"] == "r-9"
     assert "strings ready on CPU" in server.log()  # pb_utils.Logger reaches the server log
+
+
+def test_an_output_the_model_leaves_out_is_absent_from_the_response_as_in_triton(
+    server: ServerProcess,
+) -> None:
+    data = np.array([1, 2], dtype=np.int32)
+    for client_module, url in ((httpclient, server.http_url), (grpcclient, server.grpc_url)):
+        client = client_module.InferenceServerClient(url)
+        tensor = client_module.InferInput("INPUT0", [2], "INT32")
+        tensor.set_data_from_numpy(data)
+        result = client.infer("partial_outputs", [tensor])  # every output asked for
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), data + 1)
+        assert result.as_numpy("OUTPUT1") is None
+        asked = [client_module.InferRequestedOutput("OUTPUT1")]
+        assert client.infer("partial_outputs", [tensor], outputs=asked).as_numpy("OUTPUT1") is None
+        result = client.infer("partial_outputs", [tensor], parameters={"both": True})
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), data + 2)
 
 
 def test_an_exception_in_execute_fails_the_request_and_the_model_keeps_serving(server: ServerProcess) -> None:

@@ -120,12 +120,15 @@ class ModelVersion:
             if answer.error is not None:
                 raise answer.error
             results = answer.outputs
+            produced = output_names
             for name in output_names:
                 if name not in results:
-                    missing = [name for name in output_names if name not in results]
-                    raise ServerError(f"model '{self.name}' did not produce output(s) {', '.join(missing)}")
+                    # Left out by the model (a Python model answers with the outputs it chose to
+                    # give, vLLM's token counts only when asked): absent from the response, as in Triton.
+                    produced = tuple(name for name in output_names if name in results)
+                    break
             output_started = time.perf_counter_ns()
-            outputs = self._build_outputs(request, results, output_names)
+            outputs = self._build_outputs(request, results, produced)
             done = time.perf_counter_ns()
             # Executions (and batch sizes) are counted by the scheduler that ran them; this counts
             # the request.

@@ -1,13 +1,14 @@
 """Any request to the OpenAI front end's routes: it is answered, never with an exception or a 500,
-every error is in OpenAI's shape, every success is a whole completion or a whole stream of events
-ended by ``[DONE]``, and once the answer is read (or the client stops reading a stream) nothing the
-request started is left running.
+every error is in OpenAI's shape, every success is a whole completion, a whole stream of events
+ended by ``[DONE]`` or a whole list of embeddings, and once the answer is read (or the client stops
+reading a stream) nothing the request started is left running.
 
-The client is hypothesis: completion and chat bodies drawn from valid ones, with fields set to values
-of every JSON type, at and past their limits, fields no request has, and bytes changed. The server is
-trt's ``OpenAIApp`` in front of a real core serving two Python models with the vLLM backend's contract
-(one takes ``sampling_parameters``, one its settings as request parameters, as the front end sends
-them to a model without that input) and the ONNX ``simple`` model, which takes no text.
+The client is hypothesis: completion, chat and embedding bodies drawn from valid ones, with fields set
+to values of every JSON type, at and past their limits, fields no request has, and bytes changed. The
+server is trt's ``OpenAIApp`` in front of a real core serving two Python models with the vLLM
+backend's contract (one takes ``sampling_parameters``, one its settings as request parameters, as the
+front end sends them to a model without that input), the example ``tiny_embedding`` and the ONNX
+``simple`` model, which takes no text.
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ output [
 ECHO_PARAMETERS_CONFIG = ECHO_CONFIG.replace(
     '  { name: "sampling_parameters" data_type: TYPE_STRING dims: [ 1 ] optional: true },\n', ""
 )
-MODELS = ("echo", "echo_parameters", "simple")
+MODELS = ("echo", "echo_parameters", "simple", "tiny_embedding")
 STATUSES = {200, 400, 404, 405}  # what a request here can deserve; never a 5xx
 
 # -- what the client sends ------------------------------------------------------------------------
@@ -200,16 +201,58 @@ def completion_body(draw: st.DrawFn, chat: bool) -> bytes:
     return body
 
 
+_EMBEDDING_VALUES = {
+    "model": st.sampled_from(["tiny_embedding"] * 6 + ["simple", "echo", "absent", ""]),
+    "input": st.one_of(
+        st.text(max_size=30),
+        st.lists(st.integers(-2, 2**31 + 1), max_size=6),
+        st.lists(st.text(max_size=10), max_size=4),
+        st.lists(st.lists(st.integers(-1, 2**31), max_size=4), max_size=3),
+    ),
+    "dimensions": st.integers(-1, 70),
+    "encoding_format": st.sampled_from(["float", "base64", "hex", "", None]),
+    "user": st.text(max_size=8),
+}
+
+
+@st.composite
+def embedding_body(draw: st.DrawFn) -> bytes:
+    """An embeddings body: a valid one with fields changed, set or removed."""
+    document: dict[str, Any] = {"model": "tiny_embedding", "input": draw(_EMBEDDING_VALUES["input"])}
+    for name in draw(st.lists(st.sampled_from([*_EMBEDDING_VALUES, "planted"]), max_size=3)):
+        how = draw(st.integers(0, 5))
+        if how == 0:
+            document.pop(name, None)
+        elif name in _EMBEDDING_VALUES and how > 1:
+            document[name] = draw(_EMBEDDING_VALUES[name])
+        else:
+            document[name] = draw(JSON_VALUES)
+    try:
+        return orjson.dumps(document)
+    except TypeError:  # integers past 64 bits
+        return repr(document).encode()
+
+
+def _embeddings_shape(body: bytes) -> None:
+    document = orjson.loads(body)
+    assert document["object"] == "list" and document["model"] == "tiny_embedding"
+    assert [item["index"] for item in document["data"]] == list(range(len(document["data"])))
+    for item in document["data"]:
+        assert item["object"] == "embedding" and isinstance(item["embedding"], list | str)
+    assert document["usage"]["prompt_tokens"] == document["usage"]["total_tokens"] > 0
+
+
 @st.composite
 def openai_request(draw: st.DrawFn) -> tuple[HttpRequest, int]:
     """A request, and how many stream events the client reads before it goes (-1: all)."""
-    route = draw(st.sampled_from(["completions", "chat", "chat", "models", "model", "other"]))
-    method = "POST" if route in ("completions", "chat") else "GET"
+    route = draw(st.sampled_from(["completions", "chat", "chat", "embeddings", "models", "model", "other"]))
+    method = "POST" if route in ("completions", "chat", "embeddings") else "GET"
     if draw(st.integers(0, 9)) == 0:
         method = draw(st.sampled_from(["GET", "POST", "PUT", "DELETE", "HEAD"]))
     path, body = {
         "completions": ("/v1/completions", None),
         "chat": ("/v1/chat/completions", None),
+        "embeddings": ("/v1/embeddings", draw(embedding_body())),
         "models": ("/v1/models", b""),
         "model": ("/v1/models/" + draw(st.sampled_from([*MODELS, "absent", "..", "%2e%2e", "a/b"])), b""),
         "other": (draw(st.sampled_from(["/v1", "/v1/", "/health/ready", "/metrics", "/v1/embeddings"])), b""),
@@ -266,6 +309,7 @@ def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpenAIApp]:
     write_simple(repo)
     write_python_model(repo, "echo", ECHO, ECHO_CONFIG)
     write_python_model(repo, "echo_parameters", ECHO, ECHO_PARAMETERS_CONFIG)
+    shutil.copytree(ROOT / "model_repository" / "tiny_embedding", repo / "tiny_embedding")
     # Both render chats with tiny_llm's template; echo also counts tokens with its tokenizer.
     tiny_llm = ROOT / "model_repository" / "tiny_llm" / "1"
     for model, names in (
@@ -292,6 +336,8 @@ async def _answer(app: OpenAIApp, request: HttpRequest, reads: int) -> None:
                 _stream_shape(events, chat)
         elif request.path in ("/v1/completions", "/v1/chat/completions"):
             _completion_shape(response.body, chat)
+        elif request.path == "/v1/embeddings":
+            _embeddings_shape(response.body)
 
 
 @given(openai_request())

@@ -1,5 +1,6 @@
-"""One ``trt serve`` with the OpenAI front end on, serving the example repository's ``tiny_llm`` (and
-``simple``, a model that takes no text), shared by the OpenAI tests; and the official client for it."""
+"""One ``trt serve`` with the OpenAI front end on, serving the example repository's ``tiny_llm`` and
+``tiny_embedding`` (and ``simple``, a model that takes no text), shared by the OpenAI tests; and the
+official client for it."""
 
 from __future__ import annotations
 
@@ -53,6 +54,32 @@ input [
 output [ { name: "text_output" data_type: TYPE_STRING dims: [ -1 ] } ]
 """
 
+# The least of the vLLM backend's embedding contract: embedding_request in, text_output out, no token
+# counts. It answers [number of characters, 1, 0] whatever dimensions are asked, and what is not a
+# vector when the input is "garbage".
+EMBEDDING_ECHO = """
+import json
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            raw = pb_utils.get_input_tensor_by_name(request, "embedding_request").as_numpy().reshape(-1)[0]
+            given = json.loads(raw)["input"]
+            text = "[1, 2, NaN]" if given == "garbage" else json.dumps([float(len(given)), 1.0, 0.0])
+            responses.append(pb_utils.InferenceResponse([
+                pb_utils.Tensor("text_output", np.array([text.encode()], dtype=np.object_))
+            ]))
+        return responses
+"""
+EMBEDDING_ECHO_CONFIG = """
+backend: "python"
+input [ { name: "embedding_request" data_type: TYPE_STRING dims: [ 1 ] } ]
+output [ { name: "text_output" data_type: TYPE_STRING dims: [ 1 ] } ]
+"""
+
 
 @dataclass
 class OpenAIServer:
@@ -72,11 +99,13 @@ class OpenAIServer:
 
 @pytest.fixture(scope="session")
 def openai_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpenAIServer]:
-    """The example repository's tiny_llm and simple, and two word_echo models: one with tiny_llm's
-    tokenizer.json beside it (the front end counts its tokens), one with none."""
+    """The example repository's tiny_llm, tiny_embedding and simple, two word_echo models (one with
+    tiny_llm's tokenizer.json beside it: the front end counts its tokens; one with none) and
+    embedding_echo."""
     echoes = tmp_path_factory.mktemp("echo_repo")
     for name in ("word_echo", "word_echo_untokenized"):
         write_python_model(echoes, name, WORD_ECHO, WORD_ECHO_CONFIG)
+    write_python_model(echoes, "embedding_echo", EMBEDDING_ECHO, EMBEDDING_ECHO_CONFIG)
     shutil.copyfile(TOKENIZER, echoes / "word_echo" / "1" / "tokenizer.json")
     port = free_port()
     process = ServerProcess(
@@ -85,6 +114,8 @@ def openai_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpenAISe
             "--model-control-mode=explicit",
             f"--load-model={MODEL}",
             "--load-model=simple",
+            "--load-model=tiny_embedding",
+            "--load-model=embedding_echo",
             "--load-model=word_echo",
             "--load-model=word_echo_untokenized",
             "--allow-openai=true",

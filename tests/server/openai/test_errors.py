@@ -92,7 +92,7 @@ def test_malformed_bodies_wrong_methods_and_unknown_routes(openai_server: OpenAI
     assert status == 400 and _error(body)["type"] == "invalid_request_error"
     status, body = _raw(openai_server, "GET", "/v1/completions")
     assert status == 405 and _error(body)["code"] == "method_not_allowed"
-    status, body = _raw(openai_server, "GET", "/v1/embeddings")
+    status, body = _raw(openai_server, "POST", "/v1/images/generations", b"{}")
     assert status == 404 and _error(body)["code"] == "not_found"
 
 

@@ -34,7 +34,14 @@ def sample(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: 
 
 def test_models_lists_every_ready_model_once(client: openai.OpenAI) -> None:
     models = {model.id: model for model in client.models.list()}
-    assert set(models) == {MODEL, "simple", "word_echo", "word_echo_untokenized"}
+    assert set(models) == {
+        MODEL,
+        "simple",
+        "word_echo",
+        "word_echo_untokenized",
+        "tiny_embedding",
+        "embedding_echo",
+    }
     assert models[MODEL].object == "model" and models[MODEL].owned_by == "triton"
     assert client.models.retrieve(MODEL).id == MODEL
     with pytest.raises(openai.NotFoundError):

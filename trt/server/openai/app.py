@@ -2,7 +2,8 @@
 
 Routes, as Triton's front end serves them: ``GET /v1/models``, ``GET /v1/models/{model}``,
 ``POST /v1/models/{model}/load`` and ``/unload`` (explicit model control mode),
-``POST /v1/completions``, ``POST /v1/chat/completions``, ``GET /health/ready`` and ``GET /metrics``
+``POST /v1/completions``, ``POST /v1/chat/completions``, ``POST /v1/embeddings``, ``GET /health/ready``
+and ``GET /metrics``
 (the metrics endpoint's text, when metrics are on). Every error is OpenAI's shape. Restricted
 categories (``--openai-restricted-api``: inference, model-repository, metrics, health) answer 401
 without their header, as Triton's front end does.
@@ -24,11 +25,11 @@ from trt.server.core.errors import ServerError
 from trt.server.core.options import ModelControlMode
 from trt.server.core.server import InferenceServer
 from trt.server.http.messages import HttpRequest, HttpResponse
-from trt.server.openai import completions, responses
+from trt.server.openai import completions, embeddings, responses
 from trt.server.openai.errors import OpenAIError, from_server_error, model_not_found
 from trt.server.openai.generation import VllmContract
 from trt.server.openai.options import OpenAIOptions
-from trt.server.openai.schemas import parse_chat, parse_completion
+from trt.server.openai.schemas import parse_chat, parse_completion, parse_embedding
 from trt.server.openai.tokenizer import ModelTokenizer, tokenizer_folder
 
 if TYPE_CHECKING:
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("trt.openai")
 
-INFERENCE_PATHS = ("/v1/completions", "/v1/chat/completions")
+INFERENCE_PATHS = ("/v1/completions", "/v1/chat/completions", "/v1/embeddings")
 _MODELS_PREFIX = "/v1/models/"
 
 
@@ -96,6 +97,9 @@ class OpenAIApp:
         if path == "/v1/chat/completions":
             _allow(method, "POST")
             return await self._chat(request.body)
+        if path == "/v1/embeddings":
+            _allow(method, "POST")
+            return await self._embedding(request.body)
         if path == "/v1/models":
             _allow(method, "GET")
             return HttpResponse(200, responses.model_list(self._model_entries()), completions.JSON_HEADERS)
@@ -142,13 +146,22 @@ class OpenAIApp:
         job = completions.Job(completion, prompt, "", request.stream, request.include_usage, served.tokenizer)
         return await completions.answer(self.core, contract, job, request.sampling)
 
+    async def _embedding(self, body: bytes) -> HttpResponse:
+        request = parse_embedding(body)
+        model = self._ready_model(request.model)
+        contract = embeddings.EmbeddingContract.of(request.model, model.config)
+        return await embeddings.answer(self.core, contract, request, self._served_for(model).tokenizer)
+
     def _model(self, name: str) -> tuple[VllmContract, _Served]:
-        """The model a request names, ready, and what this front end keeps about it."""
+        """The model a completion names, ready, and what this front end keeps about it."""
+        model = self._ready_model(name)
+        return VllmContract.of(name, model.config), self._served_for(model)
+
+    def _ready_model(self, name: str) -> ModelVersion:
         try:
-            model = self.core.model(name)
+            return self.core.model(name)
         except ServerError as exc:
             raise from_server_error(exc, name) from None
-        return VllmContract.of(name, model.config), self._served_for(model)
 
     def _served_for(self, model: ModelVersion) -> _Served:
         served = self._served.get(model)

@@ -81,10 +81,15 @@ class VllmContract:
         return InferenceRequest(self.model, "", request_id, tensors, None, parameters)
 
     def _tensor(self, name: str, data: np.ndarray) -> InputTensor:
-        if self.batched:
-            data = data.reshape(1, *data.shape)
-        datatype = "BYTES" if data.dtype == np.object_ else "BOOL"
-        return InputTensor(name, datatype, tuple(data.shape), data)
+        return contract_tensor(name, data, self.batched)
+
+
+def contract_tensor(name: str, data: np.ndarray, batched: bool) -> InputTensor:
+    """One of the contract's BYTES or BOOL inputs, with a batch of one where the model batches."""
+    if batched:
+        data = data.reshape(1, *data.shape)
+    datatype = "BYTES" if data.dtype == np.object_ else "BOOL"
+    return InputTensor(name, datatype, tuple(data.shape), data)
 
 
 def _as_parameters(model: str, sampling: dict[str, Any]) -> dict[str, Any]:

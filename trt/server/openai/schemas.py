@@ -1,4 +1,5 @@
-"""The bodies of ``/v1/completions`` and ``/v1/chat/completions``, read and checked into dataclasses.
+"""The bodies of ``/v1/completions``, ``/v1/chat/completions`` and ``/v1/embeddings``, read and checked
+into dataclasses.
 
 Fields follow OpenAI's API reference and Triton's front end: what the model cannot do (several
 choices, logprobs, logit_bias, tools) is refused with 400 naming the field, as Triton does, and a
@@ -21,6 +22,8 @@ MAX_STOP_LENGTH = 1024
 CHAT_ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 # Accepted and not acted on: they change nothing a model here computes.
 _IGNORED = ("user", "metadata", "store", "service_tier", "parallel_tool_calls")
+MAX_EMBEDDING_INPUTS = 2048  # OpenAI's limit of inputs in one embeddings request
+MAX_TOKEN_ID = 2**31 - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +100,58 @@ def parse_chat(body: bytes, default_max_tokens: int) -> ChatRequest:
     sampling = _sampling(fields, limit if limit is not None else default_max_tokens)
     fields.finish()
     return ChatRequest(model, parsed, stream, include_usage, sampling)
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddingRequest:
+    model: str
+    inputs: tuple[str | tuple[int, ...], ...]  # texts or token ids, each embedded on its own
+    dimensions: int | None
+    base64: bool  # encoding_format "base64": each vector's float32 bytes, base64-encoded
+
+
+def parse_embedding(body: bytes) -> EmbeddingRequest:
+    fields = _Fields(_document(body))
+    model = fields.text("model", required=True)
+    inputs = _embedding_inputs(fields.take("input"))
+    dimensions = fields.integer("dimensions", 1, 1 << 16)
+    encoding = fields.take("encoding_format")
+    if encoding not in (None, "float", "base64"):
+        raise invalid(f"encoding_format must be 'float' or 'base64', got {encoding!r}", "encoding_format")
+    fields.take("user")
+    fields.finish()
+    return EmbeddingRequest(model, inputs, dimensions, encoding == "base64")
+
+
+def _embedding_inputs(value: object) -> tuple[str | tuple[int, ...], ...]:
+    """OpenAI's four forms: a text, token ids, or a list of either."""
+    if isinstance(value, str) or (isinstance(value, list) and value and all(map(_is_token, value))):
+        items: list[object] = [value]
+    elif isinstance(value, list) and value:
+        items = value
+    else:
+        raise invalid(
+            "input must be a non-empty string or list of token ids, or a non-empty list of either", "input"
+        )
+    if len(items) > MAX_EMBEDDING_INPUTS:
+        raise invalid(f"input takes at most {MAX_EMBEDDING_INPUTS} items, got {len(items)}", "input")
+    inputs: list[str | tuple[int, ...]] = []
+    for item in items:
+        if isinstance(item, str) and item:
+            inputs.append(item)
+        elif isinstance(item, list) and item and all(map(_is_token, item)):
+            inputs.append(tuple(item))
+        else:
+            where = f"input[{len(inputs)}]" if len(items) > 1 or value is not item else "input"
+            raise invalid(
+                f"{where} must be a non-empty string or a non-empty list of token ids (0 to {MAX_TOKEN_ID})",
+                "input",
+            )
+    return tuple(inputs)
+
+
+def _is_token(value: object) -> bool:
+    return type(value) is int and 0 <= value <= MAX_TOKEN_ID
 
 
 def _document(body: bytes) -> dict[str, Any]:

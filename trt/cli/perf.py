@@ -104,7 +104,7 @@ def perf_command(
         None,
         "--endpoint-type",
         case_sensitive=False,
-        help="Generative: chat, completions (OpenAI routes), generate (Triton's), kserve (gRPC stream).",
+        help="Generative: chat, completions, embeddings (OpenAI routes), generate (Triton's), kserve (gRPC).",
     ),
     endpoint: str = typer.Option("", "--endpoint", help="Generative: a path instead of the default route."),
     tokenizer: Path | None = typer.Option(

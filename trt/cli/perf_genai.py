@@ -1,5 +1,5 @@
-"""The generative half of ``trt perf`` (``--endpoint-type chat|completions|generate|kserve``): options
-resolved into ``GenAIOptions``, the run, its outputs and gates, and the exit status."""
+"""The generative half of ``trt perf`` (``--endpoint-type chat|completions|embeddings|generate|kserve``):
+options resolved into ``GenAIOptions``, the run, its outputs and gates, and the exit status."""
 
 from __future__ import annotations
 

@@ -9,6 +9,7 @@ Per request, over the responses that carry text (ns):
 - output_token_throughput_per_user = 1 / inter_token_latency (tokens/s)
 - output_sequence_length = tokens of the whole output text, input_sequence_length = tokens of the prompt
   (the tokenizer's count without special tokens; not the number of responses)
+Embeddings answer once with no text: a request has request_latency and input_sequence_length only.
 Per level: benchmark duration = last response of any request - first request sent; request_throughput and
 output_token_throughput are counts over that duration; request_goodput counts only the requests that meet
 every ``--goal`` (a request without the figure a goal needs does not meet it, as in AIPerf).
@@ -43,11 +44,11 @@ RECORD_METRICS = (
 @dataclass(frozen=True)
 class RequestMetrics:
     request_latency: float  # ns
-    time_to_first_token: float
+    time_to_first_token: float | None  # None: the answer is not generated text (embeddings)
     time_to_second_token: float | None
     inter_token_latency: float | None
     output_token_throughput_per_user: float | None
-    output_sequence_length: int
+    output_sequence_length: int | None
     input_sequence_length: int
     responses: int
 
@@ -87,6 +88,8 @@ def statistics(values: list[float]) -> Statistics | None:
 
 def request_metrics(record: RequestRecord, output_tokens: int, input_tokens: int) -> RequestMetrics:
     latency = float(record.times_ns[-1] - record.start_ns)
+    if not record.texts:  # an embeddings answer
+        return RequestMetrics(latency, None, None, None, None, None, input_tokens, len(record.times_ns))
     ttft = float(record.times_ns[0] - record.start_ns)
     ttst = float(record.times_ns[1] - record.times_ns[0]) if len(record.times_ns) > 1 else None
     itl = (latency - ttft) / (output_tokens - 1) if output_tokens > 1 else None
@@ -113,7 +116,7 @@ class LevelMetrics:
 
     @property
     def total_output_tokens(self) -> int:
-        return sum(r.output_sequence_length for r in self.requests)
+        return sum(r.output_sequence_length or 0 for r in self.requests)
 
 
 def meets(request: RequestMetrics, goals: tuple[Goal, ...]) -> bool:

@@ -16,18 +16,24 @@ class EndpointType(StrEnum):
 
     CHAT = "chat"
     COMPLETIONS = "completions"
+    EMBEDDINGS = "embeddings"
     GENERATE = "generate"
     KSERVE = "kserve"
 
     @property
     def default_url(self) -> str:
-        if self in (EndpointType.CHAT, EndpointType.COMPLETIONS):
+        if self.openai:
             return "localhost:9000"  # Triton's OpenAI-compatible front end
         return "localhost:8001" if self is EndpointType.KSERVE else "localhost:8000"
 
     @property
     def openai(self) -> bool:
-        return self in (EndpointType.CHAT, EndpointType.COMPLETIONS)
+        return self in (EndpointType.CHAT, EndpointType.COMPLETIONS, EndpointType.EMBEDDINGS)
+
+    @property
+    def generates(self) -> bool:
+        """Answers with generated text (token metrics apply); embeddings answer with vectors."""
+        return self is not EndpointType.EMBEDDINGS
 
 
 @dataclass(frozen=True)
@@ -83,6 +89,17 @@ class GenAIOptions:
             raise OptionError("--num-prompts must be between 1 and 100000")
         if self.load is LoadKind.CUSTOM_INTERVALS:
             raise OptionError("generative runs take --concurrency or --request-rate-range")
+        if self.endpoint_type.generates:
+            return
+        if self.streaming:
+            raise OptionError("--streaming: embeddings are answered whole, in one response")
+        if self.output_tokens_mean or self.output_tokens_stddev:
+            raise OptionError("--output-tokens-mean / -stddev: embeddings generate no tokens")
+        for goal in self.goals:
+            if goal.metric != "request_latency":
+                raise OptionError(
+                    f"--goal '{goal.text}': embeddings have request latency only, e.g. latency<50ms"
+                )
 
     @property
     def host_port(self) -> tuple[str, int]:
@@ -106,6 +123,8 @@ class GenAIOptions:
             return "/v1/chat/completions"
         if self.endpoint_type is EndpointType.COMPLETIONS:
             return "/v1/completions"
+        if self.endpoint_type is EndpointType.EMBEDDINGS:
+            return "/v1/embeddings"
         version = f"/versions/{self.model_version}" if self.model_version else ""
         action = "generate_stream" if self.streaming else "generate"
         return f"/v2/models/{self.model}{version}/{action}"

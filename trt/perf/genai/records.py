@@ -24,6 +24,10 @@ class RequestRecord:
             self.times_ns.append(at_ns)
             self.texts.append(text)
 
+    def answered(self, at_ns: int) -> None:
+        """The one response of a request that answers with no text (embeddings)."""
+        self.times_ns.append(at_ns)
+
     @property
     def text(self) -> str:
         return "".join(self.texts)

@@ -69,7 +69,10 @@ class HttpClient:
         record.end_ns = time.perf_counter_ns()
         if status != 200:
             raise RequestFailed(endpoints.error_message(status, bytes(buffered)))
-        if not options.streaming:
+        if not kind.generates:
+            endpoints.check_embeddings(bytes(buffered))
+            record.answered(record.end_ns)
+        elif not options.streaming:
             record.received(endpoints.body_text(kind, bytes(buffered)), record.end_ns)
         elif kind.openai and not done:
             raise RequestFailed("the event stream ended without data: [DONE]")

@@ -4,6 +4,7 @@ level (metric rows; avg, min, max, p99, p90, p75) and a sweep table, with goodpu
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from rich.console import Console
 from rich.progress import Progress, TaskID
@@ -39,12 +40,18 @@ class GenAIConsoleProgress:
     def level_done(self, metrics: LevelMetrics) -> None:
         ttft = metrics.stats.get("time_to_first_token")
         itl = metrics.stats.get("inter_token_latency")
+        latency = metrics.stats.get("request_latency")
         goodput = "" if metrics.request_goodput is None else f", goodput {metrics.request_goodput:.2f}/s"
+        if ttft is None and latency is not None:  # embeddings: no tokens generated
+            figures = f"latency p99 {_ms(latency.get('p99'))} ms"
+        else:
+            figures = (
+                f"TTFT p99 {_ms(ttft.get('p99') if ttft else None)} ms, "
+                f"ITL p99 {_ms(itl.get('p99') if itl else None)} ms"
+            )
         self.console.print(
             f"{_label(self.level_name, metrics.level)}: {metrics.output_token_throughput:,.1f} tokens/s, "
-            f"{metrics.request_throughput:.2f} requests/s, "
-            f"TTFT p99 {_ms(ttft.get('p99') if ttft else None)} ms, "
-            f"ITL p99 {_ms(itl.get('p99') if itl else None)} ms{goodput}, {metrics.error_count} errors",
+            f"{metrics.request_throughput:.2f} requests/s, {figures}{goodput}, {metrics.error_count} errors",
             highlight=False,
         )
         if self._bar is not None:
@@ -61,7 +68,8 @@ class GenAIConsoleProgress:
 
 def level_table(report: GenAIReport, level: LevelMetrics) -> Table:
     table = Table(
-        title=f"trt perf | LLM metrics: {report.options.model}, {report.options.endpoint_type.value}, "
+        title=f"trt perf | {'LLM' if report.options.endpoint_type.generates else 'Embeddings'} metrics: "
+        f"{report.options.model}, {report.options.endpoint_type.value}, "
         f"{_label(report.level_name, level.level)}"
     )
     table.add_column("Statistic")
@@ -81,41 +89,45 @@ def sweep_table(report: GenAIReport) -> Table:
     table = Table(
         title=f"trt perf: {report.options.model} over {report.options.endpoint_type.value} ({report.url})"
     )
+    text = report.options.endpoint_type.generates
+
+    def pick(level: LevelMetrics, metric: str, stat: str) -> float | None:
+        found = level.stats.get(metric)
+        return None if found is None else found.get(stat)
+
+    columns: list[tuple[str, Callable[[LevelMetrics], str]]] = [
+        ("output tokens/s", lambda lv: f"{lv.output_token_throughput:,.1f}"),
+        ("requests/s", lambda lv: f"{lv.request_throughput:.2f}"),
+        ("goodput/s", lambda lv: "-" if lv.request_goodput is None else f"{lv.request_goodput:.2f}"),
+        ("TTFT p50 ms", lambda lv: _ms(pick(lv, "time_to_first_token", "p50"))),
+        ("TTFT p99 ms", lambda lv: _ms(pick(lv, "time_to_first_token", "p99"))),
+        ("ITL p50 ms", lambda lv: _ms(pick(lv, "inter_token_latency", "p50"))),
+        ("ITL p99 ms", lambda lv: _ms(pick(lv, "inter_token_latency", "p99"))),
+        ("latency p50 ms", lambda lv: _ms(pick(lv, "request_latency", "p50"))),
+        ("latency p99 ms", lambda lv: _ms(pick(lv, "request_latency", "p99"))),
+        ("ISL avg", lambda lv: f"{pick(lv, 'input_sequence_length', 'avg') or 0:,.1f}"),
+        ("OSL avg", lambda lv: f"{pick(lv, 'output_sequence_length', 'avg') or 0:,.1f}"),
+        ("errors", lambda lv: str(lv.error_count)),
+    ]
+    # Embeddings generate no tokens: their columns would only ever read 0 and "-".
+    tokens_only = ("output tokens/s", "TTFT p50 ms", "TTFT p99 ms", "ITL p50 ms", "ITL p99 ms", "OSL avg")
+    columns = [(name, cell) for name, cell in columns if text or name not in tokens_only]
     table.add_column(report.level_name.replace("_", " "), justify="right")
-    for column in (
-        "output tokens/s", "requests/s", "goodput/s", "TTFT p50 ms", "TTFT p99 ms", "ITL p50 ms",
-        "ITL p99 ms", "latency p99 ms", "ISL avg", "OSL avg", "errors",
-    ):  # fmt: skip
-        table.add_column(column, justify="right")
+    for name, _ in columns:
+        table.add_column(name, justify="right")
     for lv in report.levels:
-
-        def pick(metric: str, stat: str, level: LevelMetrics = lv) -> float | None:
-            found = level.stats.get(metric)
-            return None if found is None else found.get(stat)
-
-        table.add_row(
-            f"{int(lv.level)}" if report.level_name == "concurrency" else f"{lv.level:g}",
-            f"{lv.output_token_throughput:,.1f}",
-            f"{lv.request_throughput:.2f}",
-            "-" if lv.request_goodput is None else f"{lv.request_goodput:.2f}",
-            _ms(pick("time_to_first_token", "p50")),
-            _ms(pick("time_to_first_token", "p99")),
-            _ms(pick("inter_token_latency", "p50")),
-            _ms(pick("inter_token_latency", "p99")),
-            _ms(pick("request_latency", "p99")),
-            f"{pick('input_sequence_length', 'avg') or 0:,.1f}",
-            f"{pick('output_sequence_length', 'avg') or 0:,.1f}",
-            str(lv.error_count),
-        )
+        level = f"{int(lv.level)}" if report.level_name == "concurrency" else f"{lv.level:g}"
+        table.add_row(level, *(cell(lv) for _, cell in columns))
     return table
 
 
 def print_report(console: Console, report: GenAIReport) -> None:
     for level in report.levels:
         console.print(level_table(report, level))
-        console.print(
-            f"Output token throughput (tokens/sec): {level.output_token_throughput:,.2f}", highlight=False
-        )
+        if report.options.endpoint_type.generates:
+            console.print(
+                f"Output token throughput (tokens/sec): {level.output_token_throughput:,.2f}", highlight=False
+            )
         console.print(f"Request throughput (per sec): {level.request_throughput:,.2f}", highlight=False)
         if level.request_goodput is not None:
             goals = ", ".join(g.text for g in report.options.goals)

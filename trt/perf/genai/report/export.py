@@ -43,10 +43,11 @@ def _number(value: float) -> float | None:
 def level_document(report: GenAIReport, level: LevelMetrics) -> dict[str, Any]:
     """genai-perf's ``profile_export_genai_perf.json`` for one level (plus trt's error figures)."""
     document: dict[str, Any] = {m: metric_dict(m, level.stats[m]) for m in RECORD_METRICS if m in level.stats}
-    document["output_token_throughput"] = {
-        "unit": "tokens/sec",
-        "avg": _number(level.output_token_throughput),
-    }
+    if report.options.endpoint_type.generates:  # embeddings generate no tokens
+        document["output_token_throughput"] = {
+            "unit": "tokens/sec",
+            "avg": _number(level.output_token_throughput),
+        }
     document["request_throughput"] = {"unit": "requests/sec", "avg": _number(level.request_throughput)}
     if level.request_goodput is not None:
         document["request_goodput"] = {"unit": "requests/sec", "avg": _number(level.request_goodput)}

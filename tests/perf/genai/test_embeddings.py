@@ -1,0 +1,107 @@
+"""``trt perf --endpoint-type embeddings`` against a real ``trt serve`` with its OpenAI front end and the
+example ``tiny_embedding``: requests are measured by their latency (genai-perf's embeddings metrics),
+with none of the token metrics, and the options that only make sense for generated text are refused."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.perf.perf_support import run_perf
+from tests.support import ROOT, ServerProcess, free_port
+
+
+@pytest.fixture(scope="module")
+def openai_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    port = free_port()
+    process = ServerProcess(
+        [ROOT / "model_repository"],
+        [
+            "--model-control-mode=explicit",
+            "--load-model=tiny_embedding",
+            "--load-model=simple",
+            "--allow-openai=true",
+            "--openai-address=127.0.0.1",
+            f"--openai-port={port}",
+        ],
+    ).start(tmp_path_factory.mktemp("embedding_logs"))
+    yield f"127.0.0.1:{port}"
+    assert process.alive(), process.log()
+    process.stop()
+
+
+def _run(url: str, tokenizer: Path, *extra: str) -> object:
+    return run_perf(
+        "-m", "tiny_embedding", "-u", url, "--tokenizer", str(tokenizer), "--endpoint-type", "embeddings",
+        "--synthetic-input-tokens-mean", "30", "--request-count", "8", *extra,
+    )  # fmt: skip
+
+
+def test_embeddings_are_measured_by_request_latency(
+    openai_url: str, tokenizer_path: Path, tmp_path: Path
+) -> None:
+    run = _run(
+        openai_url, tokenizer_path, "--concurrency", "1:2", "--goal", "latency<30s", "--json",
+        "--artifact-dir", str(tmp_path / "artifacts"), "--plot-file", str(tmp_path / "plot.png"),
+    )  # fmt: skip
+    assert run.returncode == 0, run
+    report = run.report
+    assert report["endpoint_type"] == "embeddings"
+    assert [level["input_config"]["concurrency"] for level in report["levels"]] == [1, 2]
+    for level in report["levels"]:
+        assert level["request_count"]["avg"] == 8 and level["error_count"]["avg"] == 0
+        assert level["request_latency"]["avg"] > 0 and level["request_throughput"]["avg"] > 0
+        assert level["input_sequence_length"]["avg"] == 30
+        for metric in (
+            "time_to_first_token",
+            "inter_token_latency",
+            "output_sequence_length",
+            "output_token_throughput",
+        ):
+            assert metric not in level, metric
+        assert level["request_goodput"]["avg"] == level["request_throughput"]["avg"]  # every one met it
+    exported = sorted((tmp_path / "artifacts").rglob("profile_export_genai_perf.json"))
+    assert len(exported) == 2
+    assert "request_latency" in json.loads(exported[0].read_text())
+    assert (tmp_path / "plot.png").stat().st_size > 10_000
+
+
+def test_the_console_shows_embeddings_metrics(openai_url: str, tokenizer_path: Path) -> None:
+    run = _run(openai_url, tokenizer_path, "--concurrency", "1:2")
+    assert run.returncode == 0, run
+    assert "Embeddings metrics: tiny_embedding, embeddings, concurrency 2" in run.stdout
+    assert "Request latency (ms)" in run.stdout and "Time to first token" not in run.stdout
+    assert "Output token throughput" not in run.stdout
+    # The sweep table keeps the columns embeddings have.
+    assert "latency p50 ms" in run.stdout and "requests/s" in run.stdout
+    assert "TTFT" not in run.stdout and "output tokens/s" not in run.stdout
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (("--streaming",), "embeddings are answered whole"),
+        (("--output-tokens-mean", "8"), "embeddings generate no tokens"),
+        (("--goal", "ttft<1s"), "embeddings have request latency only"),
+    ],
+)
+def test_what_applies_to_generated_text_is_refused(
+    openai_url: str, tokenizer_path: Path, extra: tuple[str, ...], message: str
+) -> None:
+    run = _run(openai_url, tokenizer_path, *extra)
+    assert run.returncode == 2, run
+    assert message in run.stderr
+
+
+def test_a_model_that_does_not_embed_fails_in_the_servers_words(
+    openai_url: str, tokenizer_path: Path
+) -> None:
+    run = run_perf(
+        "-m", "simple", "-u", openai_url, "--tokenizer", str(tokenizer_path), "--endpoint-type", "embeddings",
+        "--synthetic-input-tokens-mean", "8", "--request-count", "2",
+    )  # fmt: skip
+    assert run.returncode == 4, run
+    assert "no request succeeded (HTTP 400: model 'simple' does not embed" in run.stderr

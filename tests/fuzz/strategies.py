@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from trt.server.core.datatypes import FIXED_SIZE_DTYPES
 
-DATATYPES = [*FIXED_SIZE_DTYPES, "BYTES", "BF16", "INT33", "", "fp32"]
+DATATYPES = [*FIXED_SIZE_DTYPES, "BYTES", "INT33", "", "fp32"]
 # Sizes that are ordinary, zero, or at the edges of int64 and numpy's limits.
 DIMENSIONS = st.one_of(
     st.integers(0, 6),

@@ -9,7 +9,7 @@ import struct
 import numpy as np
 import pytest
 
-from trt.server.core.datatypes import UNDECODED
+from trt.server.core.datatypes import BF16_DTYPE
 from trt.server.core.errors import InvalidInput
 from trt.server.http.codec import RequestDecoder, decode_request
 
@@ -73,9 +73,10 @@ def test_a_header_seen_before_decodes_as_the_full_decoding_does_with_the_new_ten
 
 @pytest.mark.parametrize("shape", [(), (1,), (2,), (3, 2)])
 def test_bf16_decodes_the_same_from_a_header_seen_before(shape: tuple[int, ...]) -> None:
-    """numpy has no bfloat16: either way the input carries UNDECODED, for the model's check to refuse
-    (found by the long fuzzing run: the remembered header read its bytes as uint8, or failed to)."""
-    raw = np.ones(shape, np.uint16).tobytes()
+    """Either way the input is the same bfloat16 array (found by the long fuzzing run, when BF16 had no
+    numpy type: the remembered header read its bytes as uint8, or failed to)."""
+    values = np.arange(np.prod(shape, dtype=int), dtype=np.float32).reshape(shape) - 1.5
+    raw = values.astype(BF16_DTYPE).tobytes()
     header = json.dumps(
         {"inputs": [{"name": "IN", "datatype": "BF16", "shape": list(shape),
                      "parameters": {"binary_data_size": len(raw)}}]}
@@ -83,7 +84,9 @@ def test_bf16_decodes_the_same_from_a_header_seen_before(shape: tuple[int, ...])
     decoder = RequestDecoder()
     for _ in range(3):
         request, _, _ = decoder.decode("m", "", header + raw, len(header))
-        assert request.inputs[0].data is UNDECODED
+        data = request.inputs[0].data
+        assert data.dtype == BF16_DTYPE and data.shape == shape
+        np.testing.assert_array_equal(data.astype(np.float32), values)
     assert decoder.remembered == 1
 
 
@@ -243,7 +246,7 @@ def test_an_input_says_where_its_data_is_in_one_way_checked_before_its_datatype_
 
 
 def test_bf16_in_json_is_refused_in_tritons_words() -> None:
-    """numpy has no bfloat16 to read JSON numbers into (Triton refuses FP16 in JSON too; trt takes it)."""
+    """As Triton (which refuses FP16 in JSON too; trt takes it)."""
     body = json.dumps({"inputs": [{"name": "IN", "datatype": "BF16", "shape": [2], "data": [1, 2]}]}).encode()
     with pytest.raises(InvalidInput) as refused:
         decode_request("m", "", body, None)

@@ -105,7 +105,7 @@ def fixed_batch_model() -> object:
 
 
 def bfloat16_model() -> object:
-    """Y = cast(X) to bfloat16: an ONNX model with a BF16 output, which ONNX Runtime cannot hand to numpy."""
+    """Y = cast(X) to bfloat16: an ONNX model with a BF16 output."""
     return _model(
         "bf16",
         [helper.make_node("Cast", ["X"], ["Y"], to=TensorProto.BFLOAT16)],
@@ -117,7 +117,7 @@ def bfloat16_model() -> object:
 BF16 = """platform: "onnxruntime_onnx"
 max_batch_size: 8
 input [ { name: "X" data_type: TYPE_FP32 dims: [ 4 ] } ]
-output [ { name: "Y" data_type: TYPE_BF16 dims: [ 4 ] } ]
+output [ { name: "Y" data_type: TYPE_FP16 dims: [ 4 ] } ]
 """
 
 
@@ -222,7 +222,7 @@ CATALOGUE: list[Fault] = [
           "config.pbtxt", 4, onnx_model(ADD_SUB.replace('"INPUT0" data_type: TYPE_INT32', '"INPUT0" data_type: TYPE_FLOAT'))),
     Fault("undefined_data_type_number", "error", "input[1].data_type: 32 is not a value of DataType",
           "config.pbtxt", 5, onnx_model(ADD_SUB.replace('"INPUT1" data_type: TYPE_INT32', '"INPUT1" data_type: 32'))),
-    Fault("bf16_output", "error", "output 'Y': TYPE_BF16 tensors are not supported by this server",
+    Fault("bf16_output", "error", "output 'Y': config says TYPE_FP16 but the model has TYPE_BF16",
           "config.pbtxt", 4, onnx_model(BF16, model=bfloat16_model())),
     Fault("name_mismatch", "error", "names the model 'other' but its folder is 'name_mismatch'", "config.pbtxt", 1,
           onnx_model('name: "other"\n' + ADD_SUB)),

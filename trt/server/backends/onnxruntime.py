@@ -7,6 +7,7 @@ the instance's device (and TensorRT's when ``optimization.execution_accelerators
 
 from __future__ import annotations
 
+import ctypes
 import difflib
 import logging
 from collections.abc import Mapping, Sequence
@@ -17,7 +18,7 @@ import numpy as np
 
 from trt.protos import model_config_pb2
 from trt.server.core.backends.base import InstanceSpec, ModelFiles
-from trt.server.core.datatypes import BF16_UNSUPPORTED, config_to_wire
+from trt.server.core.datatypes import BF16_DTYPE, config_to_wire
 from trt.server.core.errors import InvalidInput, ModelConfigError, ModelLoadError
 
 logger = logging.getLogger("trt.backends.onnxruntime")
@@ -148,10 +149,6 @@ class OnnxRuntimeBackend:
                         f"but the model has {expected_type}",
                         f"{where}.data_type",
                     )
-                if tensor.data_type == model_config_pb2.TYPE_BF16:  # ONNX Runtime gives no array for it
-                    raise ModelConfigError(
-                        f"{kind} '{tensor.name}': {BF16_UNSUPPORTED}", f"{where}.data_type"
-                    )
                 model_dims = dims[1:] if batch and dims else dims
                 if batch and dims and dims[0] not in (-1,):
                     raise ModelConfigError(
@@ -240,6 +237,11 @@ class OnnxRuntimeInstance:
             raise ModelLoadError(f"onnxruntime could not create a session: {exc}") from None
         self._string_inputs = {arg.name for arg in self._session.get_inputs() if arg.type == "tensor(string)"}
         self._run = self._session.run
+        # ONNX Runtime's Python API takes and gives no bfloat16 arrays: a model with such a tensor runs
+        # on OrtValues (the other models keep the cheaper plain run).
+        tensors = (*self._session.get_inputs(), *self._session.get_outputs())
+        self._bf16 = any(arg.type == "tensor(bfloat16)" for arg in tensors)
+        self._ort_value = ort.OrtValue
         logger.info("instance %s on %s", spec.name, self._session.get_providers()[0])
 
     @staticmethod
@@ -269,11 +271,44 @@ class OnnxRuntimeInstance:
         feeds: dict[str, np.ndarray] = dict(inputs)
         for name in self._string_inputs.intersection(feeds):
             feeds[name] = _as_text(name, feeds[name])
+        if self._bf16:
+            return self._execute_with_values(feeds, output_names)
         results = self._run(list(output_names), feeds)
         return dict(zip(output_names, results, strict=True))
 
+    def _execute_with_values(
+        self, feeds: dict[str, np.ndarray], output_names: Sequence[str]
+    ) -> dict[str, np.ndarray]:
+        values = {}
+        for name, array in feeds.items():
+            if array.dtype == BF16_DTYPE:
+                values[name] = self._ort_value.ortvalue_from_numpy_with_onnx_type(
+                    np.ascontiguousarray(array).view(np.uint16), _ONNX_BFLOAT16
+                )
+            else:
+                values[name] = self._ort_value.ortvalue_from_numpy(np.ascontiguousarray(array))
+        results = self._session.run_with_ort_values(list(output_names), values)
+        return {name: _array_of(value) for name, value in zip(output_names, results, strict=True)}
+
     def close(self) -> None:
         del self._session
+
+
+_ONNX_BFLOAT16 = 16  # onnx.TensorProto.BFLOAT16
+
+
+def _array_of(value: Any) -> np.ndarray:
+    """An OrtValue's data as an array it owns; a bfloat16 one copied out through its data pointer."""
+    if value.data_type() != "tensor(bfloat16)":
+        array: np.ndarray = value.numpy()
+        return array
+    shape = tuple(value.shape())
+    count = int(np.prod(shape, dtype=np.int64))
+    if count == 0:
+        return np.empty(shape, BF16_DTYPE)
+    words = (ctypes.c_uint16 * count).from_address(value.data_ptr())
+    copied: np.ndarray = np.ctypeslib.as_array(words).copy().view(BF16_DTYPE).reshape(shape)
+    return copied
 
 
 def _as_text(name: str, array: np.ndarray) -> np.ndarray:

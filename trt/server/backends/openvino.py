@@ -30,6 +30,7 @@ from trt.protos import model_config_pb2
 from trt.server.backends.model_signature import ModelSignature, TensorInfo, auto_complete, check_tensors
 from trt.server.backends.openvino_settings import OpenVinoSettings, check_device, read_settings
 from trt.server.core.backends.base import InstanceSpec, ModelFiles
+from trt.server.core.datatypes import BF16_DTYPE
 from trt.server.core.errors import ModelConfigError, ModelLoadError, ServerError
 
 logger = logging.getLogger("trt.backends.openvino")
@@ -47,6 +48,7 @@ _CONFIG_TYPES = {
     "i32": "TYPE_INT32",
     "i64": "TYPE_INT64",
     "f16": "TYPE_FP16",
+    "bf16": "TYPE_BF16",
     "f32": "TYPE_FP32",
     "f64": "TYPE_FP64",
 }
@@ -354,9 +356,19 @@ def _served_signature(model: Any, settings: OpenVinoSettings) -> ModelSignature:
 def _tensor(array: np.ndarray) -> Any:
     """An OpenVINO tensor over ``array`` without a copy where it can be shared (writable, contiguous);
     read-only views of a request's bytes are copied."""
+    if array.dtype == BF16_DTYPE:  # OpenVINO shows bf16 data as float16-typed bits: copied in as such
+        tensor = ov.Tensor(ov.Type.bf16, ov.Shape(list(array.shape)))
+        tensor.data[...] = array.view(np.float16)
+        return tensor
     if array.flags.c_contiguous and array.flags.writeable:
         return ov.Tensor(array, shared_memory=True)
     return ov.Tensor(np.ascontiguousarray(array))
+
+
+def _data(tensor: Any) -> np.ndarray:
+    """A tensor's data as numpy sees it; bf16 (float16-typed bits in OpenVINO) as bfloat16."""
+    data: np.ndarray = tensor.data
+    return data.view(BF16_DTYPE) if tensor.element_type == ov.Type.bf16 else data
 
 
 class OpenVinoInstance:
@@ -399,7 +411,7 @@ class OpenVinoInstance:
             for name, array in inputs.items():
                 request.set_tensor(name, _tensor(array))
             request.infer()
-            results = {name: request.get_tensor(name).data for name in output_names}
+            results = {name: _data(request.get_tensor(name)) for name in output_names}
         except Exception as exc:
             raise ServerError(f"OpenVINO inference failed: {openvino_error(exc)}") from None
         # The request's output buffers are overwritten by its next inference: copy them out.

@@ -31,7 +31,7 @@ import torch
 
 from trt.protos import model_config_pb2
 from trt.server.core.backends.base import InstanceSpec, ModelFiles
-from trt.server.core.datatypes import BF16_UNSUPPORTED
+from trt.server.core.datatypes import BF16_DTYPE
 from trt.server.core.errors import ModelConfigError, ModelLoadError, ServerError
 
 logger = logging.getLogger("trt.backends.pytorch")
@@ -41,7 +41,6 @@ _DICT_TYPE = "Dict[str, Tensor]"
 _UNSUPPORTED_TYPES = {
     model_config_pb2.TYPE_STRING: "TYPE_STRING (BYTES) tensors cannot reach a TorchScript model: "
     "this backend feeds numeric tensors only",
-    model_config_pb2.TYPE_BF16: BF16_UNSUPPORTED,
 }
 _CPU = torch.device("cpu")
 _interop_lock = threading.Lock()
@@ -388,7 +387,10 @@ class TorchScriptInstance:
             # torch.from_numpy shares memory and may write to it; a read-only view over the request
             # buffer is copied (np.array then from_numpy is ~3x cheaper than torch.tensor for small arrays).
             array = np.array(array, order="C")
-        tensor = torch.from_numpy(array)
+        if array.dtype == BF16_DTYPE:  # torch knows no numpy bfloat16: the same bits, reinterpreted
+            tensor = torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
+        else:
+            tensor = torch.from_numpy(array)
         return tensor.to(self._device) if self._on_gpu else tensor
 
     def execute(self, inputs: Mapping[str, np.ndarray], output_names: Sequence[str]) -> dict[str, np.ndarray]:
@@ -415,7 +417,11 @@ class TorchScriptInstance:
                     raise ServerError(
                         f"output '{name}': forward() returned {type(value).__name__} where a tensor belongs"
                     )
-                outputs[name] = value.detach().cpu().numpy()  # .cpu() waits for a GPU stream's work
+                value = value.detach().cpu()  # .cpu() waits for a GPU stream's work
+                if value.dtype == torch.bfloat16:
+                    outputs[name] = value.view(torch.int16).numpy().view(BF16_DTYPE)
+                else:
+                    outputs[name] = value.numpy()
         return outputs
 
     def close(self) -> None:

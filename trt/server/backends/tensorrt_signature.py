@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from trt.protos import model_config_pb2
+from trt.server.core.datatypes import BF16_DTYPE
 from trt.server.core.errors import ModelConfigError
 
 # tensorrt.DataType names -> config data types. FP8/INT4/FP4 have no Triton wire type.
@@ -26,10 +27,11 @@ TRT_TO_CONFIG_TYPE = {
     "BOOL": "TYPE_BOOL",
     "UINT8": "TYPE_UINT8",
 }
-# Host arrays for each type. BF16 is absent: numpy has none, and this server refuses BF16 tensors.
+# Host arrays for each type (BF16 as ml_dtypes' bfloat16, which the core uses for it).
 TRT_TO_NUMPY: dict[str, np.dtype[Any]] = {
     "FLOAT": np.dtype(np.float32),
     "HALF": np.dtype(np.float16),
+    "BF16": BF16_DTYPE,
     "INT8": np.dtype(np.int8),
     "INT32": np.dtype(np.int32),
     "INT64": np.dtype(np.int64),

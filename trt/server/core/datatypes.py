@@ -9,11 +9,16 @@ from __future__ import annotations
 
 import struct
 
+import ml_dtypes
 import numpy as np
 
 from trt.server.core.errors import InvalidInput, request_label
 
-# Wire datatype name -> numpy dtype. BF16 has no numpy dtype; it travels as raw uint16 pairs.
+# numpy has no bfloat16; ml_dtypes adds one (as tritonclient, JAX and TensorFlow use). Its arrays
+# cannot export a buffer, so their bytes are read and written through a uint16 view.
+BF16_DTYPE = np.dtype(ml_dtypes.bfloat16)
+
+# Wire datatype name -> numpy dtype.
 _WIRE_TO_NUMPY: dict[str, np.dtype] = {
     "BOOL": np.dtype(np.bool_),
     "UINT8": np.dtype(np.uint8),
@@ -27,24 +32,22 @@ _WIRE_TO_NUMPY: dict[str, np.dtype] = {
     "FP16": np.dtype(np.float16),
     "FP32": np.dtype(np.float32),
     "FP64": np.dtype(np.float64),
+    "BF16": BF16_DTYPE,
     "BYTES": np.dtype(np.object_),
 }
 _NUMPY_TO_WIRE: dict[np.dtype, str] = {dt: name for name, dt in _WIRE_TO_NUMPY.items()}
 
-WIRE_DATATYPES: frozenset[str] = frozenset([*_WIRE_TO_NUMPY, "BF16"])
+WIRE_DATATYPES: frozenset[str] = frozenset(_WIRE_TO_NUMPY)
 # Triton's name for a datatype it does not know. Its gRPC front end hands such an input on under this
 # name, and the core refuses it against the model's input in its own words ("inference input 'X'
 # data-type is '<invalid>', but model 'M' expects 'FP32'"); trt's gRPC decoder does the same.
 INVALID_DATATYPE = "<invalid>"
-# The data an input of a datatype numpy cannot hold (that one, or BF16) carries to the core:
-# ``tensor_from_bytes`` gives it for any bytes. It is never read: no model here declares either
-# datatype (every backend refuses BF16 tensors at load), so the model's checks refuse the input in
-# Triton's words ("inference input 'X' data-type is 'BF16', but model 'M' expects 'FP32'").
+# The data an input of that datatype carries to the core: ``tensor_from_bytes`` gives it for any
+# bytes. It is never read: no model declares the datatype, so the model's checks refuse the input in
+# Triton's words ("inference input 'X' data-type is '<invalid>', but model 'M' expects 'FP32'").
 UNDECODED = np.empty(0, np.uint8)
 UNDECODED.flags.writeable = False
-# Why a model with a BF16 input or output is refused at load, by every backend that can meet one.
-BF16_UNSUPPORTED = "TYPE_BF16 tensors are not supported by this server (numpy has no bfloat16)"
-# The numpy dtype of each datatype whose elements have a fixed size (all but BYTES and BF16).
+# The numpy dtype of each datatype whose elements have a fixed size (all but BYTES).
 FIXED_SIZE_DTYPES: dict[str, np.dtype] = {name: dt for name, dt in _WIRE_TO_NUMPY.items() if name != "BYTES"}
 
 
@@ -81,8 +84,6 @@ def element_size(datatype: str) -> int:
     """Bytes per element of a fixed-size datatype (0 for BYTES, whose elements vary)."""
     if datatype == "BYTES":
         return 0
-    if datatype == "BF16":
-        return 2
     return _WIRE_TO_NUMPY[datatype].itemsize
 
 
@@ -204,7 +205,9 @@ def tensor_to_bytes(array: np.ndarray, datatype: str) -> bytes | memoryview:
     if array.size == 0:
         return b""  # memoryview cannot cast a view with a zero in its shape
     contiguous = np.ascontiguousarray(array)
-    if contiguous.dtype.byteorder == ">":
+    if contiguous.dtype == BF16_DTYPE:
+        contiguous = contiguous.view(np.uint16)
+    elif contiguous.dtype.byteorder == ">":
         contiguous = contiguous.astype(contiguous.dtype.newbyteorder("<"))
     return memoryview(contiguous.data).cast("B")
 
@@ -224,7 +227,7 @@ def tensor_from_bytes(
         return deserialize_bytes_tensor(buffer, count, name).reshape(shape)
     dtype = _WIRE_TO_NUMPY.get(datatype)
     if dtype is None:
-        if datatype == "BF16" or datatype == INVALID_DATATYPE:
+        if datatype == INVALID_DATATYPE:
             return UNDECODED  # the model's checks refuse the input before anything reads it
         raise InvalidInput(f"unsupported datatype '{datatype}'")
     expected = count * dtype.itemsize

@@ -479,6 +479,10 @@ def _json_output_data(data: np.ndarray, datatype: str) -> Any:
         ]
     if datatype == "FP16":
         return flat.astype(np.float32)
+    if datatype == "BF16":
+        raise InvalidArgument(  # Triton's words
+            "sending BF16 data via JSON is not supported. Please use the binary data format for output"
+        )
     if not flat.flags.c_contiguous:
         flat = np.ascontiguousarray(flat)
     return flat

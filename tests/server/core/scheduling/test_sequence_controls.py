@@ -14,6 +14,7 @@ from onnx import TensorProto, helper
 
 from tests.support import ServerProcess, save_onnx
 from trt.protos import model_config_pb2
+from trt.server.core.datatypes import BF16_DTYPE
 from trt.server.core.errors import ModelConfigError
 from trt.server.core.scheduling.sequence_controls import initial_state_values
 
@@ -119,7 +120,7 @@ def test_a_bad_initial_state_fails_only_its_model(server: ServerProcess) -> None
     ("data_type", "reason"),
     [
         ("TYPE_INT32", "s.bin has 2 bytes; dims [1] of INT32 need 4"),
-        ("TYPE_BF16", "BF16 tensors are not supported by this server"),
+        ("TYPE_FP64", "s.bin has 2 bytes; dims [1] of FP64 need 8"),
     ],
 )
 def test_an_initial_state_file_that_cannot_be_read_is_a_config_error(
@@ -135,11 +136,16 @@ def test_an_initial_state_file_that_cannot_be_read_is_a_config_error(
         initial_state_values(config, tmp_path)
 
 
-def test_a_bf16_state_is_a_config_error_even_without_an_initial_state(tmp_path: Path) -> None:
-    """Its zeros have no numpy type either: refused at load, like every BF16 tensor here."""
+def test_bf16_states_start_from_zeros_or_from_their_file(tmp_path: Path) -> None:
+    (tmp_path / "initial_state").mkdir()
+    (tmp_path / "initial_state" / "s.bin").write_bytes(np.array([1.5, -2.0], BF16_DTYPE).tobytes())
     config = model_config_pb2.ModelConfig(name="m")
-    config.sequence_batching.state.add(
-        input_name="s", output_name="o", data_type=model_config_pb2.TYPE_BF16, dims=[1]
+    bf16 = model_config_pb2.TYPE_BF16
+    config.sequence_batching.state.add(input_name="zeroed", output_name="o1", data_type=bf16, dims=[3])
+    seeded = config.sequence_batching.state.add(
+        input_name="seeded", output_name="o2", data_type=bf16, dims=[2]
     )
-    with pytest.raises(ModelConfigError, match=re.escape("state 's': TYPE_BF16 tensors are not supported")):
-        initial_state_values(config, tmp_path)
+    seeded.initial_state.add(name="s", data_type=bf16, dims=[2], data_file="s.bin")
+    values = initial_state_values(config, tmp_path)
+    assert values["zeroed"].dtype == BF16_DTYPE and values["zeroed"].tolist() == [0.0, 0.0, 0.0]
+    assert values["seeded"].dtype == BF16_DTYPE and values["seeded"].tolist() == [1.5, -2.0]

@@ -123,7 +123,8 @@ class PythonBackend:
         for tensor in (*config.input, *config.output):
             if tensor.data_type == model_config_pb2.TYPE_BF16:
                 raise ModelConfigError(
-                    f"'{tensor.name}': BF16 has no numpy type and cannot reach a Python model"
+                    f"'{tensor.name}': BF16 tensors do not reach Python models here (Triton hands them "
+                    "over through DLPack only, as_numpy() refuses them; trt's stub does neither)"
                 )
 
     def create_instance(

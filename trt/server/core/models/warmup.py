@@ -18,7 +18,13 @@ import numpy as np
 
 from trt.protos import model_config_pb2
 from trt.server.core.backends.base import BackendRequest, RequestLevelInstance
-from trt.server.core.datatypes import config_to_wire, deserialize_bytes_tensor, element_count, wire_to_numpy
+from trt.server.core.datatypes import (
+    BF16_DTYPE,
+    config_to_wire,
+    deserialize_bytes_tensor,
+    element_count,
+    wire_to_numpy,
+)
 from trt.server.core.errors import ModelConfigError, ModelLoadError, ServerError
 from trt.server.core.models.data_files import read_data_file
 
@@ -36,7 +42,7 @@ def _input(
     rng: np.random.Generator,
 ) -> np.ndarray:
     datatype = config_to_wire(model_config_pb2.DataType.Name(spec.data_type))
-    if datatype in ("INVALID", "BF16"):
+    if datatype == "INVALID":
         raise ModelConfigError(f"model_warmup input '{name}': data_type {datatype} cannot be warmed up")
     shape = ((max(1, batch_size),) if batched else ()) + tuple(int(d) for d in spec.dims)
     if any(d < 0 for d in shape):
@@ -60,7 +66,7 @@ def _input(
     if kind == "random_data":
         if dtype == np.bool_:
             return rng.integers(0, 2, shape).astype(np.bool_)
-        if np.issubdtype(dtype, np.floating):
+        if dtype == BF16_DTYPE or np.issubdtype(dtype, np.floating):
             return rng.standard_normal(shape).astype(dtype)
         return rng.integers(0, 16, shape).astype(dtype)
     return np.zeros(shape, dtype=dtype)

@@ -20,7 +20,6 @@ import numpy as np
 
 from trt.protos import model_config_pb2
 from trt.server.core.datatypes import (
-    BF16_UNSUPPORTED,
     FIXED_SIZE_DTYPES,
     config_to_wire,
     element_count,
@@ -49,8 +48,6 @@ INITIAL_STATE_FOLDER = "initial_state"
 def _initial_value(state: model_config_pb2.ModelSequenceBatching.State, model_dir: Path | None) -> np.ndarray:
     """One state's value when a sequence starts (without the batch dimension)."""
     what = f"state '{state.input_name}'"
-    if model_config_pb2.TYPE_BF16 in (state.data_type, *(i.data_type for i in state.initial_state)):
-        raise ModelConfigError(f"{what}: {BF16_UNSUPPORTED}")
     if not state.initial_state:
         return np.zeros(tuple(max(int(d), 1) for d in state.dims), _dtype_of(state.data_type))
     if len(state.initial_state) > 1:

@@ -11,6 +11,7 @@ import struct
 import tracemalloc
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
@@ -21,7 +22,7 @@ from trt.server.backends.python.stub.trt_pb_wire import Codec, WireError
 TAG = "0f1e2d3c4b5a69788796a5b4c3d2e1f0"
 CODEC = Codec(TAG)
 
-_DTYPES = ["<f4", "<f8", "<f2", "<i8", "<i4", "|i1", "|u1", "<u2", "|b1", "<U3", "|S2"]
+_DTYPES = ["<f4", "<f8", "<f2", "<i8", "<i4", "|i1", "|u1", "<u2", "|b1", "<U3", "|S2", ml_dtypes.bfloat16]
 _SHAPES = st.lists(st.integers(0, 3), max_size=3)
 
 
@@ -92,6 +93,8 @@ _MARKS = st.sampled_from(
     [
         ["a", "<f8", [2**40], 0],
         ["a", "<f4", [3], 2**62],
+        ["a", "bfloat16", [2**40], 0],
+        ["a", "bfloat16", [3], 0],
         ["a", "|O8", [1], 0],
         ["B", [2**30], 0],
         ["B", [2], 0],

@@ -1,6 +1,6 @@
 """BF16 tensors end to end, as current tritonclient sends and reads them (``ml_dtypes.bfloat16`` arrays):
-through ONNX Runtime, TorchScript and OpenVINO models, over HTTP (binary only: JSON is refused both
-ways in Triton's words) and gRPC, with warm-up samples of BF16 data."""
+through ONNX Runtime, TorchScript, OpenVINO and Python models (DLPack, as in Triton), over HTTP
+(binary only: JSON is refused both ways in Triton's words) and gRPC, with warm-up samples of BF16 data."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from onnx import TensorProto, helper
 
-from tests.support import ServerProcess, save_onnx
+from tests.support import ServerProcess, save_onnx, write_python_model
 
 BF16 = ml_dtypes.bfloat16
 # Values bfloat16 holds exactly (8 bits of mantissa), so that every comparison below is exact.
@@ -59,6 +59,42 @@ backend: "openvino"
 max_batch_size: 0
 input [ { name: "X" data_type: TYPE_BF16 dims: [ 2, 4 ] } ]
 output [ { name: "Y" data_type: TYPE_BF16 dims: [ 2, 4 ] } ]
+"""
+
+
+# Triton's way with BF16 in a Python model: DLPack to torch and back (as_numpy() refuses it).
+PYTHON_MODEL = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+from torch.utils.dlpack import from_dlpack, to_dlpack
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "X")
+            try:
+                x.as_numpy()
+                refusal = "as_numpy() took BF16"
+            except pb_utils.TritonModelException as exc:
+                refusal = str(exc)
+            doubled = from_dlpack(x.to_dlpack()) * 2
+            responses.append(pb_utils.InferenceResponse([
+                pb_utils.Tensor.from_dlpack("Y", to_dlpack(doubled)),
+                pb_utils.Tensor("REFUSAL", np.array([refusal.encode()], dtype=np.object_)),
+                pb_utils.Tensor("DTYPE", np.array([x.triton_dtype()], dtype=np.int32)),
+            ]))
+        return responses
+"""
+PYTHON_CONFIG = """
+backend: "python"
+max_batch_size: 0
+input [ { name: "X" data_type: TYPE_BF16 dims: [ -1, -1 ] } ]
+output [
+  { name: "Y" data_type: TYPE_BF16 dims: [ -1, -1 ] },
+  { name: "REFUSAL" data_type: TYPE_STRING dims: [ 1 ] },
+  { name: "DTYPE" data_type: TYPE_INT32 dims: [ 1 ] }
+]
 """
 
 
@@ -129,6 +165,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerPro
         models.add("bf16_torch")
     if _write_openvino(repo):
         models.add("bf16_openvino")
+    if "bf16_torch" in models:  # the Python model's DLPack needs torch too
+        write_python_model(repo, "bf16_python", PYTHON_MODEL, PYTHON_CONFIG)
+        models.add("bf16_python")
     process = ServerProcess([repo], ["--exit-on-error=false"]).start(tmp_path_factory.mktemp("bf16_logs"))
     yield process, models
     assert process.alive(), process.log()
@@ -180,6 +219,26 @@ def test_bf16_crosses_openvino(server: tuple[ServerProcess, set[str]]) -> None:
     result = client.infer("bf16_openvino", _inputs(grpcclient, {"X": X}))
     doubled = result.as_numpy("Y")
     assert doubled.dtype == BF16 and np.array_equal(doubled.astype(np.float32), X.astype(np.float32) * 2)
+
+
+# The small one crosses in the instance's shared-memory arena; the one past its 16 MiB in the message.
+@pytest.mark.parametrize("shape", [(2, 4), (3000, 3000)], ids=["arena", "in-message"])
+def test_bf16_reaches_a_python_model_through_dlpack_as_in_triton(
+    server: tuple[ServerProcess, set[str]], shape: tuple[int, int]
+) -> None:
+    process, models = server
+    if "bf16_python" not in models:
+        pytest.skip("torch is not installed")
+    x = (np.arange(shape[0] * shape[1], dtype=np.float32).reshape(shape) % 256 - 128).astype(BF16)
+    result = grpcclient.InferenceServerClient(process.grpc_url).infer(
+        "bf16_python", _inputs(grpcclient, {"X": x})
+    )
+    doubled = result.as_numpy("Y")
+    assert doubled.dtype == BF16 and np.array_equal(doubled.astype(np.float32), x.astype(np.float32) * 2)
+    assert result.as_numpy("REFUSAL")[0].decode() == (
+        "Tensor dtype is BF16 and cannot be converted to NumPy. Use to_dlpack() and from_dlpack() instead."
+    )
+    assert result.as_numpy("DTYPE")[0] == 14  # TYPE_BF16
 
 
 def _post(process: ServerProcess, body: dict[str, object]) -> tuple[int, dict[str, object]]:

@@ -120,12 +120,6 @@ class PythonBackend:
 
     def validate(self, config: model_config_pb2.ModelConfig, files: ModelFiles) -> None:
         self._model_py(config, files)
-        for tensor in (*config.input, *config.output):
-            if tensor.data_type == model_config_pb2.TYPE_BF16:
-                raise ModelConfigError(
-                    f"'{tensor.name}': BF16 tensors do not reach Python models here (Triton hands them "
-                    "over through DLPack only, as_numpy() refuses them; trt's stub does neither)"
-                )
 
     def create_instance(
         self, config: model_config_pb2.ModelConfig, files: ModelFiles, spec: InstanceSpec

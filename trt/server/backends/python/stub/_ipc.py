@@ -72,7 +72,29 @@ _NUMPY_TO_WIRE = {
     np.dtype(np.int16): "INT16", np.dtype(np.int32): "INT32", np.dtype(np.int64): "INT64",
     np.dtype(np.float16): "FP16", np.dtype(np.float32): "FP32", np.dtype(np.float64): "FP64",
 }  # fmt: skip
+
+
+def _bfloat16() -> np.dtype | None:
+    """ml_dtypes' bfloat16 where this interpreter has it (the server's does; a model's own
+    execution environment may not, and then cannot take BF16 tensors)."""
+    try:
+        import ml_dtypes
+    except ImportError:
+        return None
+    dtype: np.dtype = np.dtype(ml_dtypes.bfloat16)
+    return dtype
+
+
+BF16 = _bfloat16()
+if BF16 is not None:
+    _NUMPY_TO_WIRE[BF16] = "BF16"
 WIRE_TO_NUMPY = {name: dtype for dtype, name in _NUMPY_TO_WIRE.items()}
+BF16_NEEDS = trt_pb_wire.BF16_NEEDS
+
+
+def raw_view(array: np.ndarray) -> np.ndarray:
+    """``array`` as numpy can export its buffer: a bfloat16 array (which cannot) as its uint16 bits."""
+    return array.view(np.uint16) if array.dtype == BF16 else array
 
 
 def wire_datatype(array: np.ndarray) -> str:
@@ -384,7 +406,7 @@ class Arena:
         if offset + nbytes > self.size:
             return None
         if nbytes:
-            self._map[offset : offset + nbytes] = array.data  # a slice copy: cheaper than numpy's copyto
+            self._map[offset : offset + nbytes] = raw_view(array).data  # a slice copy: cheaper than copyto
         self._used = offset + nbytes
         return offset, nbytes
 
@@ -392,6 +414,8 @@ class Arena:
         """A view of the arena; ValueError (or KeyError) where the description does not fit it."""
         if min(shape, default=0) < 0:  # numpy reads a count of -1 as "all the rest"
             raise ValueError(f"a tensor of shape {list(shape)}")
+        if datatype == "BF16" and BF16 is None:
+            raise ValueError(BF16_NEEDS)
         array = np.frombuffer(self._map, WIRE_TO_NUMPY[datatype], math.prod(shape), offset)
         return array if len(shape) == 1 else array.reshape(shape)
 

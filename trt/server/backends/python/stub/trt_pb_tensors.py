@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 from trt_pb_errors import TritonModelException
+from trt_pb_wire import BF16_NEEDS
 
 TRITON_STRING_TO_NUMPY = {
     "TYPE_BOOL": bool, "TYPE_UINT8": np.uint8, "TYPE_UINT16": np.uint16, "TYPE_UINT32": np.uint32,
@@ -20,6 +21,11 @@ _TRITON_TYPE_CODES = {
     7: "TYPE_INT16", 8: "TYPE_INT32", 9: "TYPE_INT64", 10: "TYPE_FP16", 11: "TYPE_FP32", 12: "TYPE_FP64",
     13: "TYPE_STRING",
 }  # fmt: skip
+TYPE_BF16 = 14
+# Triton's words: a BF16 tensor has no numpy array in a Python model, only DLPack.
+_BF16_AS_NUMPY = (
+    "Tensor dtype is BF16 and cannot be converted to NumPy. Use to_dlpack() and from_dlpack() instead."
+)
 
 
 class Tensor:
@@ -48,22 +54,32 @@ class Tensor:
         return self._name
 
     def as_numpy(self) -> np.ndarray:
+        if _is_bf16(self._data):
+            raise TritonModelException(_BF16_AS_NUMPY)
         return self._data
 
     def shape(self) -> list[int]:
         return list(self._data.shape)
 
     def triton_dtype(self) -> int:
-        return numpy_to_triton_type(self._data.dtype)
+        return TYPE_BF16 if _is_bf16(self._data) else numpy_to_triton_type(self._data.dtype)
 
     def is_cpu(self) -> bool:
         return True
 
     def to_dlpack(self) -> Any:
-        return _torch().utils.dlpack.to_dlpack(_torch().from_numpy(self._writable()))
+        return _torch().utils.dlpack.to_dlpack(self._torch_tensor())
 
     def __dlpack__(self, stream: Any = None) -> Any:
+        if _is_bf16(self._data):  # numpy exports no bfloat16; torch does
+            return self._torch_tensor().__dlpack__()
         return self._writable().__dlpack__()
+
+    def _torch_tensor(self) -> Any:
+        torch = _torch()
+        if _is_bf16(self._data):  # the same bits, reinterpreted
+            return torch.from_numpy(self._writable().view(np.int16)).view(torch.bfloat16)
+        return torch.from_numpy(self._writable())
 
     def __dlpack_device__(self) -> tuple[int, int]:
         return (1, 0)  # kDLCPU
@@ -71,14 +87,24 @@ class Tensor:
     @staticmethod
     def from_dlpack(name: str, capsule: Any) -> Tensor:
         torch = _torch()
-        tensor = torch.utils.dlpack.from_dlpack(capsule)
-        return Tensor(name, tensor.cpu().numpy())
+        tensor = torch.utils.dlpack.from_dlpack(capsule).cpu()
+        if tensor.dtype == torch.bfloat16:
+            try:
+                import ml_dtypes
+            except ImportError:
+                raise TritonModelException(BF16_NEEDS) from None
+            return Tensor(name, tensor.view(torch.int16).numpy().view(ml_dtypes.bfloat16))
+        return Tensor(name, tensor.numpy())
 
     def _writable(self) -> np.ndarray:
         return self._data if self._data.flags.writeable else self._data.copy()
 
     def __repr__(self) -> str:
         return f"Tensor(name={self._name!r}, shape={self.shape()}, dtype={self._data.dtype})"
+
+
+def _is_bf16(data: np.ndarray) -> bool:
+    return data.dtype.name == "bfloat16"
 
 
 def _torch() -> Any:

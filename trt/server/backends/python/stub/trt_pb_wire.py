@@ -44,6 +44,18 @@ _HEAD = struct.Struct("<II")
 _MAX_DIMS = 32
 _DTYPE = re.compile(r"[<>|][biufc][1-9][0-9]?|[<>|][SU][0-9]{1,6}")
 _DTYPES: dict[str, np.dtype[Any]] = {}  # the dtypes built so far, by name (a small, fixed set)
+_BFLOAT16_NAME = "bfloat16"  # ml_dtypes' bfloat16, whose dtype.str ("<V2") says only "two bytes"
+BF16_NEEDS = "BF16 tensors need ml_dtypes in the model's environment (pip install ml_dtypes)"
+
+
+def _bfloat16() -> np.dtype[Any]:
+    try:
+        import ml_dtypes
+    except ImportError:
+        raise WireError(BF16_NEEDS) from None
+    dtype: np.dtype[Any] = np.dtype(ml_dtypes.bfloat16)
+    return dtype
+
 
 # The C encoder and scanner of the standard library's json, called directly: the public classes
 # build the same objects again on every call. Other interpreters fall back to the public API.
@@ -218,12 +230,13 @@ def _array_mark(array: np.ndarray, mark_bytes: Callable[[bytes | memoryview], li
             start = mark_bytes(lengths.tobytes() + b"".join(items))[1]
             return ["B", shape, start]
         return ["o", shape, items]
-    name = array.dtype.str
-    if not _DTYPE.fullmatch(name):
+    name = _BFLOAT16_NAME if array.dtype.name == "bfloat16" else array.dtype.str
+    if name != _BFLOAT16_NAME and not _DTYPE.fullmatch(name):
         raise WireError(f"an array of {array.dtype} cannot cross")
     if not array.flags.c_contiguous:
         array = np.ascontiguousarray(array)  # the same shape (it is not 0-d: those are contiguous)
-    start = mark_bytes(array.data.cast("B") if array.nbytes else b"")[1]
+    bits = array.view(np.uint16) if name == _BFLOAT16_NAME else array  # bfloat16 exports no buffer
+    start = mark_bytes(bits.data.cast("B") if array.nbytes else b"")[1]
     return ["a", name, shape, start]
 
 
@@ -267,14 +280,18 @@ class _BlobReader:
     def _array(self, name: Any, shape: tuple[int, ...], start: Any) -> np.ndarray:
         dtype = _DTYPES.get(name) if type(name) is str else None
         if dtype is None:
-            if type(name) is not str or not _DTYPE.fullmatch(name):
+            if name == _BFLOAT16_NAME:
+                dtype = _DTYPES[name] = _bfloat16()
+            elif type(name) is not str or not _DTYPE.fullmatch(name):
                 raise WireError(f"an array of dtype {name!r}")
-            dtype = _DTYPES[name] = np.dtype(name)
+            else:
+                dtype = _DTYPES[name] = np.dtype(name)
         count = math.prod(shape)
         begin, end = self._span(start, start + count * dtype.itemsize if type(start) is int else None)
         array = np.empty(shape, dtype)  # after the check: its bytes are all there
         if end > begin:
-            array.data.cast("B")[:] = memoryview(self._data)[begin:end]
+            bits = array.view(np.uint16) if name == _BFLOAT16_NAME else array
+            bits.data.cast("B")[:] = memoryview(self._data)[begin:end]
         return array
 
     def _bytes_array(self, shape: tuple[int, ...], start: Any) -> np.ndarray:

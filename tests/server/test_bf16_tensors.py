@@ -241,11 +241,16 @@ def test_bf16_reaches_a_python_model_through_dlpack_as_in_triton(
     assert result.as_numpy("DTYPE")[0] == 14  # TYPE_BF16
 
 
-def _post(process: ServerProcess, body: dict[str, object]) -> tuple[int, dict[str, object]]:
+def _post(
+    process: ServerProcess, header: dict[str, object], binary: bytes = b""
+) -> tuple[int, dict[str, object]]:
+    """An inference request to bf16_onnx: a JSON body, or a JSON header and binary tensors after it."""
+    body = json.dumps(header).encode()
+    headers = {"Inference-Header-Content-Length": str(len(body))} if binary else {}
     host, port = process.http_url.rsplit(":", 1)
     connection = http.client.HTTPConnection(host, int(port), timeout=30)
     try:
-        connection.request("POST", "/v2/models/bf16_onnx/infer", json.dumps(body))
+        connection.request("POST", "/v2/models/bf16_onnx/infer", body + binary, headers)
         reply = connection.getresponse()
         return reply.status, json.loads(reply.read())
     finally:
@@ -262,31 +267,16 @@ def test_bf16_in_json_is_refused_both_ways_in_tritons_words(server: tuple[Server
         "receiving BF16 data via JSON is not supported. Please use the binary data format for input X"
     )
     # Inputs in binary, the BF16 output asked for as JSON.
-    raw = X[:1].tobytes() + W.tobytes()
-    header = json.dumps(
-        {
-            "inputs": [
-                {"name": "X", "datatype": "BF16", "shape": [1, 4], "parameters": {"binary_data_size": 8}},
-                {"name": "W", "datatype": "FP32", "shape": [1, 4], "parameters": {"binary_data_size": 16}},
-            ],
-            "outputs": [{"name": "Y", "parameters": {"binary_data": False}}],
-        }
-    ).encode()
-    host, port = process.http_url.rsplit(":", 1)
-    connection = http.client.HTTPConnection(host, int(port), timeout=30)
-    try:
-        connection.request(
-            "POST",
-            "/v2/models/bf16_onnx/infer",
-            header + raw,
-            {"Inference-Header-Content-Length": str(len(header))},
-        )
-        reply = connection.getresponse()
-        status, answer = reply.status, json.loads(reply.read())
-    finally:
-        connection.close()
+    header = {
+        "inputs": [
+            {"name": "X", "datatype": "BF16", "shape": [1, 4], "parameters": {"binary_data_size": 8}},
+            {"name": "W", "datatype": "FP32", "shape": [1, 4], "parameters": {"binary_data_size": 16}},
+        ],
+        "outputs": [{"name": "Y", "parameters": {"binary_data": False}}],
+    }
+    status, body = _post(process, header, X[:1].tobytes() + W.tobytes())
     assert status == 400
-    assert answer["error"] == (
+    assert body["error"] == (
         "sending BF16 data via JSON is not supported. Please use the binary data format for output"
     )
 

@@ -74,18 +74,7 @@ _NUMPY_TO_WIRE = {
 }  # fmt: skip
 
 
-def _bfloat16() -> np.dtype | None:
-    """ml_dtypes' bfloat16 where this interpreter has it (the server's does; a model's own
-    execution environment may not, and then cannot take BF16 tensors)."""
-    try:
-        import ml_dtypes
-    except ImportError:
-        return None
-    dtype: np.dtype = np.dtype(ml_dtypes.bfloat16)
-    return dtype
-
-
-BF16 = _bfloat16()
+BF16 = trt_pb_wire.BF16
 if BF16 is not None:
     _NUMPY_TO_WIRE[BF16] = "BF16"
 WIRE_TO_NUMPY = {name: dtype for dtype, name in _NUMPY_TO_WIRE.items()}

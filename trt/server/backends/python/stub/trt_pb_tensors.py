@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 from trt_pb_errors import TritonModelException
-from trt_pb_wire import BF16_NEEDS
+from trt_pb_wire import BF16, BF16_NEEDS
 
 TRITON_STRING_TO_NUMPY = {
     "TYPE_BOOL": bool, "TYPE_UINT8": np.uint8, "TYPE_UINT16": np.uint16, "TYPE_UINT32": np.uint32,
@@ -89,11 +89,9 @@ class Tensor:
         torch = _torch()
         tensor = torch.utils.dlpack.from_dlpack(capsule).cpu()
         if tensor.dtype == torch.bfloat16:
-            try:
-                import ml_dtypes
-            except ImportError:
-                raise TritonModelException(BF16_NEEDS) from None
-            return Tensor(name, tensor.view(torch.int16).numpy().view(ml_dtypes.bfloat16))
+            if BF16 is None:
+                raise TritonModelException(BF16_NEEDS)
+            return Tensor(name, tensor.view(torch.int16).numpy().view(BF16))
         return Tensor(name, tensor.numpy())
 
     def _writable(self) -> np.ndarray:

@@ -48,13 +48,18 @@ _BFLOAT16_NAME = "bfloat16"  # ml_dtypes' bfloat16, whose dtype.str ("<V2") says
 BF16_NEEDS = "BF16 tensors need ml_dtypes in the model's environment (pip install ml_dtypes)"
 
 
-def _bfloat16() -> np.dtype[Any]:
+def _bfloat16() -> np.dtype[Any] | None:
+    """ml_dtypes' bfloat16 where this interpreter has it (the server's does; a model's own
+    execution environment may not, and then cannot take BF16 tensors)."""
     try:
         import ml_dtypes
     except ImportError:
-        raise WireError(BF16_NEEDS) from None
+        return None
     dtype: np.dtype[Any] = np.dtype(ml_dtypes.bfloat16)
     return dtype
+
+
+BF16 = _bfloat16()
 
 
 # The C encoder and scanner of the standard library's json, called directly: the public classes
@@ -281,7 +286,9 @@ class _BlobReader:
         dtype = _DTYPES.get(name) if type(name) is str else None
         if dtype is None:
             if name == _BFLOAT16_NAME:
-                dtype = _DTYPES[name] = _bfloat16()
+                if BF16 is None:
+                    raise WireError(BF16_NEEDS)
+                dtype = _DTYPES[name] = BF16
             elif type(name) is not str or not _DTYPE.fullmatch(name):
                 raise WireError(f"an array of dtype {name!r}")
             else:

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 from trt_pb_errors import TritonModelException
-from trt_pb_wire import BF16, BF16_NEEDS
+from trt_pb_wire import BF16, BF16_NEEDS, is_bfloat16
 
 TRITON_STRING_TO_NUMPY = {
     "TYPE_BOOL": bool, "TYPE_UINT8": np.uint8, "TYPE_UINT16": np.uint16, "TYPE_UINT32": np.uint32,
@@ -102,7 +102,7 @@ class Tensor:
 
 
 def _is_bf16(data: np.ndarray) -> bool:
-    return data.dtype.name == "bfloat16"
+    return is_bfloat16(data.dtype)
 
 
 def _torch() -> Any:

@@ -122,6 +122,28 @@ def _write_onnx(repo: Path) -> None:
     (repo / "bf16_onnx" / "config.pbtxt").write_text(ONNX_CONFIG)
 
 
+NARROW_CONFIG = """
+name: "bf16_narrow"
+platform: "onnxruntime_onnx"
+max_batch_size: 0
+input [ { name: "W" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "V" data_type: TYPE_BF16 dims: [ 4 ] } ]
+"""
+
+
+def _write_onnx_narrowing(repo: Path) -> None:
+    """V = W narrowed to bfloat16: a BF16 output of a model that a generate request can reach."""
+    graph = helper.make_graph(
+        [helper.make_node("Cast", ["W"], ["V"], to=TensorProto.BFLOAT16)],
+        "bf16_narrow",
+        [helper.make_tensor_value_info("W", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("V", TensorProto.BFLOAT16, [4])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    save_onnx(model, repo / "bf16_narrow" / "1" / "model.onnx")
+    (repo / "bf16_narrow" / "config.pbtxt").write_text(NARROW_CONFIG)
+
+
 def _write_torch(repo: Path) -> bool:
     try:
         import torch
@@ -160,7 +182,8 @@ def _write_openvino(repo: Path) -> bool:
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProcess, set[str]]]:
     repo = tmp_path_factory.mktemp("bf16_repo")
     _write_onnx(repo)
-    models = {"bf16_onnx"}
+    _write_onnx_narrowing(repo)
+    models = {"bf16_onnx", "bf16_narrow"}
     if _write_torch(repo):
         models.add("bf16_torch")
     if _write_openvino(repo):
@@ -242,15 +265,18 @@ def test_bf16_reaches_a_python_model_through_dlpack_as_in_triton(
 
 
 def _post(
-    process: ServerProcess, header: dict[str, object], binary: bytes = b""
+    process: ServerProcess,
+    header: dict[str, object],
+    binary: bytes = b"",
+    path: str = "/v2/models/bf16_onnx/infer",
 ) -> tuple[int, dict[str, object]]:
-    """An inference request to bf16_onnx: a JSON body, or a JSON header and binary tensors after it."""
+    """A request to bf16_onnx (or ``path``): a JSON body, or a JSON header and binary tensors after it."""
     body = json.dumps(header).encode()
     headers = {"Inference-Header-Content-Length": str(len(body))} if binary else {}
     host, port = process.http_url.rsplit(":", 1)
     connection = http.client.HTTPConnection(host, int(port), timeout=30)
     try:
-        connection.request("POST", "/v2/models/bf16_onnx/infer", body + binary, headers)
+        connection.request("POST", path, body + binary, headers)
         reply = connection.getresponse()
         return reply.status, json.loads(reply.read())
     finally:
@@ -279,6 +305,25 @@ def test_bf16_in_json_is_refused_both_ways_in_tritons_words(server: tuple[Server
     assert body["error"] == (
         "sending BF16 data via JSON is not supported. Please use the binary data format for output"
     )
+
+
+# Triton's generate endpoint writes outputs as /infer's JSON does, so it refuses BF16 in the same
+# words; streaming too, with the first response's status.
+@pytest.mark.parametrize("action", ["generate", "generate_stream"])
+def test_generate_refuses_a_bf16_output_as_triton_does(
+    server: tuple[ServerProcess, set[str]], action: str
+) -> None:
+    process, _ = server
+    status, body = _post(process, {"W": W.tolist()}, path=f"/v2/models/bf16_narrow/{action}")
+    assert status == 400
+    assert body["error"] == (
+        "sending BF16 data via JSON is not supported. Please use the binary data format for output"
+    )
+    # The model itself answers: binary output over /infer carries the narrowed values.
+    result = httpclient.InferenceServerClient(process.http_url).infer(
+        "bf16_narrow", _inputs(httpclient, {"W": W})
+    )
+    assert np.array_equal(result.as_numpy("V").view(np.uint16), W.astype(BF16).view(np.uint16))
 
 
 def test_a_bf16_warmup_sample_runs_at_load(server: tuple[ServerProcess, set[str]]) -> None:

@@ -236,13 +236,18 @@ class HttpApp:
                     "use generate_stream for models that send several"
                 )
             return HttpResponse(200, generate.encode_generate_response(responses[0]), _JSON_HEADERS)
-        # The status is the first answer's: an error before any response is an ordinary JSON error;
-        # later ones arrive as events.
+        # The status is the first answer's, as in Triton: an error before or in encoding the first
+        # response is an ordinary JSON error; later ones arrive as events.
         try:
             first = await anext(answers)
         except StopAsyncIteration:
             first = None
-        return HttpResponse(200, headers=_SSE_HEADERS, stream=_events(first, answers))
+        try:
+            first_event = None if first is None else generate.encode_generate_response(first)
+        except ServerError:
+            await close_stream(answers)
+            raise
+        return HttpResponse(200, headers=_SSE_HEADERS, stream=_events(first_event, answers))
 
     def _body(self, request: HttpRequest) -> bytes:
         encoding = request.headers.get("content-encoding")
@@ -417,14 +422,13 @@ async def _answers(stream: AsyncIterator[StreamItem]) -> AsyncIterator[Inference
         await close_stream(stream)  # a generator: closing it tells the model, if it still runs
 
 
-async def _events(
-    first: InferenceResponse | None, answers: AsyncIterator[InferenceResponse]
-) -> AsyncIterator[bytes]:
-    """Server-sent events, one ``data:`` line per response; an error after the first is an event too."""
+async def _events(first: bytes | None, answers: AsyncIterator[InferenceResponse]) -> AsyncIterator[bytes]:
+    """Server-sent events, one ``data:`` line per response (the first already encoded); an error
+    after the first is an event too."""
     if first is None:
         return
     try:
-        yield b"data: " + generate.encode_generate_response(first) + b"\n\n"
+        yield b"data: " + first + b"\n\n"
         async for response in answers:
             yield b"data: " + generate.encode_generate_response(response) + b"\n\n"
     except ServerError as exc:

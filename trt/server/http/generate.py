@@ -15,7 +15,7 @@ import numpy as np
 import orjson
 
 from trt.protos import model_config_pb2
-from trt.server.core.datatypes import config_to_wire, wire_to_numpy
+from trt.server.core.datatypes import BF16_DTYPE, config_to_wire, wire_to_numpy
 from trt.server.core.errors import InvalidArgument, InvalidInput
 from trt.server.core.types import InferenceRequest, InferenceResponse, InputTensor
 from trt.server.http.codec import parse_json_object
@@ -89,6 +89,10 @@ def encode_generate_response(response: InferenceResponse) -> bytes:
 
 
 def _json_value(data: np.ndarray) -> Any:
+    if data.dtype == BF16_DTYPE:  # as Triton's generate endpoint, which writes outputs as /infer's JSON does
+        raise InvalidArgument(
+            "sending BF16 data via JSON is not supported. Please use the binary data format for output"
+        )
     flat = data.reshape(-1)
     values = [
         item.decode("utf-8", "replace") if isinstance(item, bytes | bytearray) else item

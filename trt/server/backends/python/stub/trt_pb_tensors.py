@@ -102,7 +102,8 @@ class Tensor:
 
 
 def _is_bf16(data: np.ndarray) -> bool:
-    return is_bfloat16(data.dtype)
+    bf16: bool = is_bfloat16(data.dtype)  # the stub's modules import one another untyped
+    return bf16
 
 
 def _torch() -> Any:

@@ -144,6 +144,24 @@ def _write_onnx_narrowing(repo: Path) -> None:
     (repo / "bf16_narrow" / "config.pbtxt").write_text(NARROW_CONFIG)
 
 
+def _write_onnx_with_text(repo: Path) -> None:
+    """A BF16 input beside a string one: ONNX Runtime's Python API cannot feed both."""
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["X"], ["Y"]), helper.make_node("Identity", ["S"], ["T"])],
+        "bf16_text",
+        [
+            helper.make_tensor_value_info("X", TensorProto.BFLOAT16, [2]),
+            helper.make_tensor_value_info("S", TensorProto.STRING, [2]),
+        ],
+        [
+            helper.make_tensor_value_info("Y", TensorProto.BFLOAT16, [2]),
+            helper.make_tensor_value_info("T", TensorProto.STRING, [2]),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    save_onnx(model, repo / "bf16_text" / "1" / "model.onnx")
+
+
 def _write_torch(repo: Path) -> bool:
     try:
         import torch
@@ -183,6 +201,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerPro
     repo = tmp_path_factory.mktemp("bf16_repo")
     _write_onnx(repo)
     _write_onnx_narrowing(repo)
+    _write_onnx_with_text(repo)
     models = {"bf16_onnx", "bf16_narrow"}
     if _write_torch(repo):
         models.add("bf16_torch")
@@ -324,6 +343,18 @@ def test_generate_refuses_a_bf16_output_as_triton_does(
         "bf16_narrow", _inputs(httpclient, {"W": W})
     )
     assert np.array_equal(result.as_numpy("V").view(np.uint16), W.astype(BF16).view(np.uint16))
+
+
+def test_an_onnx_model_with_bf16_and_string_inputs_is_refused_at_load_by_name(
+    server: tuple[ServerProcess, set[str]],
+) -> None:
+    """Rather than a load that succeeds and a model that fails every request."""
+    process, _ = server
+    client = httpclient.InferenceServerClient(process.http_url)
+    assert not client.is_model_ready("bf16_text")
+    (entry,) = [m for m in client.get_model_repository_index() if m["name"] == "bf16_text"]
+    assert entry["state"] == "UNAVAILABLE"
+    assert "both BF16 tensors and string inputs (S)" in entry["reason"]
 
 
 def test_a_bf16_warmup_sample_runs_at_load(server: tuple[ServerProcess, set[str]]) -> None:

@@ -241,6 +241,14 @@ class OnnxRuntimeInstance:
         # on OrtValues (the other models keep the cheaper plain run).
         tensors = (*self._session.get_inputs(), *self._session.get_outputs())
         self._bf16 = any(arg.type == "tensor(bfloat16)" for arg in tensors)
+        if self._bf16 and self._string_inputs:
+            # Measured on onnxruntime 1.32: its Python API makes OrtValues of no string array, and its
+            # plain run takes no bfloat16 one, so such a model could only fail every request.
+            raise ModelLoadError(
+                "onnxruntime's Python API cannot run a model with both BF16 tensors and string inputs "
+                f"({', '.join(sorted(self._string_inputs))}): it takes bfloat16 data only as OrtValues, "
+                "and makes no OrtValue of strings"
+            )
         self._ort_value = ort.OrtValue
         logger.info("instance %s on %s", spec.name, self._session.get_providers()[0])
 

@@ -118,6 +118,9 @@ def perf_command(
         False, "--output-tokens-mean-deterministic", help="Ask for exactly that many (min_tokens)."
     ),
     num_prompts: int = typer.Option(100, "--num-prompts"),
+    batch_size_text: int = typer.Option(
+        1, "--batch-size-text", help="Embeddings: texts a request (OpenAI's list input)."
+    ),
     request_count: int = typer.Option(
         0, "--request-count", help="Generative: requests a level (0: 4 per slot)."
     ),
@@ -254,6 +257,7 @@ def perf_command(
                 output_tokens_stddev=output_tokens_stddev,
                 output_tokens_deterministic=output_tokens_deterministic,
                 num_prompts=num_prompts,
+                batch_size_text=batch_size_text,
                 goals=goal or [],
                 extras=extra_input or [],
                 headers=_headers(header or []),
@@ -271,6 +275,8 @@ def perf_command(
             raise OptionError(
                 f"--service-kind {service_kind}: trt perf speaks Triton's (KServe v2) protocol only"
             )
+        if batch_size_text != 1:
+            raise OptionError("--batch-size-text is for --endpoint-type embeddings; -b batches tensors")
         load, levels, rates, intervals = _load(
             concurrency, concurrency_range, request_rate_range, request_intervals
         )

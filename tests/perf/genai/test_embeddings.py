@@ -78,6 +78,22 @@ def test_the_console_shows_embeddings_metrics(openai_url: str, tokenizer_path: P
     # The sweep table keeps the columns embeddings have.
     assert "latency p50 ms" in run.stdout and "requests/s" in run.stdout
     assert "TTFT" not in run.stdout and "output tokens/s" not in run.stdout
+    # Nor does the progress: no tokens, and no warning about time to first token.
+    assert "concurrency 2: " in run.stderr and "requests/s, latency p99" in run.stderr
+    assert "tokens/s" not in run.stderr and "time to first token" not in run.stderr
+
+
+def test_batch_size_text_sends_several_texts_a_request_and_wants_a_vector_for_each(
+    openai_url: str, tokenizer_path: Path
+) -> None:
+    """An answer with fewer vectors than texts would count as an error: none here, so each request
+    got its four; the input length is the four texts' together."""
+    run = _run(openai_url, tokenizer_path, "--batch-size-text", "4", "--json")
+    assert run.returncode == 0, run
+    (level,) = run.report["levels"]
+    assert level["request_count"]["avg"] == 8 and level["error_count"]["avg"] == 0
+    assert level["input_sequence_length"]["avg"] == 4 * 30
+    assert level["input_config"]["batch_size_text"] == 4
 
 
 @pytest.mark.parametrize(
@@ -86,12 +102,32 @@ def test_the_console_shows_embeddings_metrics(openai_url: str, tokenizer_path: P
         (("--streaming",), "embeddings are answered whole"),
         (("--output-tokens-mean", "8"), "embeddings generate no tokens"),
         (("--goal", "ttft<1s"), "embeddings have request latency only"),
+        (("--batch-size-text", "0"), "--batch-size-text must be between 1 and 2048"),
     ],
 )
 def test_what_applies_to_generated_text_is_refused(
     openai_url: str, tokenizer_path: Path, extra: tuple[str, ...], message: str
 ) -> None:
     run = _run(openai_url, tokenizer_path, *extra)
+    assert run.returncode == 2, run
+    assert message in run.stderr
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (("--endpoint-type", "chat"), "only embeddings requests carry several texts"),
+        ((), "--batch-size-text is for --endpoint-type embeddings"),
+    ],
+    ids=["chat", "tensors"],
+)
+def test_batch_size_text_is_refused_where_requests_carry_no_list_of_texts(
+    openai_url: str, tokenizer_path: Path, arguments: tuple[str, ...], message: str
+) -> None:
+    run = run_perf(
+        "-m", "tiny_embedding", "-u", openai_url, "--tokenizer", str(tokenizer_path), "--batch-size-text",
+        "2", *arguments,
+    )  # fmt: skip
     assert run.returncode == 2, run
     assert message in run.stderr
 

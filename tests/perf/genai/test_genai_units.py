@@ -10,12 +10,14 @@ from pathlib import Path
 import pytest
 
 from trt.perf.errors import OptionError
+from trt.perf.genai.endpoints import check_embeddings
 from trt.perf.genai.goals import parse_goal
 from trt.perf.genai.metrics import level_metrics
-from trt.perf.genai.prompts import Prompt, PromptMaker
+from trt.perf.genai.prompts import Prompt, PromptMaker, batched
 from trt.perf.genai.records import RequestRecord
 from trt.perf.genai.sse import MAX_EVENT_BYTES, EventParser, EventStreamError
 from trt.perf.genai.tokenizer import TokenCounter
+from trt.perf.transport import RequestFailed
 
 MS = 1_000_000
 
@@ -107,6 +109,23 @@ def test_prompts_have_the_token_counts_asked_for(tokenizer_path: Path) -> None:
     assert PromptMaker(counter, seed=3).make(3, 10, 0, 0, 0) == PromptMaker(counter, seed=3).make(
         3, 10, 0, 0, 0
     )
+
+
+def test_batched_prompts_carry_their_group_and_its_tokens_together() -> None:
+    prompts = [Prompt(f"t{i}", i, 0) for i in range(1, 8)]
+    groups = batched(prompts, 3)
+    assert [g.batch for g in groups] == [("t1", "t2", "t3"), ("t4", "t5", "t6")]  # t7 left over
+    assert [g.tokens for g in groups] == [6, 15] and [g.texts for g in groups] == [3, 3]
+    assert batched(prompts, 1) is prompts and prompts[0].texts == 1
+
+
+def test_an_embeddings_answer_needs_a_vector_for_every_text() -> None:
+    two = b'{"data": [{"embedding": [0.5]}, {"embedding": "AAAAPw=="}]}'
+    check_embeddings(two, 2)
+    with pytest.raises(RequestFailed, match="1 items in 'data' for 2 texts"):
+        check_embeddings(b'{"data": [{"embedding": [0.5]}]}', 2)
+    with pytest.raises(RequestFailed, match="has no 'embedding'"):
+        check_embeddings(b'{"data": [{"embedding": [0.5]}, {"embedding": []}]}', 2)
 
 
 def test_without_tokenizers_the_error_names_the_extra(

@@ -6,7 +6,8 @@
 - ``generate``: Triton's generate extension with the vLLM backend's inputs (``text_input``, ``stream``,
   ``sampling_parameters`` as a JSON string, ``exclude_input_in_output``); each event's ``text_output``.
 - ``kserve``: the same tensors over gRPC ``ModelStreamInfer`` (``perf.genai.grpc_stream``).
-- ``embeddings``: OpenAI's ``/v1/embeddings`` with one text a request; the answer must hold one vector.
+- ``embeddings``: OpenAI's ``/v1/embeddings`` with one text a request, or a list of ``--batch-size-text``
+  texts; the answer must hold one vector per text.
 
 genai-perf asks for an output length with ``max_tokens`` (and ``min_tokens`` when it must be exact);
 so does trt perf, with vLLM's ``ignore_eos`` beside ``min_tokens`` for the OpenAI routes."""
@@ -44,7 +45,8 @@ def http_body(options: GenAIOptions, prompt: Prompt) -> bytes:
             document["sampling_parameters"] = json.dumps(parameters)
         return orjson.dumps(document)
     if options.endpoint_type is EndpointType.EMBEDDINGS:
-        return orjson.dumps({"model": options.model, "input": prompt.text, **extra})
+        texts: str | list[str] = list(prompt.batch) if prompt.batch else prompt.text
+        return orjson.dumps({"model": options.model, "input": texts, **extra})
     body: dict[str, Any] = {"model": options.model, "stream": options.streaming}
     if options.endpoint_type is EndpointType.CHAT:
         body["messages"] = [{"role": "user", "content": prompt.text}]
@@ -99,8 +101,9 @@ def event_text(endpoint_type: EndpointType, data: str) -> str | None:
     return text_of(endpoint_type, document)
 
 
-def check_embeddings(body: bytes) -> None:
-    """An embeddings answer holds one vector (a list of numbers, or base64 text); else RequestFailed."""
+def check_embeddings(body: bytes, texts: int = 1) -> None:
+    """An embeddings answer holds one vector (a list of numbers, or base64 text) per text sent; else
+    RequestFailed."""
     try:
         document = orjson.loads(body)
     except orjson.JSONDecodeError:
@@ -109,11 +112,13 @@ def check_embeddings(body: bytes) -> None:
     if problem is not None:
         raise RequestFailed(problem)
     data = document.get("data") if isinstance(document, dict) else None
-    if not isinstance(data, list) or len(data) != 1 or not isinstance(data[0], dict):
-        raise RequestFailed("an embeddings answer without exactly one item in 'data'")
-    vector = data[0].get("embedding")
-    if not (isinstance(vector, str) and vector) and not (isinstance(vector, list) and vector):
-        raise RequestFailed("an embeddings answer whose item has no 'embedding'")
+    if not isinstance(data, list) or len(data) != texts:
+        count = len(data) if isinstance(data, list) else "no list of"
+        raise RequestFailed(f"an embeddings answer with {count} items in 'data' for {texts} texts")
+    for item in data:
+        vector = item.get("embedding") if isinstance(item, dict) else None
+        if not (isinstance(vector, str) and vector) and not (isinstance(vector, list) and vector):
+            raise RequestFailed("an embeddings answer whose item has no 'embedding'")
 
 
 def body_text(endpoint_type: EndpointType, body: bytes) -> str:

@@ -9,6 +9,9 @@ from pathlib import Path
 from trt.perf.errors import OptionError
 from trt.perf.options import Distribution, LoadKind
 
+# OpenAI's limit on the texts of one embeddings request (trt serve's too).
+MAX_BATCH_SIZE_TEXT = 2048
+
 
 class EndpointType(StrEnum):
     """What is measured, with genai-perf's names: the OpenAI routes, Triton's generate extension, or
@@ -66,6 +69,7 @@ class GenAIOptions:
     output_tokens_stddev: int = 0
     output_tokens_deterministic: bool = False
     num_prompts: int = 100
+    batch_size_text: int = 1  # texts a request (embeddings)
     goals: tuple[Goal, ...] = ()
     extra_inputs: tuple[tuple[str, str | int | float | bool], ...] = ()
     http_headers: tuple[tuple[str, str], ...] = ()
@@ -89,6 +93,12 @@ class GenAIOptions:
             raise OptionError("--num-prompts must be between 1 and 100000")
         if self.load is LoadKind.CUSTOM_INTERVALS:
             raise OptionError("generative runs take --concurrency or --request-rate-range")
+        if not 1 <= self.batch_size_text <= MAX_BATCH_SIZE_TEXT:
+            raise OptionError(f"--batch-size-text must be between 1 and {MAX_BATCH_SIZE_TEXT}")
+        if self.batch_size_text > 1 and self.endpoint_type is not EndpointType.EMBEDDINGS:
+            raise OptionError("--batch-size-text: only embeddings requests carry several texts")
+        if self.num_prompts * self.batch_size_text > 100_000:  # the texts are made up front
+            raise OptionError("--num-prompts x --batch-size-text may make at most 100000 texts")
         if self.endpoint_type.generates:
             return
         if self.streaming:

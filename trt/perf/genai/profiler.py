@@ -13,7 +13,7 @@ from trt.perf.control import open_control
 from trt.perf.errors import MeasurementError, OptionError
 from trt.perf.genai.metrics import LevelMetrics, level_metrics
 from trt.perf.genai.options import EndpointType, GenAIOptions
-from trt.perf.genai.prompts import Prompt, PromptMaker
+from trt.perf.genai.prompts import Prompt, PromptMaker, batched
 from trt.perf.genai.runner import ClientFactory, GrpcClients, HttpClients, run_level
 from trt.perf.genai.tokenizer import TokenCounter
 from trt.perf.options import LoadKind, PerfOptions
@@ -78,13 +78,14 @@ def _factory(options: GenAIOptions) -> ClientFactory:
 
 def make_prompts(options: GenAIOptions, counter: TokenCounter) -> list[Prompt]:
     maker = PromptMaker(counter, options.seed)
-    return maker.make(
-        options.num_prompts,
+    texts = maker.make(
+        options.num_prompts * options.batch_size_text,
         options.input_tokens_mean,
         options.input_tokens_stddev,
         options.output_tokens_mean,
         options.output_tokens_stddev,
     )
+    return batched(texts, options.batch_size_text)
 
 
 def run_genai(options: GenAIOptions, progress: GenAIProgress | None = None) -> GenAIReport:
@@ -100,7 +101,7 @@ def run_genai(options: GenAIOptions, progress: GenAIProgress | None = None) -> G
             warnings.append(message)
             progress.warn(message)
 
-    if not options.streaming:
+    if not options.streaming and options.endpoint_type.generates:
         warn("not streaming: each answer is one response, so time to first token is the request latency")
     results: list[LevelMetrics] = []
     levels = options.levels

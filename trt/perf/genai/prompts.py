@@ -53,8 +53,26 @@ def corpus_text(seed: int = 0) -> str:
 @dataclass(frozen=True)
 class Prompt:
     text: str
-    tokens: int  # as the tokenizer counts the text
+    tokens: int  # as the tokenizer counts the text (every text of a batch, together)
     max_tokens: int  # output tokens to ask for; 0 leaves it to the server
+    batch: tuple[str, ...] = ()  # embeddings sent several at once (--batch-size-text): all of them
+
+    @property
+    def texts(self) -> int:
+        """How many texts the request carries, so how many answers it must get."""
+        return len(self.batch) or 1
+
+
+def batched(prompts: list[Prompt], size: int) -> list[Prompt]:
+    """``prompts`` in consecutive groups of ``size``, each one prompt that carries the whole group
+    (a trailing partial group is dropped; callers make a multiple of ``size``)."""
+    if size == 1:
+        return prompts
+    groups = [prompts[start : start + size] for start in range(0, len(prompts) - size + 1, size)]
+    return [
+        Prompt(group[0].text, sum(p.tokens for p in group), 0, tuple(p.text for p in group))
+        for group in groups
+    ]
 
 
 class PromptMaker:

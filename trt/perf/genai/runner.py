@@ -70,7 +70,7 @@ class HttpClient:
         if status != 200:
             raise RequestFailed(endpoints.error_message(status, bytes(buffered)))
         if not kind.generates:
-            endpoints.check_embeddings(bytes(buffered))
+            endpoints.check_embeddings(bytes(buffered), record.prompt.texts)
             record.answered(record.end_ns)
         elif not options.streaming:
             record.received(endpoints.body_text(kind, bytes(buffered)), record.end_ns)

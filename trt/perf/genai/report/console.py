@@ -46,12 +46,13 @@ class GenAIConsoleProgress:
             figures = f"latency p99 {_ms(latency.get('p99'))} ms"
         else:
             figures = (
+                f"{metrics.output_token_throughput:,.1f} tokens/s, "
                 f"TTFT p99 {_ms(ttft.get('p99') if ttft else None)} ms, "
                 f"ITL p99 {_ms(itl.get('p99') if itl else None)} ms"
             )
         self.console.print(
-            f"{_label(self.level_name, metrics.level)}: {metrics.output_token_throughput:,.1f} tokens/s, "
-            f"{metrics.request_throughput:.2f} requests/s, {figures}{goodput}, {metrics.error_count} errors",
+            f"{_label(self.level_name, metrics.level)}: {metrics.request_throughput:.2f} requests/s, "
+            f"{figures}{goodput}, {metrics.error_count} errors",
             highlight=False,
         )
         if self._bar is not None:

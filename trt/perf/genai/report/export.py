@@ -72,6 +72,7 @@ def input_config(report: GenAIReport, level: float) -> dict[str, Any]:
         "output_tokens_stddev": options.output_tokens_stddev,
         "output_tokens_mean_deterministic": options.output_tokens_deterministic,
         "num_prompts": options.num_prompts,
+        "batch_size_text": options.batch_size_text,
         "request_count": options.requests_for(level),
         "warmup_request_count": options.warmup_request_count,
         "random_seed": options.seed,

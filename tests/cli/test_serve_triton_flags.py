@@ -23,11 +23,11 @@ def _get(server: ServerProcess, path: str) -> dict:
 def test_deprecated_flags_become_the_flags_that_replaced_them() -> None:
     flags = triton_only_flags(
         ["--trace-rate", "5", "--trace-level=TIMESTAMPS", "--trace-file=/tmp/t.json",
-         "--response-cache-byte-size=1024", "--metrics-config", "summary_latencies=true"]
+         "--response-cache-byte-size=1024", "--host-policy", "gpu_0,numa-node=0"]
     )  # fmt: skip
     assert flags.values_of("--trace-config") == ["rate=5", "level=TIMESTAMPS", "triton,file=/tmp/t.json"]
     assert flags.values_of("--cache-config") == ["local,size=1024"]
-    assert [flag for flag, _ in flags.ignored] == ["--metrics-config"]
+    assert [flag for flag, _ in flags.ignored] == ["--host-policy"]
     with pytest.raises(typer.BadParameter, match="no such option: --trace-sideways=1"):
         triton_only_flags(["--trace-sideways=1"])
 
@@ -73,7 +73,7 @@ def test_a_launch_script_of_tritonserver_flags_serves_as_it_says(tmp_path: Path)
         log = server.log()
         assert "--trace-rate is deprecated in tritonserver: taken as --trace-config=rate=7" in log
         assert "--response-cache-byte-size is deprecated in tritonserver: taken as --cache-config" in log
-        for flag in ("--model-namespacing", "--host-policy", "--metrics-config"):
+        for flag in ("--model-namespacing", "--host-policy"):
             assert f"{flag} has no effect in trt serve" in log
         # SO_REUSEPORT on the HTTP socket: another listener may bind the port beside it
         with socket.socket() as beside:

@@ -171,3 +171,19 @@ def test_counts_follow_requests_batches_and_failures(server: ServerProcess) -> N
     ):
         assert delta(name) >= 0  # counters never go back (a sub-microsecond total may still round to 0)
     assert _value(after, "nv_inference_pending_request_count") == 0
+
+
+def test_a_failed_request_adds_no_duration_as_in_triton(server: ServerProcess) -> None:
+    """Triton adds to nv_inference_request_duration_us for successes only (infer_stats.cc)."""
+    client = httpclient.InferenceServerClient(server.http_url)
+    wrong = httpclient.InferInput("INPUT0", [1, 16], "FP32")
+    wrong.set_data_from_numpy(int_inputs(1)[0].astype(np.float32))
+    before = _scrape(server)
+    with pytest.raises(InferenceServerException, match="expects 'INT32'"):
+        client.infer("simple", [wrong, _simple_inputs(batch=1)[1]])
+    after = _scrape(server)
+    failed = _value(after, "nv_inference_request_failure", reason="REJECTED")
+    assert failed == _value(before, "nv_inference_request_failure", reason="REJECTED") + 1
+    assert _value(after, "nv_inference_request_duration_us") == _value(
+        before, "nv_inference_request_duration_us"
+    )

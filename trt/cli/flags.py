@@ -1,15 +1,19 @@
 """Parsers for tritonserver-style flags (``--flag=true|false``, ``--backend-config=b,k=v``,
-``--trace-config``, ``--cache-config``, ``--rate-limit-resource``): the command line's own forms, turned
-into the core's options. A parser's ValueError is the usage error the command prints."""
+``--trace-config``, ``--cache-config``, ``--metrics-config``, ``--rate-limit-resource``): the command
+line's own forms, turned into the core's options. A parser's ValueError is the usage error the command
+prints."""
 
 from __future__ import annotations
 
+import logging
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import typer
 
 from trt.server.core.errors import InvalidArgument, Unsupported
+from trt.server.core.extensions.latency_distributions import LatencyMetricsSettings
 from trt.server.core.extensions.tracing import TraceSettings, with_setting
 
 _TRUE = {"true", "1", "yes", "on", "t", "y"}
@@ -89,6 +93,51 @@ def parse_cache_config(values: list[str]) -> int | None:
     return size
 
 
+_METRICS_SWITCHES = {
+    "counter_latencies": "counters",
+    "summary_latencies": "summaries",
+    "histogram_latencies": "histograms",
+}
+
+
+def parse_metrics_config(values: list[str]) -> LatencyMetricsSettings:
+    """tritonserver's ``--metrics-config <setting>=<value>`` flags. Triton skips what it cannot read;
+    here a malformed value is an error, so that a summary asked for is never silently missing. A
+    setting Triton does not know either is warned about and left alone."""
+    settings: dict[str, object] = {}
+    for text in values:
+        setting, equals, value = text.partition("=")
+        if not equals or not setting or not value or "," in setting:
+            raise ValueError(f"--metrics-config option format is <setting>=<value>. Got {text}")
+        if setting in _METRICS_SWITCHES:
+            if value not in ("true", "false"):  # Triton compares with these two words
+                raise ValueError(f"--metrics-config {setting} takes true or false, got '{value}'")
+            settings[_METRICS_SWITCHES[setting]] = value == "true"
+        elif setting == "summary_quantiles":
+            settings["quantiles"] = _quantiles(value)
+        else:
+            logging.getLogger("trt.serve").warning("--metrics-config: unknown setting '%s' ignored", setting)
+    return LatencyMetricsSettings(**settings)  # type: ignore[arg-type]
+
+
+def _quantiles(value: str) -> tuple[tuple[float, float], ...]:
+    """``0.5:0.05,0.9:0.01``: each quantile and its allowed error, both between 0 and 1."""
+    pairs = []
+    for pair in value.split(","):
+        quantile, colon, error = pair.strip().partition(":")
+        try:
+            q, e = float(quantile), float(error)
+        except ValueError:
+            q = e = math.nan
+        if not colon or not (0.0 <= q <= 1.0 and 0.0 <= e <= 1.0):
+            raise ValueError(
+                f"--metrics-config summary_quantiles takes <quantile>:<error>,... with both between 0 "
+                f"and 1, got '{pair}'"
+            )
+        pairs.append((q, e))
+    return tuple(pairs)
+
+
 def parse_model_config_name(name: str) -> str:
     """``--model-config-name``: a file name, without spaces (Triton's rule) or a way out of ``configs/``."""
     if any(c.isspace() for c in name) or "/" in name or "\\" in name or name in (".", ".."):
@@ -126,7 +175,6 @@ IGNORED_TRITON_FLAGS = {
     "--grpc-infer-thread-count": "gRPC runs on the event loop",
     "--grpc-infer-allocation-pool-size": "a call's state is a few Python objects, made per call",
     "--metrics-interval-ms": "metrics are read when Prometheus scrapes",
-    "--metrics-config": "the metrics are Triton's counters, with no summaries or histograms to choose",
     "--allow-client-shm": "shared memory registration is always allowed",
 }
 

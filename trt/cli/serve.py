@@ -20,6 +20,7 @@ from trt.cli.flags import (
     parse_backend_config,
     parse_bool,
     parse_cache_config,
+    parse_metrics_config,
     parse_model_config_name,
     parse_rate_limit_resources,
     parse_trace_config,
@@ -64,6 +65,13 @@ def serve_command(
     allow_metrics: str = typer.Option("true", "--allow-metrics", metavar="BOOL"),
     allow_gpu_metrics: str = typer.Option("true", "--allow-gpu-metrics", metavar="BOOL"),
     allow_cpu_metrics: str = typer.Option("true", "--allow-cpu-metrics", metavar="BOOL"),
+    metrics_config: list[str] = typer.Option(
+        None,
+        "--metrics-config",
+        metavar="SETTING=VALUE",
+        help="Latency metrics: counter_latencies=BOOL, summary_latencies=BOOL, summary_quantiles=Q:E,...,"
+        " histogram_latencies=BOOL.",
+    ),
     model_control_mode: ModelControlMode = typer.Option(ModelControlMode.NONE, "--model-control-mode"),
     load_model: list[str] = typer.Option(
         None, "--load-model", help="Explicit mode: model to load; '*' = all."
@@ -283,6 +291,7 @@ def serve_command(
         trace=_parsed(parse_trace_config, triton_only.values_of("--trace-config") + (trace_config or [])),
         max_queued_bytes=max_queued_bytes,
         max_bytes_elements=max_bytes_elements,
+        latency_metrics=_parsed(parse_metrics_config, metrics_config or []),
     )
     http_tls = _http_tls(
         parse_bool(http_use_ssl, "--http-use-ssl"), http_server_cert, http_server_key, http_root_cert,

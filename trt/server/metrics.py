@@ -1,17 +1,21 @@
 """Prometheus metrics with Triton's names and labels, served on the metrics port.
 
 Counters are read from the core's statistics when Prometheus scrapes, so the inference path pays
-nothing for metrics. GPU gauges come from NVML (nvidia-ml-py) when a GPU and the library are there.
+nothing for them. The latency summaries and the first-response histogram that ``--metrics-config``
+turns on are observed per request by the core (``LatencyDistributions``) and rendered here. GPU gauges
+come from NVML (nvidia-ml-py) when a GPU and the library are there.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from trt.server.core.extensions.custom_metrics import FamilySnapshot, MetricKind
+from trt.server.core.extensions.latency_distributions import FIRST_RESPONSE_FAMILY, LatencyDistributions
 from trt.server.core.extensions.statistics import FAILURE_REASONS
 from trt.server.core.server import InferenceServer
 from trt.server.http.messages import HttpRequest, HttpResponse
@@ -72,6 +76,61 @@ def _render_custom(family: FamilySnapshot) -> str:
         lines.append(f"{family.name}_sum{suffix} {_number(series.total)}")
         lines.append(f"{family.name}_count{suffix} {series.count}")
     return "\n".join(lines) + "\n"
+
+
+# Triton's summary families (its metrics.cc), by the duration the core observes.
+_SUMMARIES = (
+    ("request", "nv_inference_request_summary_us",
+     "Summary of inference request duration in microseconds (includes cached requests)"),
+    ("queue", "nv_inference_queue_summary_us",
+     "Summary of inference queuing duration in microseconds (includes cached requests)"),
+    ("compute_input", "nv_inference_compute_input_summary_us",
+     "Cumulative compute input duration in microseconds (does not include cached requests)"),
+    ("compute_infer", "nv_inference_compute_infer_summary_us",
+     "Cumulative compute inference duration in microseconds (does not include cached requests)"),
+    ("compute_output", "nv_inference_compute_output_summary_us",
+     "Cumulative inference compute output duration in microseconds (does not include cached requests)"),
+    ("cache_hit", "nv_cache_hit_summary_per_model",
+     "Summary of cache hit counts/durations per model, in microseconds."),
+    ("cache_miss", "nv_cache_miss_summary_per_model",
+     "Summary of cache miss counts/durations per model, in microseconds."),
+)  # fmt: skip
+
+
+def _render_latencies(
+    models: list[tuple[list[str], LatencyDistributions]], quantiles: list[float], now_s: float
+) -> str:
+    """Summaries (count, sum, then each quantile of the last minute) and the first-response
+    histogram, for the models that observe them; a family no model has is left out."""
+    lines: list[str] = []
+    for key, name, documentation in _SUMMARIES:
+        series = [
+            (labels, latencies.summaries[key]) for labels, latencies in models if key in latencies.summaries
+        ]
+        if not series:
+            continue
+        lines += [f"# HELP {name} {documentation}", f"# TYPE {name} summary"]
+        for labels, summary in series:
+            pairs = [f'{k}="{_escape(v)}"' for k, v in zip(_LABELS, labels, strict=True)]
+            joined = ",".join(pairs)
+            lines.append(f"{name}_count{{{joined}}} {summary.count}")
+            lines.append(f"{name}_sum{{{joined}}} {summary.total}")
+            for q, value in zip(quantiles, summary.quantiles(quantiles, now_s), strict=True):
+                lines.append(f'{name}{{{joined},quantile="{_number(q)}"}} {_number(value)}')
+    histograms = [(labels, latencies.first_response) for labels, latencies in models]
+    observed = [(labels, histogram) for labels, histogram in histograms if histogram is not None]
+    if observed:
+        name = FIRST_RESPONSE_FAMILY
+        lines += [f"# HELP {name} Duration from request to first response in milliseconds"]
+        lines += [f"# TYPE {name} histogram"]
+        for labels, histogram in observed:
+            pairs = [f'{k}="{_escape(v)}"' for k, v in zip(_LABELS, labels, strict=True)]
+            joined = ",".join(pairs)
+            lines.append(f"{name}_count{{{joined}}} {histogram.count}")
+            lines.append(f"{name}_sum{{{joined}}} {histogram.total}")
+            for bound, count in zip((*histogram.bounds, math.inf), histogram.cumulative(), strict=True):
+                lines.append(f'{name}_bucket{{{joined},le="{_number(bound)}"}} {count}')
+    return "\n".join(lines) + "\n" if lines else ""
 
 
 def _escape(value: str) -> str:
@@ -164,7 +223,7 @@ class TritonMetricsCollector:
                 failure.add_metric([*labels, reason], stats.failures.get(reason, 0))
             count.add_metric(labels, stats.inference_count)
             exec_count.add_metric(labels, stats.execution_count)
-            request_duration.add_metric(labels, (stats.success.ns + stats.fail.ns) // 1000)
+            request_duration.add_metric(labels, stats.success.ns // 1000)  # Triton counts successes only
             queue.add_metric(labels, stats.queue.ns // 1000)
             compute_input.add_metric(labels, stats.compute_input.ns // 1000)
             compute_infer.add_metric(labels, stats.compute_infer.ns // 1000)
@@ -175,19 +234,13 @@ class TritonMetricsCollector:
                 cache_misses.add_metric(labels, stats.cache_miss.count)
                 cache_hit_us.add_metric(labels, stats.cache_hit.ns // 1000)
                 cache_miss_us.add_metric(labels, stats.cache_miss.ns // 1000)
-        yield from (
-            success,
-            failure,
-            count,
-            exec_count,
-            request_duration,
-            queue,
-            compute_input,
-            compute_infer,
-            compute_output,
-            pending,
-        )
-        for family in (cache_hits, cache_misses, cache_hit_us, cache_miss_us):
+        # --metrics-config counter_latencies=false leaves out the duration counters, as in Triton.
+        durations = self.core.options.latency_metrics.counters
+        yield from (success, failure, count, exec_count)
+        if durations:
+            yield from (request_duration, queue, compute_input, compute_infer, compute_output)
+        yield pending
+        for family in (cache_hits, cache_misses, *((cache_hit_us, cache_miss_us) if durations else ())):
             if family.samples:  # only when some model uses the response cache, as Triton
                 yield family
         if self.gpu is not None:
@@ -299,8 +352,17 @@ class MetricsApp:
         self.collector = TritonMetricsCollector(core, gpu_metrics, cpu_metrics)
 
     def render(self) -> bytes:
+        core = self.collector.core
         parts = [family.render() for family in self.collector.collect()]
-        parts += [_render_custom(family) for family in self.collector.core.custom_metrics.snapshot()]
+        observing = [
+            ([model.stats.name, model.stats.version], model.stats.latencies)
+            for model in core.models.loaded_models()
+            if model.stats.latencies is not None
+        ]
+        if observing:
+            quantiles = [q for q, _ in core.options.latency_metrics.quantiles]
+            parts.append(_render_latencies(observing, quantiles, time.time()))
+        parts += [_render_custom(family) for family in core.custom_metrics.snapshot()]
         return "".join(parts).encode()
 
     async def __call__(self, request: HttpRequest) -> HttpResponse:

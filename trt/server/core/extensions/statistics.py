@@ -11,6 +11,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from trt.server.core.extensions.latency_distributions import LatencyDistributions
+
 FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
 
 
@@ -50,6 +52,8 @@ class ModelStatistics:
     failures: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FAILURE_REASONS, 0))
     # Requests accepted but not yet executing (Triton's nv_inference_pending_request_count).
     pending: int = 0
+    # Summaries and the first-response histogram, where --metrics-config asks for them.
+    latencies: LatencyDistributions | None = None
 
     def record_execution(self, batch_size: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
         self.execution_count += 1
@@ -87,14 +91,30 @@ class ModelStatistics:
         duration = self.compute_output
         duration.count += 1
         duration.ns += output_ns
-        self.last_inference_ms = time.time_ns() // 1_000_000
+        now_ns = time.time_ns()
+        self.last_inference_ms = now_ns // 1_000_000
+        if self.latencies is not None:
+            self.latencies.success(now_ns / 1e9, request_ns, queue_ns, input_ns, infer_ns, output_ns)
 
     def record_cache_hit(self, request_ns: int, lookup_ns: int) -> None:
         """Answered from the response cache: a success, never an execution (Triton's counting)."""
         self.success.add(request_ns)
         self.queue.add(0)
         self.cache_hit.add(lookup_ns)
-        self.last_inference_ms = time.time_ns() // 1_000_000
+        now_ns = time.time_ns()
+        self.last_inference_ms = now_ns // 1_000_000
+        if self.latencies is not None:
+            self.latencies.cache_hit(now_ns / 1e9, lookup_ns)
+
+    def record_cache_miss(self, insert_ns: int) -> None:
+        """The time a response took to go into the cache (after the request was answered)."""
+        self.cache_miss.add(insert_ns)
+        if self.latencies is not None:
+            self.latencies.cache_miss(time.time_ns() / 1e9, insert_ns)
+
+    def record_first_response(self, ns: int) -> None:
+        if self.latencies is not None:
+            self.latencies.responded(ns)
 
     def record_failure(self, request_ns: int, reason: str) -> None:
         self.fail.add(request_ns)

@@ -9,11 +9,14 @@ dtypes and dims against the file) belong to the backends' ``validate``.
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Iterator
 
 from trt.protos import model_config_pb2
 from trt.server.core.datatypes import WIRE_DATATYPES, config_to_wire
 from trt.server.core.errors import ModelConfigError
+from trt.server.core.extensions.latency_distributions import FIRST_RESPONSE_FAMILY
 from trt.server.core.models.config_paths import config_path_problems
 
 Config = model_config_pb2.ModelConfig
@@ -40,6 +43,7 @@ def config_problems(config: Config) -> Iterator[ModelConfigError]:
     yield from _dynamic_batching_problems(config)
     yield from _sequence_batching_problems(config)
     yield from _instance_group_problems(config)
+    yield from _model_metrics_problems(config)
     if config.platform == "ensemble" and not config.HasField("ensemble_scheduling"):
         yield ModelConfigError(
             "platform 'ensemble' needs ensemble_scheduling { step [...] } naming the models it runs",
@@ -214,3 +218,19 @@ def _instance_group_problems(config: Config) -> Iterator[ModelConfigError]:
             )
         if group.profile and not tensorrt:
             yield ModelConfigError(f"{label}: profile is only for TensorRT models", f"{where}.profile")
+
+
+def _model_metrics_problems(config: Config) -> Iterator[ModelConfigError]:
+    """Histogram buckets as Prometheus takes them: finite and strictly increasing. (A family that
+    takes no options is only warned about, at load, as Triton does.)"""
+    for index, control in enumerate(config.model_metrics.metric_control):
+        if control.metric_identifier.family != FIRST_RESPONSE_FAMILY:
+            continue
+        buckets = list(control.histogram_options.buckets)
+        increasing = all(a < b for a, b in itertools.pairwise(buckets))
+        if not increasing or not all(math.isfinite(b) for b in buckets):
+            yield ModelConfigError(
+                f"model_metrics: the buckets of {FIRST_RESPONSE_FAMILY} must be finite and strictly "
+                f"increasing, got {buckets}",
+                f"model_metrics.metric_control[{index}].histogram_options.buckets",
+            )

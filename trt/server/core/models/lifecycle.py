@@ -360,7 +360,7 @@ class ModelManager:
         return {
             version: ModelVersion(
                 result.config, loaded.files, loaded.instances, result.labels, self.response_cache,
-                self.rate_limiter, loaded.needs,
+                self.rate_limiter, loaded.needs, self.options.latency_metrics,
             )
             for version, loaded in result.versions.items()
         }  # fmt: skip

@@ -23,6 +23,11 @@ from trt.server.core.backends.base import (
 from trt.server.core.datatypes import FIXED_SIZE_DTYPES, numpy_to_wire, wire_to_numpy
 from trt.server.core.errors import InvalidInput, ModelNotReady, ServerError
 from trt.server.core.extensions.classification import classify
+from trt.server.core.extensions.latency_distributions import (
+    LatencyDistributions,
+    LatencyMetricsSettings,
+    first_response_buckets,
+)
 from trt.server.core.extensions.statistics import ModelStatistics
 from trt.server.core.extensions.tracing import Trace
 from trt.server.core.models.signature import ModelSignature
@@ -58,6 +63,7 @@ class ModelVersion:
         cache: ResponseCache | None = None,
         limiter: RateLimiter | None = None,
         needs: Sequence[tuple[Needs, int]] = (),
+        latency_metrics: LatencyMetricsSettings | None = None,
     ) -> None:
         self.name = files.model_name
         self.version = files.version
@@ -69,6 +75,9 @@ class ModelVersion:
         self.signature = ModelSignature.build(self.name, config, labels)
         self.stats = ModelStatistics(self.name, self.version_str)
         self.cache = cache if config.response_cache.enable else None
+        if latency_metrics is not None and (latency_metrics.summaries or latency_metrics.histograms):
+            buckets = first_response_buckets(config)
+            self.stats.latencies = LatencyDistributions(latency_metrics, self.cache is not None, buckets)
         self._instances = list(instances)
         self._scheduler = create_scheduler(
             self.name, self.version, config, self._instances, self.stats, files.model_dir, limiter, needs
@@ -107,6 +116,8 @@ class ModelVersion:
                 if cached is not None:
                     now = time.perf_counter_ns()
                     self.stats.record_cache_hit(now - received, now - lookup_started)
+                    if self.stats.latencies is not None:
+                        self.stats.record_first_response(now - received)
                     if request.trace is not None:
                         self._stamp(request.trace, (("REQUEST_START", received), ("REQUEST_END", now)))
                     return cached
@@ -135,6 +146,8 @@ class ModelVersion:
             input_ns = input_done - received + times.input_ns
             output_ns = done - output_started + times.output_ns
             self.stats.record_success(done - received, times.queue_ns, input_ns, times.infer_ns, output_ns)
+            if self.stats.latencies is not None:
+                self.stats.record_first_response(done - received)
             if request.trace is not None:
                 self._stamp(request.trace, _trace_points(received, input_done, times, done))
                 if request.trace.with_tensors:
@@ -142,7 +155,7 @@ class ModelVersion:
             response = InferenceResponse(self.name, self.version_str, request.id, outputs, answer.parameters)
             if cache_key is not None and self.cache is not None:
                 self.cache.put(cache_key, response)
-                self.stats.cache_miss.add(time.perf_counter_ns() - done)
+                self.stats.record_cache_miss(time.perf_counter_ns() - done)
             return response
         except ServerError as exc:
             reason = "REJECTED" if isinstance(exc, InvalidInput) else "BACKEND"
@@ -178,6 +191,7 @@ class ModelVersion:
         self._in_flight += 1
         execution = asyncio.ensure_future(self._scheduler.schedule(backend_request, batch_size))
         finished = False
+        responded = False
         instance_free = False  # execute() returned; the answers go on arriving through the stream
         try:
             while True:
@@ -199,6 +213,9 @@ class ModelVersion:
                 if answer is not None and answer.error is not None:
                     yield StreamItem(None, answer.error, final)
                 elif answer is not None:
+                    if not responded:
+                        responded = True
+                        self.stats.record_first_response(time.perf_counter_ns() - received)
                     outputs = self._build_outputs(
                         request, answer.outputs, [n for n in output_names if n in answer.outputs]
                     )

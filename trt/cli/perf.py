@@ -121,6 +121,9 @@ def perf_command(
     batch_size_text: int = typer.Option(
         1, "--batch-size-text", help="Embeddings: texts a request (OpenAI's list input)."
     ),
+    input_file: Path | None = typer.Option(
+        None, "--input-file", help='Generative: prompts from a JSON-lines file of {"text": ...} objects.'
+    ),
     request_count: int = typer.Option(
         0, "--request-count", help="Generative: requests a level (0: 4 per slot)."
     ),
@@ -258,6 +261,7 @@ def perf_command(
                 output_tokens_deterministic=output_tokens_deterministic,
                 num_prompts=num_prompts,
                 batch_size_text=batch_size_text,
+                input_file=input_file,
                 goals=goal or [],
                 extras=extra_input or [],
                 headers=_headers(header or []),
@@ -277,6 +281,8 @@ def perf_command(
             )
         if batch_size_text != 1:
             raise OptionError("--batch-size-text is for --endpoint-type embeddings; -b batches tensors")
+        if input_file is not None:
+            raise OptionError("--input-file holds prompts, for --endpoint-type runs; tensors: --input-data")
         load, levels, rates, intervals = _load(
             concurrency, concurrency_range, request_rate_range, request_intervals
         )

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tokenizers import Tokenizer
 
 from tests.perf.perf_support import run_perf
 from tests.support import ROOT, ServerProcess, free_port
@@ -94,6 +95,28 @@ def test_batch_size_text_sends_several_texts_a_request_and_wants_a_vector_for_ea
     assert level["request_count"]["avg"] == 8 and level["error_count"]["avg"] == 0
     assert level["input_sequence_length"]["avg"] == 4 * 30
     assert level["input_config"]["batch_size_text"] == 4
+
+
+def test_prompts_come_from_an_input_file_as_they_are(
+    openai_url: str, tokenizer_path: Path, tmp_path: Path
+) -> None:
+    """Three prompts sent together: each request's input length is the three's token counts together,
+    as the tokenizer counts them (not the synthetic mean)."""
+    texts = ["the cat sat on the mat", "stocks fell sharply today", "a b c"]
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"text": text}) + "\n" for text in texts))
+    tokenizer = Tokenizer.from_file(str(tokenizer_path))
+    tokens = sum(len(tokenizer.encode(t, add_special_tokens=False).ids) for t in texts)
+    run = _run(openai_url, tokenizer_path, "--input-file", str(prompts), "--batch-size-text", "3", "--json")
+    assert run.returncode == 0, run
+    (level,) = run.report["levels"]
+    assert level["error_count"]["avg"] == 0 and level["request_count"]["avg"] == 8
+    assert level["input_sequence_length"]["avg"] == tokens != 3 * 30
+    assert level["input_config"]["input_file"] == str(prompts)
+    # A line that is not a prompt stops the run before any request, by its number.
+    prompts.write_text('{"text": "fine"}\n{"prompt": "wrong key"}\n')
+    run = _run(openai_url, tokenizer_path, "--input-file", str(prompts))
+    assert run.returncode == 2 and 'line 2: expected an object with a "text" string' in run.stderr
 
 
 @pytest.mark.parametrize(

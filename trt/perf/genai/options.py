@@ -70,6 +70,7 @@ class GenAIOptions:
     output_tokens_deterministic: bool = False
     num_prompts: int = 100
     batch_size_text: int = 1  # texts a request (embeddings)
+    input_file: Path | None = None  # prompts from a JSON-lines file instead of synthetic ones
     goals: tuple[Goal, ...] = ()
     extra_inputs: tuple[tuple[str, str | int | float | bool], ...] = ()
     http_headers: tuple[tuple[str, str], ...] = ()

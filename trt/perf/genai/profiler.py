@@ -11,6 +11,7 @@ from typing import Protocol
 
 from trt.perf.control import open_control
 from trt.perf.errors import MeasurementError, OptionError
+from trt.perf.genai.input_file import read_prompt_texts
 from trt.perf.genai.metrics import LevelMetrics, level_metrics
 from trt.perf.genai.options import EndpointType, GenAIOptions
 from trt.perf.genai.prompts import Prompt, PromptMaker, batched
@@ -78,6 +79,14 @@ def _factory(options: GenAIOptions) -> ClientFactory:
 
 def make_prompts(options: GenAIOptions, counter: TokenCounter) -> list[Prompt]:
     maker = PromptMaker(counter, options.seed)
+    if options.input_file is not None:
+        given = read_prompt_texts(options.input_file)
+        if len(given) < options.batch_size_text:
+            raise OptionError(
+                f"--input-file {options.input_file}: {len(given)} prompts, fewer than --batch-size-text"
+            )
+        from_file = maker.from_texts(given, options.output_tokens_mean, options.output_tokens_stddev)
+        return batched(from_file, options.batch_size_text)
     texts = maker.make(
         options.num_prompts * options.batch_size_text,
         options.input_tokens_mean,

@@ -1,6 +1,7 @@
 """Synthetic prompts of controlled token lengths (genai-perf's ``--synthetic-input-tokens-mean`` and
 ``-stddev``): each length drawn from a normal distribution, each prompt a slice of a tokenized corpus,
-decoded to text and trimmed until the tokenizer counts exactly that many tokens again.
+decoded to text and trimmed until the tokenizer counts exactly that many tokens again. Prompts from a
+file (``--input-file``) are counted as they are.
 
 The corpus is English-like text made here from a fixed word list with a seeded generator (no data is
 read from anywhere), so a seed gives the same prompts on every machine."""
@@ -125,12 +126,22 @@ class PromptMaker:
         for _ in range(count):
             length = max(1, round(self.rng.gauss(mean, stddev))) if stddev else mean
             prompt = self.prompt_of(length)
-            wanted = 0
-            if output_mean:
-                wanted = (
-                    max(1, round(self.rng.gauss(output_mean, output_stddev)))
-                    if output_stddev
-                    else output_mean
-                )
-            prompts.append(Prompt(prompt.text, prompt.tokens, wanted))
+            prompts.append(
+                Prompt(prompt.text, prompt.tokens, self._output_length(output_mean, output_stddev))
+            )
         return prompts
+
+    def from_texts(self, texts: list[str], output_mean: int, output_stddev: int) -> list[Prompt]:
+        """Prompts of the given texts (``--input-file``), counted by the tokenizer, with output
+        lengths drawn as for synthetic ones."""
+        counts = self.counter.count_many(texts)
+        return [
+            Prompt(text, tokens, self._output_length(output_mean, output_stddev))
+            for text, tokens in zip(texts, counts, strict=True)
+        ]
+
+    def _output_length(self, mean: int, stddev: int) -> int:
+        """Output tokens to ask for: ~ N(mean, stddev), at least 1; 0 (the server decides) without a mean."""
+        if not mean:
+            return 0
+        return max(1, round(self.rng.gauss(mean, stddev))) if stddev else mean

@@ -73,6 +73,7 @@ def input_config(report: GenAIReport, level: float) -> dict[str, Any]:
         "output_tokens_mean_deterministic": options.output_tokens_deterministic,
         "num_prompts": options.num_prompts,
         "batch_size_text": options.batch_size_text,
+        "input_file": str(options.input_file) if options.input_file is not None else None,
         "request_count": options.requests_for(level),
         "warmup_request_count": options.warmup_request_count,
         "random_seed": options.seed,

@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -156,7 +157,9 @@ def test_summaries_and_the_histogram_follow_the_requests_durations(server: Serve
     assert samples[("nv_inference_request_success_total", sleeper)] == 10
 
 
-def test_a_decoupled_models_first_response_is_timed_at_its_first_answer(server: ServerProcess) -> None:
+def test_a_decoupled_request_is_timed_at_its_first_answer_and_counted_with_its_execution(
+    server: ServerProcess,
+) -> None:
     client = grpcclient.InferenceServerClient(server.grpc_url)
     received = collect_stream(client)
     try:
@@ -168,12 +171,25 @@ def test_a_decoupled_models_first_response_is_timed_at_its_first_answer(server: 
             assert error is None
     finally:
         client.stop_stream()
+    # The request is counted once its execute() has returned, which may be just after the last answer.
+    statistics = httpclient.InferenceServerClient(server.http_url)
+    deadline = time.monotonic() + 10
+    while True:
+        stats = statistics.get_inference_statistics("streamer")["model_stats"][0]["inference_stats"]
+        if stats["success"]["count"] == 1 or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
     _, samples = _scrape(server)
     histogram = "nv_inference_first_response_histogram_ms"
     # Triton's default buckets: the first answer came after ~600 ms (<= 2000), the last after ~1.2 s.
     assert samples[(f"{histogram}_bucket", _of("streamer", le="500"))] == 0
     assert samples[(f"{histogram}_bucket", _of("streamer", le="2000"))] == 1
     assert samples[(f"{histogram}_sum", _of("streamer"))] < 1200
+    # A decoupled request's queue and compute times are its execution's, as for any other model:
+    # execute() sent both answers, so it computed for ~1.2 s.
+    assert stats["success"]["count"] == 1 and stats["queue"]["count"] == 1
+    assert stats["compute_infer"]["ns"] >= 1.1e9
+    assert samples[("nv_inference_compute_infer_summary_us_sum", _of("streamer"))] >= 1.1e6
 
 
 def test_an_empty_window_reports_nan_as_prometheus_does(tmp_path: Path) -> None:

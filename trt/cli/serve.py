@@ -10,11 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-import orjson
 import typer
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
 from trt.cli.flags import (
     parse_backend_config,
@@ -27,8 +23,8 @@ from trt.cli.flags import (
     triton_only_flags,
 )
 from trt.cli.grpc_flags import GrpcFlags
-from trt.cli.hosted_flags import ListeningService, check_port_collisions, resolve_hosted_flags
-from trt.server.compiled import build_description, compiled_modules
+from trt.cli.hosted_flags import check_port_collisions, resolve_hosted_flags
+from trt.cli.serve_summary import listening_services, print_summary
 from trt.server.core.datatypes import DEFAULT_MAX_BYTES_ELEMENTS
 from trt.server.core.extensions.log_settings import LOG_FORMATS, LogOptions, LogSettings
 from trt.server.core.models.object_store import is_remote
@@ -353,10 +349,10 @@ def serve_command(
         ),
         frontend_workers=frontend_workers,
     )
-    check_port_collisions(_listening_services(options))
+    check_port_collisions(listening_services(options))
 
     def on_ready(server: InferenceServer, failures: dict[str, str]) -> None:
-        _print_summary(server, options, json_output)
+        print_summary(server, options, json_output)
 
     code = _run(serve(options, on_ready))
     raise typer.Exit(code)
@@ -393,24 +389,6 @@ def _http_tls(use_ssl: bool, cert: str, key: str, root_cert: str, mutual: bool) 
     options = TlsOptions(cert, key, root_cert, mutual)
     _parsed(server_context, options)  # TlsSetupError is a ValueError: a usage error naming the flag
     return options
-
-
-def _listening_services(options: ServeOptions) -> list[ListeningService]:
-    services = [
-        ListeningService(name, endpoint.address, endpoint.port)
-        for name, endpoint in (("HTTP", options.http), ("GRPC", options.grpc), ("metrics", options.metrics))
-        if endpoint.enabled
-    ]
-    if options.sagemaker is not None:
-        sagemaker = options.sagemaker
-        services.append(
-            ListeningService("SageMaker", sagemaker.address, sagemaker.port, sagemaker.safe_port_range)
-        )
-    if options.vertex_ai is not None:
-        services.append(ListeningService("Vertex AI", options.vertex_ai.address, options.vertex_ai.port))
-    if options.openai.enabled:
-        services.append(ListeningService("OpenAI", options.openai.address, options.openai.port))
-    return services
 
 
 def _repository(location: str) -> str | Path:
@@ -459,48 +437,3 @@ def _configure_logging(log: LogOptions) -> None:
     root.handlers[:] = [handler]
     root.setLevel(logging.WARNING)
     LogSettings(log).apply()
-
-
-def _print_summary(server: InferenceServer, options: ServeOptions, as_json: bool) -> None:
-    rows = server.repository_index()
-    endpoints = {
-        name: f"{endpoint.address}:{endpoint.port}"
-        for name, endpoint in (
-            ("http", options.http),
-            ("grpc", options.grpc),
-            ("metrics", options.metrics),
-            ("openai", options.openai),
-        )
-        if endpoint.enabled
-    }
-    for name, hosted in (("sagemaker", options.sagemaker), ("vertex_ai", options.vertex_ai)):
-        if hosted is not None:
-            endpoints[name] = f"{hosted.address}:{hosted.port}"
-    if as_json:
-        summary = {
-            "endpoints": endpoints,
-            "compiled_modules": list(compiled_modules()),
-            "models": [
-                {"name": r.name, "version": r.version, "state": r.state or "UNLOADED", "reason": r.reason}
-                for r in rows
-            ],
-        }
-        print(orjson.dumps(summary).decode(), flush=True)
-        return
-    console = Console(stderr=True)
-    table = Table(title="Models", title_justify="left")
-    table.add_column("Model", style="bold")
-    table.add_column("Version")
-    table.add_column("Status")
-    for row in rows:
-        if row.state == "READY":
-            status = "[green]READY[/green]"
-        elif row.state:
-            status = f"[red]{row.state}[/red]: {escape(row.reason)}"
-        else:
-            status = "[dim]not loaded[/dim]"
-        table.add_row(row.name, row.version or "-", status)
-    console.print(table)
-    for name, where in endpoints.items():
-        console.print(f"[bold]{name:8}[/bold] {where}")
-    console.print(f"[bold]{'build':8}[/bold] {build_description(compiled_modules())}")

@@ -6,7 +6,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Sequence
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 
@@ -48,6 +48,8 @@ from trt.server.core.types import (
 
 logger = logging.getLogger("trt.model")
 
+# A scheduled execution: the model's answer and where its time went.
+_Execution: TypeAlias = "asyncio.Future[tuple[BackendResponse, ExecutionTimes]]"
 _CHECKED_LAYOUTS = 64  # request layouts a version remembers having checked; a full memory starts over
 
 
@@ -189,6 +191,7 @@ class ModelVersion:
         backend_request = _backend_request(request, feeds, output_names)
         backend_request.on_response = lambda answer, final: answers.put_nowait((answer, final))
         self._in_flight += 1
+        input_done = time.perf_counter_ns()
         execution = asyncio.ensure_future(self._scheduler.schedule(backend_request, batch_size))
         finished = False
         responded = False
@@ -231,7 +234,7 @@ class ModelVersion:
                 if final:
                     break
             finished = True
-            self.stats.record_success(time.perf_counter_ns() - received, 0, 0, 0, 0)
+            self._count_stream(execution, received, input_done)
         except ServerError:
             finished = True
             self.stats.record_failure(time.perf_counter_ns() - received, "BACKEND")
@@ -244,6 +247,31 @@ class ModelVersion:
             self._in_flight -= 1
             if self._in_flight == 0 and self._drained is not None:
                 self._drained.set()
+
+    def _count_stream(
+        self,
+        execution: asyncio.Future[tuple[BackendResponse, ExecutionTimes]],
+        received: int,
+        input_done: int,
+    ) -> None:
+        """Count a decoupled request that ended well, with its execution's queue and compute times
+        (as any request's), known once its ``execute()`` has returned: a model may send its last
+        answer just before, so the count may come a moment after the stream's end."""
+
+        def count(done: _Execution) -> None:
+            request_ns, input_ns = time.perf_counter_ns() - received, input_done - received
+            if done.cancelled() or done.exception() is not None:
+                self.stats.record_success(request_ns, 0, input_ns, 0, 0)
+                return
+            times = done.result()[1]
+            self.stats.record_success(
+                request_ns, times.queue_ns, input_ns + times.input_ns, times.infer_ns, times.output_ns
+            )
+
+        if execution.done():
+            count(execution)
+        else:
+            execution.add_done_callback(count)
 
     def _check(self, request: InferenceRequest) -> tuple[int, tuple[str, ...]]:
         """The request's batch size and the outputs to answer; InvalidInput if it does not fit the

@@ -12,9 +12,9 @@ from pathlib import Path
 import orjson
 
 from trt.perf.errors import OptionError
+from trt.perf.genai.options import MAX_PROMPT_TEXTS as MAX_PROMPTS
 
 MAX_FILE_BYTES = 256 * 1024 * 1024
-MAX_PROMPTS = 100_000
 MAX_TEXT_CHARS = 1024 * 1024
 _KEYS = ("text", "text_input")
 

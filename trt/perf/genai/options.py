@@ -11,6 +11,8 @@ from trt.perf.options import Distribution, LoadKind
 
 # OpenAI's limit on the texts of one embeddings request (trt serve's too).
 MAX_BATCH_SIZE_TEXT = 2048
+# Prompts are made (or read) up front and kept: at most this many texts in a run.
+MAX_PROMPT_TEXTS = 100_000
 
 
 class EndpointType(StrEnum):
@@ -90,16 +92,16 @@ class GenAIOptions:
             raise OptionError("--output-tokens-mean-deterministic needs --output-tokens-mean")
         if self.request_count < 0 or self.warmup_request_count < 0:
             raise OptionError("--request-count and --warmup-request-count may not be negative")
-        if not 1 <= self.num_prompts <= 100_000:
-            raise OptionError("--num-prompts must be between 1 and 100000")
+        if not 1 <= self.num_prompts <= MAX_PROMPT_TEXTS:
+            raise OptionError(f"--num-prompts must be between 1 and {MAX_PROMPT_TEXTS}")
         if self.load is LoadKind.CUSTOM_INTERVALS:
             raise OptionError("generative runs take --concurrency or --request-rate-range")
         if not 1 <= self.batch_size_text <= MAX_BATCH_SIZE_TEXT:
             raise OptionError(f"--batch-size-text must be between 1 and {MAX_BATCH_SIZE_TEXT}")
         if self.batch_size_text > 1 and self.endpoint_type is not EndpointType.EMBEDDINGS:
             raise OptionError("--batch-size-text: only embeddings requests carry several texts")
-        if self.num_prompts * self.batch_size_text > 100_000:  # the texts are made up front
-            raise OptionError("--num-prompts x --batch-size-text may make at most 100000 texts")
+        if self.num_prompts * self.batch_size_text > MAX_PROMPT_TEXTS:
+            raise OptionError(f"--num-prompts x --batch-size-text may make at most {MAX_PROMPT_TEXTS} texts")
         if self.endpoint_type.generates:
             return
         if self.streaming:

@@ -187,10 +187,6 @@ class LatencyDistributions:
                 self.summaries[name] = SlidingQuantiles()
         self.first_response = FixedHistogram(first_response_buckets) if settings.histograms else None
 
-    @property
-    def observing(self) -> bool:
-        return bool(self.summaries) or self.first_response is not None
-
     def success(self, now_s: float, request_ns: int, queue_ns: int, input_ns: int, infer_ns: int,
                 output_ns: int) -> None:  # fmt: skip
         summaries = self.summaries

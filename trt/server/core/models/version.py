@@ -118,8 +118,7 @@ class ModelVersion:
                 if cached is not None:
                     now = time.perf_counter_ns()
                     self.stats.record_cache_hit(now - received, now - lookup_started)
-                    if self.stats.latencies is not None:
-                        self.stats.record_first_response(now - received)
+                    self.stats.record_first_response(now - received)
                     if request.trace is not None:
                         self._stamp(request.trace, (("REQUEST_START", received), ("REQUEST_END", now)))
                     return cached
@@ -148,8 +147,7 @@ class ModelVersion:
             input_ns = input_done - received + times.input_ns
             output_ns = done - output_started + times.output_ns
             self.stats.record_success(done - received, times.queue_ns, input_ns, times.infer_ns, output_ns)
-            if self.stats.latencies is not None:
-                self.stats.record_first_response(done - received)
+            self.stats.record_first_response(done - received)
             if request.trace is not None:
                 self._stamp(request.trace, _trace_points(received, input_done, times, done))
                 if request.trace.with_tensors:

@@ -66,7 +66,8 @@ class Prompt:
 
 def batched(prompts: list[Prompt], size: int) -> list[Prompt]:
     """``prompts`` in consecutive groups of ``size``, each one prompt that carries the whole group
-    (a trailing partial group is dropped; callers make a multiple of ``size``)."""
+    (a trailing partial group is dropped: synthetic prompts are made a multiple of ``size``, a file's
+    last few lines may be left out)."""
     if size == 1:
         return prompts
     groups = [prompts[start : start + size] for start in range(0, len(prompts) - size + 1, size)]

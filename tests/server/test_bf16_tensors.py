@@ -98,6 +98,14 @@ output [
 """
 
 
+def _save_graph(repo: Path, name: str, graph: object, config: str | None) -> None:
+    """``graph`` as ``name``'s version 1 (opset 17), with ``config`` or none (auto-completed)."""
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    save_onnx(model, repo / name / "1" / "model.onnx")
+    if config is not None:
+        (repo / name / "config.pbtxt").write_text(config)
+
+
 def _write_onnx(repo: Path) -> None:
     """Y = X and Z = X as FP32 (bfloat16 passed through and widened), V = W narrowed to bfloat16."""
     graph = helper.make_graph(
@@ -117,9 +125,7 @@ def _write_onnx(repo: Path) -> None:
             helper.make_tensor_value_info("V", TensorProto.BFLOAT16, ["batch", 4]),
         ],
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-    save_onnx(model, repo / "bf16_onnx" / "1" / "model.onnx")
-    (repo / "bf16_onnx" / "config.pbtxt").write_text(ONNX_CONFIG)
+    _save_graph(repo, "bf16_onnx", graph, ONNX_CONFIG)
 
 
 NARROW_CONFIG = """
@@ -139,9 +145,7 @@ def _write_onnx_narrowing(repo: Path) -> None:
         [helper.make_tensor_value_info("W", TensorProto.FLOAT, [4])],
         [helper.make_tensor_value_info("V", TensorProto.BFLOAT16, [4])],
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-    save_onnx(model, repo / "bf16_narrow" / "1" / "model.onnx")
-    (repo / "bf16_narrow" / "config.pbtxt").write_text(NARROW_CONFIG)
+    _save_graph(repo, "bf16_narrow", graph, NARROW_CONFIG)
 
 
 def _write_onnx_with_text(repo: Path) -> None:
@@ -158,8 +162,7 @@ def _write_onnx_with_text(repo: Path) -> None:
             helper.make_tensor_value_info("T", TensorProto.STRING, [2]),
         ],
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-    save_onnx(model, repo / "bf16_text" / "1" / "model.onnx")
+    _save_graph(repo, "bf16_text", graph, None)
 
 
 def _write_torch(repo: Path) -> bool:

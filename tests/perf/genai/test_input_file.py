@@ -3,6 +3,7 @@ bounded in size, in count and per prompt, and refused by line number where a lin
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,9 @@ import pytest
 from tests.perf.perf_support import run_perf
 from trt.perf.errors import OptionError
 from trt.perf.genai.input_file import MAX_FILE_BYTES, MAX_PROMPTS, MAX_TEXT_CHARS, read_prompt_texts
+from trt.perf.genai.options import EndpointType, GenAIOptions
+from trt.perf.genai.profiler import make_prompts
+from trt.perf.genai.tokenizer import TokenCounter
 
 
 def _file(tmp_path: Path, text: str) -> Path:
@@ -65,3 +69,36 @@ def test_a_tensor_run_refuses_an_input_file_and_names_its_own_option(tmp_path: P
     run = run_perf("-m", "simple", "-u", "127.0.0.1:1", "--input-file", str(_file(tmp_path, "")))
     assert run.returncode == 2, run
     assert "--input-file holds prompts, for --endpoint-type runs; tensors: --input-data" in run.stderr
+
+
+def test_options_the_file_makes_unused_and_lines_left_out_are_named(
+    tmp_path: Path, tokenizer_path: Path
+) -> None:
+    path = _file(tmp_path, "".join(f'{{"text": "prompt {i}"}}\n' for i in range(7)))
+    options = GenAIOptions(
+        model="m",
+        endpoint_type=EndpointType.EMBEDDINGS,
+        tokenizer=tokenizer_path,
+        input_file=path,
+        batch_size_text=3,
+        num_prompts=40,
+        input_tokens_mean=128,
+    )
+    warned: list[str] = []
+    prompts = make_prompts(options, TokenCounter.load(tokenizer_path), warned.append)
+    assert [p.batch for p in prompts] == [
+        ("prompt 0", "prompt 1", "prompt 2"),
+        ("prompt 3", "prompt 4", "prompt 5"),
+    ]
+    assert warned == [
+        "--synthetic-input-tokens-mean, --num-prompts: not used, the prompts are --input-file's",
+        "--input-file: the last 1 of 7 prompts do not fill a request of --batch-size-text 3 and are not sent",
+    ]
+    # Left at their defaults, the synthetic options go unmentioned; a whole number of groups leaves none out.
+    warned.clear()
+    make_prompts(
+        replace(options, num_prompts=100, input_tokens_mean=550, batch_size_text=7),
+        TokenCounter.load(tokenizer_path),
+        warned.append,
+    )
+    assert warned == []

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from pathlib import Path
 
@@ -82,6 +82,19 @@ class GenAIOptions:
     max_inflight: int = 1024  # open loop: requests in flight at most, a bound on the client's memory
     artifact_dir: Path | None = None
     tags: dict[str, str] = field(default_factory=dict)
+
+    def unused_with_input_file(self) -> list[str]:
+        """The synthetic prompts' options given away from their defaults, which a run whose prompts come
+        from ``--input-file`` does not use (genai-perf ignores them silently; trt says so)."""
+        if self.input_file is None:
+            return []
+        flags = {
+            "input_tokens_mean": "--synthetic-input-tokens-mean",
+            "input_tokens_stddev": "--synthetic-input-tokens-stddev",
+            "num_prompts": "--num-prompts",
+        }
+        defaults = {f.name: f.default for f in fields(self) if f.name in flags}
+        return [flag for name, flag in flags.items() if getattr(self, name) != defaults[name]]
 
     def __post_init__(self) -> None:
         if self.input_tokens_mean < 1 or self.input_tokens_stddev < 0:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Protocol
@@ -77,16 +78,28 @@ def _factory(options: GenAIOptions) -> ClientFactory:
         raise OptionError(str(error)) from None
 
 
-def make_prompts(options: GenAIOptions, counter: TokenCounter) -> list[Prompt]:
+def make_prompts(
+    options: GenAIOptions, counter: TokenCounter, warn: Callable[[str], None] = logger.warning
+) -> list[Prompt]:
     maker = PromptMaker(counter, options.seed)
     if options.input_file is not None:
         given = read_prompt_texts(options.input_file)
-        if len(given) < options.batch_size_text:
+        size = options.batch_size_text
+        if len(given) < size:
             raise OptionError(
                 f"--input-file {options.input_file}: {len(given)} prompts, fewer than --batch-size-text"
             )
+        unused = options.unused_with_input_file()
+        if unused:
+            warn(f"{', '.join(unused)}: not used, the prompts are --input-file's")
+        left_out = len(given) % size
+        if left_out:
+            warn(
+                f"--input-file: the last {left_out} of {len(given)} prompts do not fill a request of "
+                f"--batch-size-text {size} and are not sent"
+            )
         from_file = maker.from_texts(given, options.output_tokens_mean, options.output_tokens_stddev)
-        return batched(from_file, options.batch_size_text)
+        return batched(from_file, size)
     texts = maker.make(
         options.num_prompts * options.batch_size_text,
         options.input_tokens_mean,
@@ -101,14 +114,15 @@ def run_genai(options: GenAIOptions, progress: GenAIProgress | None = None) -> G
     progress = progress or QuietProgress()
     started, clock = datetime.now(UTC), time.monotonic()
     counter = TokenCounter.load(options.tokenizer)
-    prompts = make_prompts(options, counter)
-    factory = _factory(options)
     warnings: list[str] = []
 
     def warn(message: str) -> None:
         if message not in warnings:
             warnings.append(message)
             progress.warn(message)
+
+    prompts = make_prompts(options, counter, warn)
+    factory = _factory(options)
 
     if not options.streaming and options.endpoint_type.generates:
         warn("not streaming: each answer is one response, so time to first token is the request latency")

@@ -6,8 +6,8 @@ model. Here a request is parsed by httptools into an ``HttpRequest`` and handed 
 handler; the response is written as one buffer.
 
 Supported: keep-alive and pipelining (answered in order), ``Expect: 100-continue``, chunked request
-bodies, HEAD, write backpressure, an idle timeout, and a graceful stop that lets requests in progress
-finish.
+bodies, HEAD, write backpressure, an idle timeout, a deadline for a request head to arrive whole (408),
+and a graceful stop that lets requests in progress finish.
 
 A head seen before is not parsed again: ``heads.HeadCache`` remembers what httptools made of each
 head's bytes, and a request whose head is one of them has its body read by its ``Content-Length``
@@ -125,6 +125,12 @@ class HttpProtocol(asyncio.Protocol):
         """Idle, and every answer written out of the transport's buffer."""
         transport = self._transport
         return self.idle and (transport is None or not transport.get_write_buffer_size())
+
+    def time_out_head(self, begun_before_ns: int, timeout: float) -> None:
+        """408 and close, if a request head began before ``begun_before_ns`` (perf_counter_ns) and is
+        still not whole (``HttpServer.head_timeout``)."""
+        if self._in_head and not self._parser_idle and self._started < begun_before_ns:
+            self._reject(408, f"the request head did not arrive whole within {timeout:g} s".encode())
 
     def close(self) -> None:
         self._closing = True
@@ -358,14 +364,8 @@ class HttpProtocol(asyncio.Protocol):
     ) -> None:
         """A whole request has arrived: queue it to be answered."""
         self._in_head = True
-        request = HttpRequest(
-            method,
-            path,
-            query,
-            headers,
-            self._body[0] if len(self._body) == 1 else b"".join(self._body),
-            plan=plan,
-        )
+        body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
+        request = HttpRequest(method, path, query, headers, body, plan=plan)
         self._body = []  # the pieces, once joined, must not live on beside the request until the next
         request.body_too_large, request.over_budget = self._too_large, self._over_budget
         request.reserved, self._reserved = self._reserved, 0

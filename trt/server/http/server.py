@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import ssl
+import time
 from collections.abc import Callable
 
 from trt.server.core.scheduling.queued_bytes import QueuedBytes
@@ -27,6 +28,7 @@ class HttpServer:
         handler: Handler,
         limits: HttpLimits | None = None,
         idle_timeout: float = 75.0,
+        head_timeout: float = 60.0,
         cancellable: Callable[[str], bool] = lambda path: False,
         queued_bytes: QueuedBytes | None = None,
         ssl_context: ssl.SSLContext | None = None,
@@ -38,6 +40,10 @@ class HttpServer:
         # The answer to a body over ``limits.max_body_size``, given the limit: each API words it its own way.
         self.too_large = too_large or _too_large
         self.idle_timeout = idle_timeout
+        # A request head must arrive whole within this many seconds of its first byte. Without a bound
+        # a client that sends a byte now and then (slowloris) keeps its connection for ever, since each
+        # byte resets the idle timeout, and enough of them take every file descriptor.
+        self.head_timeout = head_timeout
         # Paths whose handling stops when the client disconnects (inference); others run to the end.
         self.cancellable = cancellable
         # Bodies being received or waiting to be answered count against the core's bound.
@@ -59,9 +65,11 @@ class HttpServer:
     async def _close_idle(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            await asyncio.sleep(min(10.0, self.idle_timeout))
+            await asyncio.sleep(min(10.0, self.idle_timeout, self.head_timeout))
             now = loop.time()
+            head_deadline = time.perf_counter_ns() - int(self.head_timeout * 1e9)
             for connection in list(self.connections):
+                connection.time_out_head(head_deadline, self.head_timeout)
                 if connection.idle and now - connection.last_active > self.idle_timeout:
                     connection.close()
 

@@ -1,0 +1,108 @@
+"""Connections are not held for ever: one the client leaves idle is closed after the idle timeout, and a
+request head that trickles in (slowloris: a header line now and then, each resetting the idle timeout)
+is answered 408 and closed once it has taken longer than the head timeout. A request whose answer takes
+longer than either is not cut short, and a head that arrives in pieces within the deadline is served.
+
+A real loopback socket and asyncio's own transport; short timeouts so that each case takes about a
+second. The bounds on when a connection closes are loose (a second after the deadline's sweep): the
+suite runs beside other tests."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from trt.server.http.messages import HttpRequest, HttpResponse
+from trt.server.http.server import HttpServer
+
+TIMEOUT_S = 0.5  # both the idle and the head timeout; the sweep runs this often
+
+
+async def _answer(request: HttpRequest) -> HttpResponse:
+    if request.path == "/slow":
+        await asyncio.sleep(3 * TIMEOUT_S)
+    return HttpResponse(200, b"answered " + request.path.encode())
+
+
+@asynccontextmanager
+async def _server() -> AsyncIterator[int]:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.setblocking(False)
+    server = HttpServer(_answer, idle_timeout=TIMEOUT_S, head_timeout=TIMEOUT_S)
+    await server.start(sock)
+    try:
+        yield sock.getsockname()[1]
+    finally:
+        await server.stop(1.0)
+
+
+async def _read_until_closed(reader: asyncio.StreamReader, within_s: float) -> bytes:
+    """Everything the server writes until it closes the connection; fails if it has not by then."""
+    received = bytearray()
+    deadline = time.monotonic() + within_s
+    while True:
+        chunk = await asyncio.wait_for(reader.read(65536), max(deadline - time.monotonic(), 0.01))
+        if not chunk:
+            return bytes(received)
+        received += chunk
+
+
+def test_an_idle_connection_is_closed_after_the_idle_timeout() -> None:
+    async def scenario() -> None:
+        async with _server() as port:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(b"GET /first HTTP/1.1\r\nHost: a\r\n\r\n")
+            started = time.monotonic()
+            received = await _read_until_closed(reader, within_s=TIMEOUT_S * 2 + 2)
+            assert received.startswith(b"HTTP/1.1 200 ") and received.endswith(b"answered /first")
+            assert time.monotonic() - started >= TIMEOUT_S  # kept open, idle, until the timeout
+            writer.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_head_trickling_in_past_the_head_timeout_is_answered_408_and_closed() -> None:
+    async def scenario() -> None:
+        async with _server() as port:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(b"GET /trickled HTTP/1.1\r\nHost: a\r\n")
+            started = time.monotonic()
+
+            async def trickle() -> None:  # a header line every fifth of the idle timeout, for ever
+                for index in range(1000):
+                    await asyncio.sleep(TIMEOUT_S / 5)
+                    writer.write(b"X-Slow-%d: 1\r\n" % index)
+
+            trickling = asyncio.create_task(trickle())
+            try:
+                received = await _read_until_closed(reader, within_s=TIMEOUT_S * 2 + 2)
+            finally:
+                trickling.cancel()
+            assert received.startswith(b"HTTP/1.1 408 "), received
+            assert (
+                b"did not arrive whole within 0.5 s" in received and b"connection: close" in received.lower()
+            )
+            assert time.monotonic() - started >= TIMEOUT_S
+            writer.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_head_in_pieces_within_the_deadline_and_a_slow_answer_are_served_whole() -> None:
+    async def scenario() -> None:
+        async with _server() as port:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            for piece in (b"GET /slow HTTP/1.1\r\n", b"Host: a\r\n", b"X-Piece: 1\r\n", b"\r\n"):
+                writer.write(piece)
+                await asyncio.sleep(TIMEOUT_S / 10)
+            # The answer takes three timeouts: a request being answered is neither idle nor in its head.
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), TIMEOUT_S * 3 + 5)
+            assert head.startswith(b"HTTP/1.1 200 "), head
+            assert await reader.readexactly(len(b"answered /slow")) == b"answered /slow"
+            writer.close()
+
+    asyncio.run(scenario())

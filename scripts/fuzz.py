@@ -38,8 +38,9 @@ def run(test: str, examples: int) -> tuple[bool, float, str]:
     env = {**os.environ, "TRT_FUZZ_PROFILE": "long", "TRT_FUZZ_EXAMPLES": str(examples)}
     started = time.perf_counter()
     result = subprocess.run(
-        # No per-test timeout: a long run of one property takes as long as its examples do.
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "--timeout=0", test],
+        # No per-test timeout: a long run of one property takes as long as its examples do. One test,
+        # so no workers (-n 0).
+        [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:randomly", "--timeout=0", test],
         cwd=ROOT, env=env, capture_output=True, text=True, check=False,
     )  # fmt: skip
     return result.returncode == 0, time.perf_counter() - started, result.stdout[-4000:]

@@ -34,7 +34,9 @@ print("python", sys.version.split()[0], "| torch", torch.__version__, "cuda", to
 EOF
 
 step "GPU tests"
-timeout 300 $python -m pytest -q -rs -p no:cacheprovider --junitxml "$out/gpu_tests.xml" \
+# addopts replaced: serially, and whether or not the host has pytest-xdist (pyproject's -n needs it).
+timeout 300 $python -m pytest -q -rs -o addopts=--import-mode=importlib -p no:cacheprovider \
+    --junitxml "$out/gpu_tests.xml" \
     tests/server/backends/test_pytorch_gpu.py tests/server/test_metrics_gpu.py \
     tests/server/backends/test_onnxruntime_gpu.py
 tests=$?

@@ -1,4 +1,5 @@
-"""Shared fixtures: a model repository with good and broken models, and one running server."""
+"""Shared fixtures (a model repository with good and broken models, and one running server), and the
+order in which test files go to the workers."""
 
 from __future__ import annotations
 
@@ -8,6 +9,22 @@ from pathlib import Path
 import pytest
 
 from tests.support import ServerProcess, write_autocomplete, write_broken, write_identity, write_simple
+
+# The files that take longest (about a minute each on two cores), handed to the workers first: each
+# worker runs whole files (pyproject's --dist loadfile), so one of these started last would leave the
+# other worker idle for its minute at the end.
+_LONGEST_FIRST = (
+    "tests/packaging/test_compiled_build.py",
+    "tests/packaging/test_install.py",
+    "tests/server/repo/test_add.py",
+    "tests/analyzer/test_analyze.py",
+    "tests/server/test_perf_analyzer.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {path: index for index, path in enumerate(_LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))  # stable: others keep order
 
 
 @pytest.fixture(scope="session")

@@ -87,6 +87,7 @@ class H2ServerConnection(ControlFrames, asyncio.Protocol):
         self._preface_seen = False
         self._settings_seen = False
         self._block: list[bytes] | None = None  # a header block waiting for CONTINUATION frames
+        self._block_timer: asyncio.TimerHandle | None = None  # its deadline (header_block_timeout_s)
         self._block_stream = self._block_flags = self._block_frames = self._block_size = 0
         self._block_self_dependent = False
         self._receive_window = settings.connection_window_size
@@ -401,6 +402,9 @@ class H2ServerConnection(ControlFrames, asyncio.Protocol):
             self._header_block(stream_id, flags, fragment, self_dependent)
             return
         self._block = [fragment]
+        message = "a header block not ended in time"
+        timeout = self._settings.header_block_timeout_s
+        self._block_timer = self._loop.call_later(timeout, self.fail, ErrorCode.ENHANCE_YOUR_CALM, message)
         self._block_stream, self._block_flags, self._block_frames = stream_id, flags, 1
         self._block_size = len(fragment)
         self._block_self_dependent = self_dependent
@@ -415,6 +419,8 @@ class H2ServerConnection(ControlFrames, asyncio.Protocol):
         self._check_block_size()
         if flags & END_HEADERS:
             block, self._block = b"".join(self._block), None
+            if self._block_timer is not None:
+                self._block_timer.cancel()
             self._header_block(self._block_stream, self._block_flags, block, self._block_self_dependent)
 
     def _check_block_size(self) -> None:

@@ -41,6 +41,10 @@ class H2Settings:
     max_write_buffer: int = 64 << 20
     max_header_block_frames: int = 64  # HEADERS and CONTINUATIONs of one block
     preface_timeout_s: float = 10.0  # to send the preface and SETTINGS after connecting
+    # From a HEADERS frame without END_HEADERS to the CONTINUATION that ends its block. Clients send a
+    # block's frames back to back (nothing else may come between them); a block trickled a frame at a
+    # time would otherwise hold the connection for as long as its frames allow.
+    header_block_timeout_s: float = 10.0
     # Streams a client may reset (or make us reset) in a burst, and how fast that allowance refills:
     # beyond it, a rapid-reset flood (CVE-2023-44487) ends the connection.
     reset_burst: int = 1000

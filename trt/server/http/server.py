@@ -60,9 +60,10 @@ class HttpServer:
         self._server = await loop.create_server(
             lambda: HttpProtocol(self.handler, self), sock=sock, ssl=self.ssl_context
         )
-        self._sweeper = loop.create_task(self._close_idle())
+        self._sweeper = loop.create_task(self._sweep())
 
-    async def _close_idle(self) -> None:
+    async def _sweep(self) -> None:
+        """Now and then: 408 for heads past ``head_timeout``, and close connections idle too long."""
         loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(min(10.0, self.idle_timeout, self.head_timeout))

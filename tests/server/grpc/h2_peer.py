@@ -28,6 +28,17 @@ class Frame:
         return int(struct.unpack_from(">I", self.payload, offset)[0])
 
 
+def written_frames(written: bytes) -> list[Frame]:
+    """The frames in bytes a server wrote (to an in-process transport), in order."""
+    frames, at = [], 0
+    while at < len(written):
+        length = int.from_bytes(written[at : at + 3], "big")
+        stream = struct.unpack(">I", written[at + 5 : at + 9])[0] & 0x7FFFFFFF
+        frames.append(Frame(written[at + 3], written[at + 4], stream, written[at + 9 : at + 9 + length]))
+        at += 9 + length
+    return frames
+
+
 def request_block(path: str, *extra: tuple[str, str], method: str = "POST") -> bytes:
     fields = [
         (":method", method),

@@ -11,7 +11,7 @@ import struct
 import pytest
 
 from tests.fuzz.connection_harness import serve
-from tests.server.grpc.h2_peer import SERVICE, frame_bytes, request_block
+from tests.server.grpc.h2_peer import SERVICE, frame_bytes, request_block, written_frames
 from trt.http2.frames import END_HEADERS, PREFACE, ErrorCode, FrameType
 from trt.server.grpc.h2.connection import H2ServerConnection
 from trt.server.grpc.h2.outbound import Outbound
@@ -25,17 +25,6 @@ class _BrokenApplication:
 
     def refuse_headers(self, outbound: Outbound, stream_id: int, message: str) -> None:
         raise RuntimeError("planted fault in refuse_headers")
-
-
-def _frames(written: bytes) -> list[tuple[int, int, bytes]]:
-    """(type, stream, payload) of each frame written."""
-    frames, at = [], 0
-    while at < len(written):
-        length = int.from_bytes(written[at : at + 3], "big")
-        kind, stream = written[at + 3], struct.unpack(">I", written[at + 5 : at + 9])[0] & 0x7FFFFFFF
-        frames.append((kind, stream, written[at + 9 : at + 9 + length]))
-        at += 9 + length
-    return frames
 
 
 async def _served(client: bytes) -> tuple[bytes, bool]:
@@ -54,8 +43,8 @@ def test_a_fault_of_ours_ends_the_connection_with_goaway_internal_error(
     )
     with caplog.at_level(logging.ERROR, logger="trt.grpc"):
         written, ended = asyncio.run(_served(client))
-    frames = _frames(written)
-    kind, stream, payload = frames[-1]
+    last = written_frames(written)[-1]
+    kind, stream, payload = last.kind, last.stream, last.payload
     assert (kind, stream) == (FrameType.GOAWAY, 0)
     assert struct.unpack(">II", payload[:8]) == (1, ErrorCode.INTERNAL_ERROR)
     assert payload[8:] == b"internal error"  # no detail of ours goes to the client

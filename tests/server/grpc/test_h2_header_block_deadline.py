@@ -9,11 +9,10 @@ frames real, so that the deadline's timer runs on the loop as it would in the se
 from __future__ import annotations
 
 import asyncio
-import struct
 from typing import Any
 
 from tests.fuzz.connection_harness import serve
-from tests.server.grpc.h2_peer import SERVICE, frame_bytes, request_block
+from tests.server.grpc.h2_peer import SERVICE, frame_bytes, request_block, written_frames
 from trt.http2.frames import END_HEADERS, PREFACE, ErrorCode, FrameType
 from trt.server.grpc.h2.connection import H2ServerConnection
 from trt.server.grpc.h2.outbound import Outbound
@@ -61,14 +60,7 @@ def _trickled_block(fragments: int) -> list[bytes]:
 
 def _goaways(written: bytes) -> list[tuple[int, bytes]]:
     """The error code and debug data of each GOAWAY written."""
-    found, at = [], 0
-    while at < len(written):
-        length = int.from_bytes(written[at : at + 3], "big")
-        if written[at + 3] == FrameType.GOAWAY:
-            payload = written[at + 9 : at + 9 + length]
-            found.append((struct.unpack(">I", payload[4:8])[0], payload[8:]))
-        at += 9 + length
-    return found
+    return [(f.error_code, f.payload[8:]) for f in written_frames(written) if f.kind == FrameType.GOAWAY]
 
 
 def _run(timeout_s: float, pieces: list[bytes], delays: list[float]) -> tuple[list[int], bytes, bool]:

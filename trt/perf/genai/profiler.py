@@ -78,9 +78,7 @@ def _factory(options: GenAIOptions) -> ClientFactory:
         raise OptionError(str(error)) from None
 
 
-def make_prompts(
-    options: GenAIOptions, counter: TokenCounter, warn: Callable[[str], None] = logger.warning
-) -> list[Prompt]:
+def make_prompts(options: GenAIOptions, counter: TokenCounter, warn: Callable[[str], None]) -> list[Prompt]:
     maker = PromptMaker(counter, options.seed)
     if options.input_file is not None:
         given = read_prompt_texts(options.input_file)

@@ -111,6 +111,24 @@ def write_python_model(repo: Path, name: str, source: str, config: str) -> None:
     (repo / name / "config.pbtxt").write_text(config)
 
 
+def write_one_step_ensemble(repo: Path, name: str, step_model: str) -> None:
+    """An ensemble ``name`` of one step: ``step_model`` (the add/sub interface) on inputs A and B,
+    its OUTPUT0 as OUT."""
+    (repo / name / "1").mkdir(parents=True)
+    tensors = (
+        '{ name: "A" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "B" data_type: TYPE_INT32 dims: [ 16 ] }'
+    )
+    step = (
+        f'model_name: "{step_model}" input_map {{ key: "INPUT0" value: "A" }} '
+        'input_map { key: "INPUT1" value: "B" } output_map { key: "OUTPUT0" value: "OUT" }'
+    )
+    (repo / name / "config.pbtxt").write_text(
+        f'name: "{name}"\nplatform: "ensemble"\nmax_batch_size: 8\ninput [ {tensors} ]\n'
+        'output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 16 ] } ]\n'
+        f"ensemble_scheduling {{ step [ {{ {step} }} ] }}\n"
+    )
+
+
 def collect_stream(client: Any) -> queue.Queue[tuple[Any, Any]]:
     """Open ``client``'s gRPC stream (tritonclient.grpc); every (result, error) lands in the queue."""
     received: queue.Queue[tuple[Any, Any]] = queue.Queue()

@@ -55,7 +55,7 @@ def test_a_launch_script_of_tritonserver_flags_serves_as_it_says(tmp_path: Path)
         "--model-config-name=small", "--reuse-http-port=true",
         "--trace-file", str(tmp_path / "trace.json"), "--trace-level=TIMESTAMPS", "--trace-rate=7",
         "--trace-config=rate=3", "--trace-count=11", "--response-cache-byte-size=4096",
-        "--model-namespacing=false", "--host-policy=gpu_0,numa-node=0",
+        "--buffer-manager-thread-count=2", "--host-policy=gpu_0,numa-node=0",
         "--metrics-config=summary_latencies=true",
     ]  # fmt: skip
     server = ServerProcess([repo], flags).start(tmp_path)
@@ -73,7 +73,7 @@ def test_a_launch_script_of_tritonserver_flags_serves_as_it_says(tmp_path: Path)
         log = server.log()
         assert "--trace-rate is deprecated in tritonserver: taken as --trace-config=rate=7" in log
         assert "--response-cache-byte-size is deprecated in tritonserver: taken as --cache-config" in log
-        for flag in ("--model-namespacing", "--host-policy"):
+        for flag in ("--buffer-manager-thread-count", "--host-policy"):
             assert f"{flag} has no effect in trt serve" in log
         # SO_REUSEPORT on the HTTP socket: another listener may bind the port beside it
         with socket.socket() as beside:

@@ -169,7 +169,6 @@ IGNORED_TRITON_FLAGS = {
     "--backend-directory": "backends are Python modules of trt",
     "--repoagent-directory": "repository agents are not supported",
     "--cache-directory": "the local response cache is built in (--cache-config)",
-    "--model-namespacing": "models are not namespaced: one name serves one model",
     "--buffer-manager-thread-count": "no buffer manager threads",
     "--http-thread-count": "HTTP runs on the event loop",
     "--grpc-infer-thread-count": "gRPC runs on the event loop",

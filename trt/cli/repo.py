@@ -242,6 +242,9 @@ def validate_command(
     model_config_name: str = typer.Option(
         "", "--model-config-name", help="Check configs/NAME.pbtxt where a model has it (as trt serve would)."
     ),
+    model_namespacing: bool = typer.Option(
+        False, "--model-namespacing", help="Each repository a namespace, as trt serve --model-namespacing."
+    ),
     json_output: bool = typer.Option(False, "--json"),
 ) -> None:
     """Check every model against Triton's rules and its own files; name the file and line of each fault."""
@@ -267,7 +270,10 @@ def validate_command(
         def on_model(name: str) -> None:
             progress.update(task, description=name, advance=1)
 
-        report = validate_repository(locations, model, load, on_model=on_model, model_config_name=config_name)
+        report = validate_repository(
+            locations, model, load, on_model=on_model, model_config_name=config_name,
+            model_namespacing=model_namespacing,
+        )  # fmt: skip
     failed = report.errors > 0 or (warnings_as_errors and report.warnings > 0)
     if json_output:
         _print_json({**report.as_dict(), "ok": not failed})

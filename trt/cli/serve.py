@@ -77,6 +77,9 @@ def serve_command(
     exit_on_error: str = typer.Option("true", "--exit-on-error", metavar="BOOL"),
     disable_auto_complete_config: bool = typer.Option(False, "--disable-auto-complete-config"),
     model_config_name: str = typer.Option("", "--model-config-name", help="configs/NAME.pbtxt if present."),
+    model_namespacing: str = typer.Option(
+        "false", "--model-namespacing", metavar="BOOL", help="Each repository a namespace: names may repeat."
+    ),
     strict_model_config: str = typer.Option(
         "", "--strict-model-config", metavar="BOOL", help="Deprecated: true = --disable-auto-complete-config."
     ),
@@ -269,6 +272,7 @@ def serve_command(
         exit_on_error=parse_bool(exit_on_error, "--exit-on-error"),
         auto_complete_config=auto_complete,
         model_config_name=_parsed(parse_model_config_name, model_config_name),
+        model_namespacing=parse_bool(model_namespacing, "--model-namespacing"),
         default_max_batch_size=int(default_batch),
         model_load_thread_count=model_load_thread_count,
         model_load_retry_count=model_load_retry_count,

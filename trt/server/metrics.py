@@ -17,6 +17,7 @@ from typing import Any
 from trt.server.core.extensions.custom_metrics import FamilySnapshot, MetricKind
 from trt.server.core.extensions.latency_distributions import FIRST_RESPONSE_FAMILY, LatencyDistributions
 from trt.server.core.extensions.statistics import FAILURE_REASONS
+from trt.server.core.models.version import ModelVersion
 from trt.server.core.server import InferenceServer
 from trt.server.http.messages import HttpRequest, HttpResponse
 
@@ -98,7 +99,10 @@ _SUMMARIES = (
 
 
 def _render_latencies(
-    models: list[tuple[list[str], LatencyDistributions]], quantiles: list[float], now_s: float
+    label_names: list[str],
+    models: list[tuple[list[str], LatencyDistributions]],
+    quantiles: list[float],
+    now_s: float,
 ) -> str:
     """Summaries (count, sum, then each quantile of the last minute) and the first-response
     histogram, for the models that observe them; a family no model has is left out."""
@@ -111,7 +115,7 @@ def _render_latencies(
             continue
         lines += [f"# HELP {name} {documentation}", f"# TYPE {name} summary"]
         for labels, summary in series:
-            pairs = [f'{k}="{_escape(v)}"' for k, v in zip(_LABELS, labels, strict=True)]
+            pairs = [f'{k}="{_escape(v)}"' for k, v in zip(label_names, labels, strict=True)]
             joined = ",".join(pairs)
             lines.append(f"{name}_count{{{joined}}} {summary.count}")
             lines.append(f"{name}_sum{{{joined}}} {summary.total}")
@@ -124,7 +128,7 @@ def _render_latencies(
         lines += [f"# HELP {name} Duration from request to first response in milliseconds"]
         lines += [f"# TYPE {name} histogram"]
         for labels, histogram in observed:
-            pairs = [f'{k}="{_escape(v)}"' for k, v in zip(_LABELS, labels, strict=True)]
+            pairs = [f'{k}="{_escape(v)}"' for k, v in zip(label_names, labels, strict=True)]
             joined = ",".join(pairs)
             lines.append(f"{name}_count{{{joined}}} {histogram.count}")
             lines.append(f"{name}_sum{{{joined}}} {histogram.total}")
@@ -152,72 +156,80 @@ class TritonMetricsCollector:
         self.core = core
         self.gpu = GpuMetrics() if gpu_metrics else None
         self.cpu = CpuMetrics() if cpu_metrics else None
+        # Triton labels a model's series with its namespace too when models are namespaced.
+        self.namespaced = core.options.model_namespacing
+        self.label_names = ["namespace", *_LABELS] if self.namespaced else _LABELS
+
+    def label_values(self, model: ModelVersion) -> list[str]:
+        labels = [model.stats.name, model.stats.version]
+        return [model.namespace, *labels] if self.namespaced else labels
 
     def collect(self) -> Iterator[MetricFamily]:
         models = self.core.models.loaded_models()
+        names = self.label_names
         success = _counter(
             "nv_inference_request_success",
             "Number of successful inference requests, all batch sizes",
-            labels=_LABELS,
+            labels=names,
         )
         failure = _counter(
             "nv_inference_request_failure",
             "Number of failed inference requests, all batch sizes",
-            labels=[*_LABELS, "reason"],
+            labels=[*names, "reason"],
         )
         count = _counter(
             "nv_inference_count",
             "Number of inferences performed (does not include cached requests)",
-            labels=_LABELS,
+            labels=names,
         )
         exec_count = _counter(
             "nv_inference_exec_count",
             "Number of model executions performed (does not include cached requests)",
-            labels=_LABELS,
+            labels=names,
         )
         request_duration = _counter(
             "nv_inference_request_duration_us",
             "Cumulative inference request duration in microseconds (includes cached requests)",
-            labels=_LABELS,
+            labels=names,
         )
         queue = _counter(
             "nv_inference_queue_duration_us",
             "Cumulative inference queuing duration in microseconds (includes cached requests)",
-            labels=_LABELS,
+            labels=names,
         )
         compute_input = _counter(
             "nv_inference_compute_input_duration_us",
             "Cumulative compute input duration in microseconds (does not include cached requests)",
-            labels=_LABELS,
+            labels=names,
         )
         compute_infer = _counter(
             "nv_inference_compute_infer_duration_us",
             "Cumulative compute inference duration in microseconds (does not include cached requests)",
-            labels=_LABELS,
+            labels=names,
         )
         compute_output = _counter(
             "nv_inference_compute_output_duration_us",
             "Cumulative inference compute output duration in microseconds (does not include cached requests)",
-            labels=_LABELS,
+            labels=names,
         )
         pending = _gauge(
             "nv_inference_pending_request_count",
             "Instantaneous number of pending requests awaiting execution per-model.",
-            labels=_LABELS,
+            labels=names,
         )
-        cache_hits = _counter("nv_cache_num_hits_per_model", "Number of cache hits per model", _LABELS)
-        cache_misses = _counter("nv_cache_num_misses_per_model", "Number of cache misses per model", _LABELS)
+        cache_hits = _counter("nv_cache_num_hits_per_model", "Number of cache hits per model", names)
+        cache_misses = _counter("nv_cache_num_misses_per_model", "Number of cache misses per model", names)
         cache_hit_us = _counter(
-            "nv_cache_hit_duration_per_model", "Total cache hit duration per model, in microseconds", _LABELS
+            "nv_cache_hit_duration_per_model", "Total cache hit duration per model, in microseconds", names
         )
         cache_miss_us = _counter(
             "nv_cache_miss_duration_per_model",
             "Total cache miss (insert) duration per model, in microseconds",
-            _LABELS,
+            names,
         )
         for model in models:
             stats = model.stats
-            labels = [stats.name, stats.version]
+            labels = self.label_values(model)
             success.add_metric(labels, stats.success.count)
             for reason in FAILURE_REASONS:
                 failure.add_metric([*labels, reason], stats.failures.get(reason, 0))
@@ -355,13 +367,13 @@ class MetricsApp:
         core = self.collector.core
         parts = [family.render() for family in self.collector.collect()]
         observing = [
-            ([model.stats.name, model.stats.version], model.stats.latencies)
+            (self.collector.label_values(model), model.stats.latencies)
             for model in core.models.loaded_models()
             if model.stats.latencies is not None
         ]
         if observing:
             quantiles = [q for q, _ in core.options.latency_metrics.quantiles]
-            parts.append(_render_latencies(observing, quantiles, time.time()))
+            parts.append(_render_latencies(self.collector.label_names, observing, quantiles, time.time()))
         parts += [_render_custom(family) for family in core.custom_metrics.snapshot()]
         return "".join(parts).encode()
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.server.repo.catalogue import ADD_SUB, CATALOGUE, GOOD_PY, PY_CONFIG, Fault, build, python_model
-from tests.support import ROOT, write_simple
+from tests.support import ROOT, write_one_step_ensemble, write_simple
 from trt.server.core.errors import ModelConfigError
 from trt.server.core.models.config import parse_config_text
 from trt.server.core.models.config_rules import check_config
@@ -137,6 +137,38 @@ def test_a_name_in_two_repositories_is_reported(tmp_path: Path) -> None:
     write_simple(second, config=ADD_SUB)
     report = validate_repository([first, second])
     assert "is in more than one repository" in report.models[0].findings[0].message
+
+
+def test_with_namespacing_a_name_may_repeat_across_repositories(tmp_path: Path) -> None:
+    """As trt serve --model-namespacing: both copies check and load, each repository's ensemble runs
+    its own; an ensemble in a third repository cannot tell which of the two its step means."""
+    first, second, third = tmp_path / "a", tmp_path / "b", tmp_path / "c"
+    for repo in (first, second):
+        write_simple(repo, config=ADD_SUB)
+        write_one_step_ensemble(repo, f"pipeline_{repo.name}", "simple")
+    write_one_step_ensemble(third, "pipeline_c", "simple")
+    args = [
+        "repo",
+        "validate",
+        str(first),
+        str(second),
+        str(third),
+        "--model-namespacing",
+        "--load",
+        "--json",
+    ]
+    result = run_trt(*args)
+    report = json.loads(result.stdout)
+    assert result.returncode == 1, result.stderr
+    models = {(m["name"], Path(m["path"]).parent.name): m for m in report["models"]}
+    for key in (("simple", "a"), ("simple", "b"), ("pipeline_a", "a"), ("pipeline_b", "b")):
+        assert models[key]["ok"] and models[key]["loaded"], models[key]
+    assert not models[("pipeline_c", "c")]["ok"]
+    (finding,) = [f for f in report["findings"] if f["model"] == "pipeline_c"]
+    assert "which 2 repositories hold, none of them this ensemble's" in finding["message"]
+    # Without the flag, the name in two repositories is the fault.
+    plain = validate_repository([first, second])
+    assert any("is in more than one repository" in f.message for f in plain.all_findings())
 
 
 def test_a_missing_repository_is_an_error_not_a_crash(tmp_path: Path) -> None:

@@ -31,6 +31,8 @@ class CoreOptions:
     auto_complete_config: bool = True
     # --model-config-name: each model's configs/<name>.pbtxt where it has one, else its config.pbtxt
     model_config_name: str = ""
+    # --model-namespacing: each repository a namespace, so that two may hold models of one name
+    model_namespacing: bool = False
     default_max_batch_size: int = 4
     model_load_thread_count: int = 4
     model_load_retry_count: int = 0  # a version that fails to load is tried this many times more

@@ -161,12 +161,13 @@ class InferenceServer:
         parameter, raises here) and the request runs in ``_infer_on``'s coroutine: no layer of its own."""
         if request.parameters:  # most requests have none: no call to check them
             _check_reserved_keys(request.parameters)
-        return self._infer_on(self.models.get(request.model_name, request.model_version), request)
+        model = self.models.get(request.model_name, request.model_version, request.model_namespace)
+        return self._infer_on(model, request)
 
     def _model_for(self, request: InferenceRequest) -> ModelVersion:
         """The version that serves ``request``, picked once (canary routing picks on each call)."""
         _check_reserved_keys(request.parameters)
-        return self.models.get(request.model_name, request.model_version)
+        return self.models.get(request.model_name, request.model_version, request.model_namespace)
 
     async def _infer_on(self, model: ModelVersion, request: InferenceRequest) -> InferenceResponse:
         if request.raw_input is not None:

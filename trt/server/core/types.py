@@ -62,6 +62,9 @@ class InferenceRequest:
     # HTTP's raw binary request: the bytes of the model's one input, sent without a header. The core
     # names and shapes that input from the config of the version it picks (``ModelSignature.raw_input``).
     raw_input: bytes | None = None
+    # An ensemble's step names the namespace the ensemble came from: the model of that name there is
+    # preferred (``server.core.models.table``). Clients name no namespace.
+    model_namespace: str = ""
 
 
 @dataclass(slots=True)

@@ -21,6 +21,7 @@ from trt.protos import model_config_pb2
 from trt.server.core.datatypes import config_to_wire, numpy_to_wire, wire_to_numpy
 from trt.server.core.errors import ServerError
 from trt.server.core.models.repository import ModelRepository
+from trt.server.core.models.table import ModelKey
 from trt.server.core.models.warmup import warmup_samples
 from trt.server.core.options import CoreOptions, ModelControlMode
 from trt.server.core.server import InferenceServer
@@ -31,13 +32,19 @@ INFER_TIMEOUT_S = 120.0
 
 
 def load_and_infer(
-    repository: ModelRepository, checked: dict[str, CheckedModel], wanted: list[str], options: CoreOptions
+    repository: ModelRepository,
+    checked: dict[ModelKey, CheckedModel],
+    wanted: list[ModelKey],
+    options: CoreOptions,
 ) -> None:
     asyncio.run(_load_and_infer(repository, checked, wanted, options))
 
 
 async def _load_and_infer(
-    repository: ModelRepository, checked: dict[str, CheckedModel], wanted: list[str], options: CoreOptions
+    repository: ModelRepository,
+    checked: dict[ModelKey, CheckedModel],
+    wanted: list[ModelKey],
+    options: CoreOptions,
 ) -> None:
 
     core = InferenceServer(
@@ -52,24 +59,25 @@ async def _load_and_infer(
     )
     await core.start()
     try:
-        sound = [name for name, model in checked.items() if model.report.ok and model.config is not None]
-        ensembles_last = sorted(sound, key=lambda name: checked[name].config.platform == "ensemble")  # type: ignore[union-attr]
-        for name in ensembles_last:
-            model = checked[name]
+        sound = [key for key, model in checked.items() if model.report.ok and model.config is not None]
+        ensembles_last = sorted(sound, key=lambda key: checked[key].config.platform == "ensemble")  # type: ignore[union-attr]
+        for key in ensembles_last:
+            model = checked[key]
             try:
-                await core.load_model(name)
+                await core.models.load_key(key)
                 model.report.loaded = True
             except ServerError as exc:
                 model.report.loaded = False
                 note(model, repository, Severity.ERROR, exc.message, "load")
-        for name in wanted:
-            model = checked[name]
+        for key in wanted:
+            model = checked[key]
             if not model.report.loaded or model.config is None:
                 continue
             if model.config.model_transaction_policy.decoupled:
                 continue  # answers over a stream only; loading it is the check
             try:
                 request = test_request(model.config, model.model_dir)
+                request.model_namespace = key.namespace  # this model, where other namespaces hold the name
                 await asyncio.wait_for(core.infer(request), INFER_TIMEOUT_S)
             except (ServerError, TimeoutError) as exc:
                 reason = (

@@ -14,7 +14,7 @@ from __future__ import annotations
 import ast
 import difflib
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from trt.protos import model_config_pb2
@@ -26,6 +26,7 @@ from trt.server.core.models.config import parse_config_text
 from trt.server.core.models.config_rules import config_problems
 from trt.server.core.models.loader import effective_config, model_config_path, read_labels
 from trt.server.core.models.repository import ModelLocation, ModelRepository, version_folders
+from trt.server.core.models.table import ModelKey
 from trt.server.core.models.warmup import warmup_samples
 from trt.server.core.options import CoreOptions
 from trt.server.core.scheduling.sequence_controls import initial_state_values
@@ -45,10 +46,13 @@ def validate_repository(
     options: CoreOptions | None = None,
     on_model: Callable[[str], None] | None = None,
     model_config_name: str = "",
+    model_namespacing: bool = False,
 ) -> ValidationReport:
     """Check the models of ``locations`` (or ``model``), loading each where ``load``; each model's
-    ``configs/<model_config_name>.pbtxt`` where it has one, as ``trt serve --model-config-name``."""
-    repository = ModelRepository(locations)
+    ``configs/<model_config_name>.pbtxt`` where it has one, as ``trt serve --model-config-name``;
+    each location a namespace of its own with ``model_namespacing``, as ``trt serve
+    --model-namespacing`` (a name may then repeat across them)."""
+    repository = ModelRepository(locations, model_namespacing)
     report = ValidationReport([str(source) for source in repository.sources])
     try:
         repository.refresh()
@@ -59,11 +63,14 @@ def validate_repository(
         )
         return report
     options = options or CoreOptions(
-        model_repositories=tuple(repository.roots), model_config_name=model_config_name
+        model_repositories=tuple(repository.roots),
+        model_config_name=model_config_name,
+        model_namespacing=model_namespacing,
     )
-    found = repository.scan()
-    if model is not None and model not in found:
-        close = difflib.get_close_matches(model, list(found), n=1)
+    found = repository.scan_by_key()
+    names = sorted({key.name for key in found})
+    if model is not None and model not in names:
+        close = difflib.get_close_matches(model, names, n=1)
         hint = f" (did you mean '{close[0]}'?)" if close else ""
         report.findings.append(
             Finding(
@@ -72,29 +79,70 @@ def validate_repository(
             )
         )  # fmt: skip
         return report
-    checked: dict[str, CheckedModel] = {}
-    for name in [model] if model is not None else sorted(found):
+    wanted = sorted((key for key in found if model is None or key.name == model), key=_by_name)
+    checked: dict[ModelKey, CheckedModel] = {}
+    for key in wanted:
         if on_model is not None:
-            on_model(name)
-        checked[name] = ModelCheck(found[name], repository, options).run()
+            on_model(key.name)
+        checked[key] = ModelCheck(found[key], repository, options).run()
+
+    for key in list(checked):
+        entry = checked[key]
+        if entry.config is not None and entry.config.platform == ENSEMBLE_PLATFORM:
+            config_of = _step_configs(key.namespace, found, checked, repository, options)
+            for problem in [
+                *check_ensemble(entry.config, config_of, names),
+                *_ambiguous_steps(entry.config, key, found),
+            ]:
+                note(entry, repository, Severity.ERROR, problem.message, "ensemble", problem.field)
+    report.models = [checked[key].report for key in wanted]
+    if load:
+        load_and_infer(repository, checked, wanted, options)
+    return report
+
+
+def _by_name(key: ModelKey) -> tuple[str, str]:
+    return key.name, key.namespace
+
+
+def _ambiguous_steps(
+    config: Config, key: ModelKey, found: dict[ModelKey, ModelLocation]
+) -> Iterator[ModelConfigError]:
+    """Steps whose model several namespaces hold, none of them the ensemble's: the server refuses
+    to pick one."""
+    for index, step in enumerate(config.ensemble_scheduling.step):
+        holders = [other for other in found if other.name == step.model_name]
+        if len(holders) > 1 and ModelKey(key.namespace, step.model_name) not in found:
+            yield ModelConfigError(
+                f"step {index} runs model '{step.model_name}', which {len(holders)} repositories hold, "
+                "none of them this ensemble's: the server refuses the ambiguous name",
+                f"ensemble_scheduling.step[{index}].model_name",
+            )
+
+
+def _step_configs(
+    namespace: str,
+    found: dict[ModelKey, ModelLocation],
+    checked: dict[ModelKey, CheckedModel],
+    repository: ModelRepository,
+    options: CoreOptions,
+) -> Callable[[str], Config | None]:
+    """The configs of the models an ensemble in ``namespace`` runs, as the server resolves its steps
+    (that namespace's model of the name, else the one model of it); checked on demand when --model
+    left them out."""
 
     def config_of(name: str) -> Config | None:
-        """Configs of models an ensemble runs, checked on demand when --model left them out."""
-        if name not in checked and name in found:
-            checked[name] = ModelCheck(found[name], repository, options).run()
-        entry = checked.get(name)
-        return entry.config if entry is not None else None
+        key = ModelKey(namespace, name)
+        if key not in found:
+            named = [other for other in found if other.name == name]
+            if len(named) != 1:
+                return None  # several namespaces hold it and none is the ensemble's: ambiguous
+            key = named[0]
+        if key not in checked:
+            checked[key] = ModelCheck(found[key], repository, options).run()
+        return checked[key].config
 
-    for name in list(checked):
-        entry = checked[name]
-        if entry.config is not None and entry.config.platform == ENSEMBLE_PLATFORM:
-            for problem in check_ensemble(entry.config, config_of, sorted(found)):
-                note(entry, repository, Severity.ERROR, problem.message, "ensemble", problem.field)
-    wanted = [model] if model is not None else sorted(found)
-    report.models = [checked[name].report for name in wanted]
-    if load:
-        load_and_infer(repository, {name: checked[name] for name in checked}, wanted, options)
-    return report
+    return config_of
 
 
 class ModelCheck:

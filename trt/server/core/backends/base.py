@@ -79,6 +79,7 @@ class ModelFiles:
     version: int
     model_dir: Path  # <repo>/<model>
     version_dir: Path  # <repo>/<model>/<version>
+    namespace: str = ""  # the model's repository with --model-namespacing (``server.core.models.table``)
 
     def artifact(self, config: model_config_pb2.ModelConfig, default_filename: str) -> Path:
         """The model file in this version's folder; a name that leads out of it is refused (a config

@@ -12,7 +12,6 @@ import asyncio
 import logging
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from trt.protos import model_config_pb2
@@ -26,9 +25,10 @@ from trt.server.core.errors import (
     ServerError,
     Unavailable,
 )
-from trt.server.core.models.canary import CanaryRouter, canary_router
+from trt.server.core.models.canary import canary_router
 from trt.server.core.models.loader import LoadResult, close_instances, load_model, read_model_config
 from trt.server.core.models.repository import ModelRepository, fingerprint
+from trt.server.core.models.table import ModelEntry, ModelKey, ModelTable
 from trt.server.core.models.version import ModelVersion
 from trt.server.core.models.warmup import warm_request_level
 from trt.server.core.options import CoreOptions, ModelControlMode
@@ -62,33 +62,12 @@ def parse_version(text: str) -> int:
     return number
 
 
-@dataclass
-class ModelEntry:
-    """Everything the server knows about one model name."""
-
-    name: str
-    config: model_config_pb2.ModelConfig | None = None
-    versions: dict[int, ModelVersion] = field(default_factory=dict)
-    # Per-version state and reason for versions that are not serving (failed, unloaded).
-    unavailable: dict[int, str] = field(default_factory=dict)
-    state: str = ""  # model-level state when no version could even be listed
-    reason: str = ""
-    fingerprint: tuple[tuple[str, int, int], ...] = ()
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    attempted: bool = False  # a load was tried (strict readiness counts these models)
-    canary: CanaryRouter | None = None  # splits requests that name no version (canary_weights)
-
-    def latest_ready(self) -> ModelVersion | None:
-        if not self.versions:
-            return None
-        return self.versions[max(self.versions)]
-
-
 class ModelManager:
     def __init__(self, options: CoreOptions) -> None:
         self.options = options
-        self.repository = ModelRepository(options.model_repositories)
-        self._entries: dict[str, ModelEntry] = {}
+        self.repository = ModelRepository(options.model_repositories, options.model_namespacing)
+        self._table = ModelTable()
+        self._named = self._table.by_name  # read by get(), per request
         self._load_slots = asyncio.Semaphore(max(1, options.model_load_thread_count))
         self._poller: asyncio.Task[None] | None = None
         self._retiring: set[asyncio.Task[None]] = set()  # the loop keeps only weak references
@@ -101,13 +80,16 @@ class ModelManager:
 
     # -- lookups (hot path) -------------------------------------------------------------------
 
-    def get(self, name: str, version: str = "") -> ModelVersion:
-        """The version a request names (the latest serving one, or the canary's pick, for none).
+    def get(self, name: str, version: str = "", namespace: str = "") -> ModelVersion:
+        """The version a request names (the latest serving one, or the canary's pick, for none);
+        ``namespace`` is an ensemble's, whose model of ``name`` is preferred.
 
         Errors as Triton's: an unknown model or version, or a model none of whose versions is serving,
-        is ModelNotFound (404); a known version that is not READY is ModelNotReady (503)."""
-        entry = self._entries.get(name)
+        is ModelNotFound (404); a known version that is not READY is ModelNotReady (503); a name that
+        several namespaces hold is InvalidArgument (400)."""
+        entry = self._named.get(name) if not namespace else self._table.preferring(namespace, name)
         if entry is None:
+            self._table.named(name)  # raises for an ambiguous name
             raise ModelNotFound(f"Request for unknown model: '{name}' is not found")
         number = -1 if not version or version == "-1" else parse_version(version)
         if number == -1:
@@ -115,7 +97,7 @@ class ModelManager:
                 chosen = entry.versions.get(entry.canary.pick())
                 if chosen is not None:
                     return chosen
-            versions = entry.versions  # latest_ready(), in line: this runs for every request
+            versions = entry.versions  # the latest of them, read in line: this runs for every request
             if not versions:
                 raise ModelNotFound(f"Request for unknown model: '{name}' has no available versions")
             return versions[max(versions)]
@@ -129,7 +111,7 @@ class ModelManager:
         return model
 
     def entry(self, name: str) -> ModelEntry | None:
-        return self._entries.get(name)
+        return self._table.named(name)
 
     def is_loaded(self, name: str) -> bool:
         try:
@@ -151,7 +133,7 @@ class ModelManager:
 
     def all_ready(self) -> bool:
         """Strict readiness: every model the server tried to load is serving (unloaded ones excepted)."""
-        for entry in self._entries.values():
+        for entry in self._table:
             if not entry.attempted or entry.reason == "unloaded":
                 continue
             if not entry.versions or entry.unavailable:
@@ -161,13 +143,14 @@ class ModelManager:
         return True
 
     def loaded_models(self) -> list[ModelVersion]:
-        return [model for entry in self._entries.values() for model in entry.versions.values()]
+        return [model for entry in self._table for model in entry.versions.values()]
 
     def index(self, ready_only: bool = False) -> list[RepositoryIndexEntry]:
-        names = set(self.repository.scan()) | set(self._entries)
+        """Every model, by name (a name that several namespaces hold has rows for each, as in Triton)."""
+        keys = set(self.repository.scan_by_key()) | self._table.keys()
         rows: list[RepositoryIndexEntry] = []
-        for name in sorted(names):
-            entry = self._entries.get(name)
+        for key in sorted(keys, key=lambda key: (key.name, key.namespace)):
+            name, entry = key.name, self._table.get(key)
             if entry is None or (not entry.versions and not entry.unavailable and not entry.state):
                 if not ready_only:
                     rows.append(RepositoryIndexEntry(name))
@@ -191,25 +174,25 @@ class ModelManager:
         self.repository.check_roots()
         mode = self.options.model_control_mode
         scanned = True  # the models are what the repository holds, not names the user gave
+        wanted = list(self.repository.scan_by_key())
         if mode == ModelControlMode.EXPLICIT:
-            wanted = list(self.options.load_models)
-            scanned = "*" in wanted
-            if scanned:
-                if len(wanted) > 1:
-                    raise InvalidArgument("--load-model=* must be the only --load-model argument")
-                wanted = list(self.repository.scan())
-        else:
-            wanted = list(self.repository.scan())
+            names = list(self.options.load_models)
+            scanned = "*" in names
+            if scanned and len(names) > 1:
+                raise InvalidArgument("--load-model=* must be the only --load-model argument")
+            if not scanned:
+                wanted = [key for name in names for key in self._keys_named(name)]
         failures = await self._load_in_dependency_order(wanted, skip_missing_backends=scanned)
         if mode == ModelControlMode.POLL:
             self._poller = asyncio.create_task(self._poll_forever(), name="trt-repository-poll")
         return failures
 
     async def _load_in_dependency_order(
-        self, names: list[str], skip_missing_backends: bool = False
+        self, keys: list[ModelKey], skip_missing_backends: bool = False
     ) -> dict[str, str]:
         """Load models concurrently in waves, each ensemble after the models its steps run (as Triton
-        does), so an ensemble's warm-up finds them serving. Returns failures by model name.
+        does), so an ensemble's warm-up finds them serving. Returns failures by model (its name, with
+        its namespace before it where there is one).
 
         With ``skip_missing_backends`` (start-up, for the models found in the repository rather than
         named by --load-model), a model whose backend needs an extra that is not installed is skipped
@@ -217,40 +200,47 @@ class ModelManager:
         strict readiness and of --exit-on-error, so a base install serves the rest of a repository."""
         failures: dict[str, str] = {}
 
-        async def load_one(name: str) -> None:
+        async def load_one(key: ModelKey) -> None:
             try:
-                await self.load(name)
+                await self.load_key(key)
             except BackendUnavailable as exc:
                 if not skip_missing_backends:
                     logger.error("%s", exc.message)
-                    failures[name] = exc.message
+                    failures[str(key)] = exc.message
                     return
-                entry = self._entries[name]
+                entry = self._table.add(key)
                 entry.attempted = False
-                logger.warning("skipped model '%s': %s", name, entry.reason)
+                logger.warning("skipped model '%s': %s", key, entry.reason)
             except ServerError as exc:
-                failures[name] = exc.message
+                failures[str(key)] = exc.message
 
-        pending = {name: self._step_models(name) for name in names}
+        pending = {key: self._step_models(key) for key in keys}
         while pending:
-            ready = [name for name, needs in pending.items() if not needs & pending.keys()]
+            names = {key.name for key in pending}
+            ready = [key for key, needs in pending.items() if not needs & names]
             if not ready:  # steps that run each other: load them together and let them say why
                 ready = list(pending)
-            await asyncio.gather(*(load_one(name) for name in ready))
-            for name in ready:
-                del pending[name]
+            await asyncio.gather(*(load_one(key) for key in ready))
+            for key in ready:
+                del pending[key]
         return failures
 
-    def _step_models(self, name: str) -> set[str]:
-        """The models an ensemble's steps run (empty for other models and unreadable configs)."""
-        location = self.repository.locate(name)
+    def _step_models(self, key: ModelKey) -> set[str]:
+        """The names of the models an ensemble's steps run (empty for other models and unreadable
+        configs)."""
+        location = self.repository.locate(key)
         if location is None:
             return set()
         try:
-            config = read_model_config(name, location.path, config_name=self.options.model_config_name)
+            config = read_model_config(key.name, location.path, config_name=self.options.model_config_name)
         except ServerError:
             return set()
-        return {step.model_name for step in config.ensemble_scheduling.step} - {name}
+        return {step.model_name for step in config.ensemble_scheduling.step} - {key.name}
+
+    def _keys_named(self, name: str) -> list[ModelKey]:
+        """The models a name given by a user means: one in each namespace that holds it (none found,
+        the name alone, whose load then says it is not found)."""
+        return self.repository.keys_named(name) or [ModelKey("", name)]
 
     async def load(
         self,
@@ -259,13 +249,39 @@ class ModelManager:
         model_dir: Path | None = None,
         scrub: Callable[[str], str] = str,
     ) -> None:
-        """Load or reload a model; raise ModelLoadError (with the reason) if nothing could be loaded.
+        """Load or reload a model (in each namespace that holds it); raise ModelLoadError (with the
+        reason) if nothing could be loaded.
 
-        ``scrub`` rewrites every reason before it is shown or kept (a pushed model's folder is a
-        server-side temporary path that clients are not shown)."""
+        ``model_dir`` is a folder outside the repositories: the model it holds replaces the one of
+        that name, or is a model without a namespace. ``scrub`` rewrites every reason before it is
+        shown or kept (a pushed model's folder is a server-side temporary path that clients are not
+        shown)."""
+        if model_dir is not None:
+            existing = self._table.all_named(name)
+            key = existing[0].key if len(existing) == 1 else ModelKey("", name)
+            await self.load_key(key, override, model_dir, scrub)
+            return
+        failed: ServerError | None = None
+        for key in self._keys_named(name):
+            try:
+                await self.load_key(key, override)
+            except ServerError as exc:
+                failed = failed or exc
+        if failed is not None:
+            raise failed
+
+    async def load_key(
+        self,
+        key: ModelKey,
+        override: model_config_pb2.ModelConfig | None = None,
+        model_dir: Path | None = None,
+        scrub: Callable[[str], str] = str,
+    ) -> None:
+        """Load or reload the one model ``key`` names (``load``'s steps, for each of its keys)."""
+        name = key.name
         if model_dir is None:
-            model_dir = self._model_dir(name)
-        entry = self._entries.setdefault(name, ModelEntry(name))
+            model_dir = self._model_dir(key)
+        entry = self._table.add(key)
         async with entry.lock:
             entry.attempted = True
             was_serving = bool(entry.versions)
@@ -276,7 +292,7 @@ class ModelManager:
             try:
                 async with self._load_slots:
                     result = await asyncio.to_thread(
-                        load_model, name, model_dir, self.options, override, self.services
+                        load_model, name, model_dir, self.options, override, self.services, key.namespace
                     )
             except BackendUnavailable as exc:  # the caller says whether it skips the model or fails
                 reason = scrub(exc.message)
@@ -287,7 +303,7 @@ class ModelManager:
                 self._record_failure(entry, was_serving, reason)
                 raise ModelLoadError(f"failed to load '{name}': {reason}") from None
             except Exception as exc:
-                logger.exception("loading '%s' failed unexpectedly", name)
+                logger.exception("loading '%s' failed unexpectedly", key)
                 reason = scrub(f"{type(exc).__name__}: {exc}")
                 self._record_failure(entry, was_serving, reason)
                 raise ModelLoadError(f"failed to load '{name}': {reason}") from None
@@ -313,8 +329,8 @@ class ModelManager:
             await self._swap_in(entry, result, new_versions)
             entry.canary = canary
             if canary is not None:
-                logger.info("'%s': canary routing %s", name, canary.describe())
-        logger.info("loaded '%s' versions %s", name, sorted(result.versions))
+                logger.info("'%s': canary routing %s", key, canary.describe())
+        logger.info("loaded '%s' versions %s", key, sorted(result.versions))
 
     @staticmethod
     async def _warm_request_level(result: LoadResult) -> None:
@@ -333,8 +349,9 @@ class ModelManager:
                 result.failed[version] = exc.message
                 logger.error("failed to load '%s' version %d: %s", result.config.name, version, exc.message)
 
-    def _model_dir(self, name: str) -> Path:
-        location = self.repository.locate(name)
+    def _model_dir(self, key: ModelKey) -> Path:
+        name = key.name
+        location = self.repository.locate(key)
         if location is None:
             raise ModelLoadError(
                 f"failed to load '{name}', failed to poll from model repository: no model folder named "
@@ -344,7 +361,7 @@ class ModelManager:
             reason = (
                 f"the name appears in more than one repository ({location.path} and {location.duplicate_of})"
             )
-            entry = self._entries.setdefault(name, ModelEntry(name))
+            entry = self._table.add(key)
             entry.attempted = True
             self._record_failure(entry, bool(entry.versions), reason)
             raise ModelLoadError(f"failed to load '{name}': {reason}")
@@ -352,7 +369,7 @@ class ModelManager:
 
     def _record_failure(self, entry: ModelEntry, was_serving: bool, reason: str, log: bool = True) -> None:
         if log:
-            logger.error("failed to load '%s': %s", entry.name, reason)
+            logger.error("failed to load '%s': %s", entry.key, reason)
         if not was_serving:
             entry.state, entry.reason = UNAVAILABLE, reason
 
@@ -383,10 +400,15 @@ class ModelManager:
             task.add_done_callback(self._retiring.discard)
 
     async def unload(self, name: str) -> None:
-        entry = self._entries.get(name)
-        if entry is None or (not entry.versions and entry.state != UNAVAILABLE):
-            if self.repository.locate(name) is None and entry is None:
-                raise ModelNotFound(f"failed to unload '{name}': model is not known to the server")
+        """Unload the model (in every namespace that holds it)."""
+        entries = self._table.all_named(name)
+        if not entries and not self.repository.keys_named(name):
+            raise ModelNotFound(f"failed to unload '{name}': model is not known to the server")
+        for entry in entries:
+            await self._unload_entry(entry)
+
+    async def _unload_entry(self, entry: ModelEntry) -> None:
+        if not entry.versions and entry.state != UNAVAILABLE:
             return
         async with entry.lock:
             old_versions = entry.versions
@@ -396,12 +418,13 @@ class ModelManager:
             entry.canary = None
             for model in old_versions.values():
                 await model.retire()
-        logger.info("unloaded '%s'", name)
+        self._table.release(entry.key)
+        logger.info("unloaded '%s'", entry.key)
 
     async def stop(self) -> None:
         if self._poller is not None:
             self._poller.cancel()
-        for entry in list(self._entries.values()):
+        for entry in self._table:
             for model in list(entry.versions.values()):
                 await model.retire()
             entry.versions = {}
@@ -423,16 +446,20 @@ class ModelManager:
     async def poll_once(self) -> None:
         """Load new or changed models, unload removed ones."""
         await self.refresh_repository()
-        on_disk = self.repository.scan()
+        on_disk = self.repository.scan_by_key()
         changed = [
-            name
-            for name, location in on_disk.items()
-            if (entry := self._entries.get(name)) is None or entry.fingerprint != fingerprint(location.path)
+            key
+            for key, location in on_disk.items()
+            if (entry := self._table.get(key)) is None or entry.fingerprint != fingerprint(location.path)
         ]
         await self._load_in_dependency_order(changed)  # each failure is logged by load()
-        for name in set(self._entries) - set(on_disk):
-            if self._entries[name].versions:
-                await self.unload(name)
+        for entry in self._table:
+            if entry.key in on_disk:
+                continue
+            if entry.versions:
+                await self._unload_entry(entry)
+            else:
+                self._table.release(entry.key)  # gone before it ever served: it holds its name no more
 
     def require_explicit_mode(self) -> None:
         if self.options.model_control_mode != ModelControlMode.EXPLICIT:

@@ -217,6 +217,7 @@ def load_model(
     options: CoreOptions,
     override: Config | None = None,
     services: ServerServices | None = None,
+    namespace: str = "",
 ) -> LoadResult:
     """Load every selected version; raise only when nothing about the model can be loaded."""
     config, versions, available = complete_config(name, model_dir, options, override)
@@ -227,7 +228,7 @@ def load_model(
     ensemble = entry.name == ENSEMBLE_PLATFORM
     attempts = 1 + max(options.model_load_retry_count, 0)  # --model-load-retry-count
     for version in versions:
-        files = ModelFiles(name, version, model_dir, available[version])
+        files = ModelFiles(name, version, model_dir, available[version], namespace)
         for attempt in range(1, attempts + 1):
             try:
                 instances = _create_instances(backend, config, files, specs, services, ensemble)

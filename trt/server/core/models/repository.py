@@ -2,7 +2,8 @@
 
 ``<repo>/<model>/config.pbtxt`` and numbered version folders ``<repo>/<model>/<N>/``. Folders whose
 names are not numbers, or that start with "0", are not versions (Triton ignores them too). A model
-name found in more than one repository is ambiguous and is not served.
+name found in more than one repository is ambiguous and is not served, unless models are namespaced
+(``--model-namespacing``): then each repository is a namespace of its own (``server.core.models.table``).
 
 A repository is a local folder or a remote one (``s3://...``), which ``server.core.object_store``
 mirrors into a local folder; everything past ``refresh`` reads folders either way.
@@ -18,6 +19,7 @@ from typing import Protocol
 
 from trt.server.core.errors import ModelLoadError
 from trt.server.core.models.object_store import RemoteRepository, is_remote
+from trt.server.core.models.table import ModelKey
 from trt.server.core.paths import unsafe_segment
 
 
@@ -55,9 +57,10 @@ class ModelLocation:
 
 
 class ModelRepository:
-    def __init__(self, locations: Sequence[str | Path]) -> None:
+    def __init__(self, locations: Sequence[str | Path], namespacing: bool = False) -> None:
         self.sources = [open_source(location) for location in locations]
         self.roots = tuple(source.root for source in self.sources)
+        self.namespacing = namespacing
 
     def refresh(self) -> None:
         """Bring remote repositories' mirrors up to date (blocking: run it in a thread)."""
@@ -94,10 +97,31 @@ class ModelRepository:
                     found[entry.name] = ModelLocation(entry.name, entry)
         return found
 
-    def locate(self, name: str) -> ModelLocation | None:
-        if unsafe_segment(name) is not None:  # not a folder name: no folder of the repository
+    def scan_by_key(self) -> dict[ModelKey, ModelLocation]:
+        """Every model, keyed by namespace and name: each repository's own namespace when namespacing
+        (as the user named the repository, which is what Triton calls it), else "" (``scan``'s view,
+        where a name in two repositories is one ambiguous model)."""
+        if not self.namespacing:
+            return {ModelKey("", name): location for name, location in self.scan().items()}
+        found: dict[ModelKey, ModelLocation] = {}
+        for source in self.sources:
+            if not source.root.is_dir():
+                continue
+            for entry in sorted(source.root.iterdir()):
+                if entry.is_dir() and not entry.name.startswith("."):
+                    found[ModelKey(str(source), entry.name)] = ModelLocation(entry.name, entry)
+        return found
+
+    def locate(self, key: ModelKey) -> ModelLocation | None:
+        if unsafe_segment(key.name) is not None:  # not a folder name: no folder of the repository
             return None
-        return self.scan().get(name)
+        return self.scan_by_key().get(key)
+
+    def keys_named(self, name: str) -> list[ModelKey]:
+        """The keys of the models called ``name`` (one for each namespace that holds one)."""
+        if unsafe_segment(name) is not None:
+            return []
+        return [key for key in self.scan_by_key() if key.name == name]
 
 
 def version_folders(model_dir: Path) -> dict[int, Path]:

@@ -68,6 +68,7 @@ class ModelVersion:
         latency_metrics: LatencyMetricsSettings | None = None,
     ) -> None:
         self.name = files.model_name
+        self.namespace = files.namespace  # "" unless --model-namespacing
         self.version = files.version
         self.version_str = str(files.version)
         self.config = config
@@ -113,7 +114,7 @@ class ModelVersion:
             cache_key = None
             if self.cache is not None:
                 lookup_started = time.perf_counter_ns()
-                cache_key = self.cache.key(self.name, self.version_str, request)
+                cache_key = self.cache.key(self.namespace + "::" + self.name, self.version_str, request)
                 cached = self.cache.get(cache_key, request.id)
                 if cached is not None:
                     now = time.perf_counter_ns()

@@ -101,12 +101,15 @@ class EnsembleBackend:
     ) -> EnsembleInstance:
         if spec.services is None:
             raise ModelConfigError("ensembles need the server to run their steps")
-        return EnsembleInstance(config, spec.services)
+        return EnsembleInstance(config, spec.services, files.namespace)
 
 
 class EnsembleInstance:
-    def __init__(self, config: model_config_pb2.ModelConfig, services: ServerServices) -> None:
+    def __init__(
+        self, config: model_config_pb2.ModelConfig, services: ServerServices, namespace: str = ""
+    ) -> None:
         self._steps = list(config.ensemble_scheduling.step)
+        self._namespace = namespace  # where a step's model is looked for first
         self._outputs = [output.name for output in config.output]
         self._services = services
         step_order(config)
@@ -171,7 +174,8 @@ class EnsembleInstance:
         await self._run_steps([self._steps[index] for index in before], tensors, request)
         step = self._steps[first]
         # Not traced: streamed requests are not (the steps after it are, one trace per response).
-        async for item in self._services.infer_stream(_step_request(step, tensors, request)):
+        step_request = _step_request(step, tensors, request, self._namespace)
+        async for item in self._services.infer_stream(step_request):
             if request.cancelled:
                 break  # nobody reads on; leaving the loop closes the stream, which tells the step
             if item.error is not None:
@@ -221,7 +225,7 @@ class EnsembleInstance:
         request: BackendRequest,
     ) -> InferenceRequest:
         """A step's request; traced, as a child of the ensemble's trace, when the ensemble's is."""
-        step_request = _step_request(step, tensors, request)
+        step_request = _step_request(step, tensors, request, self._namespace)
         if request.trace is not None:
             tracer = self._services.tracer
             step_request.trace = tracer.child(request.trace, step.model_name, _version(step), request.id)
@@ -235,7 +239,10 @@ class EnsembleInstance:
 
 
 def _step_request(
-    step: model_config_pb2.ModelEnsembling.Step, tensors: dict[str, np.ndarray], request: BackendRequest
+    step: model_config_pb2.ModelEnsembling.Step,
+    tensors: dict[str, np.ndarray],
+    request: BackendRequest,
+    namespace: str,
 ) -> InferenceRequest:
     inputs = [
         InputTensor(
@@ -245,8 +252,9 @@ def _step_request(
     ]
     outputs = [RequestedOutput(name) for name in step.output_map]
     return InferenceRequest(
-        step.model_name, _version(step), request.id, inputs, outputs, dict(request.parameters)
-    )
+        step.model_name, _version(step), request.id, inputs, outputs, dict(request.parameters),
+        model_namespace=namespace,
+    )  # fmt: skip
 
 
 def _version(step: model_config_pb2.ModelEnsembling.Step) -> str:

@@ -165,7 +165,7 @@ class TritonMetricsCollector:
         return [model.namespace, *labels] if self.namespaced else labels
 
     def collect(self) -> Iterator[MetricFamily]:
-        models = self.core.models.loaded_models()
+        models = self.core.models.table.loaded_models()
         names = self.label_names
         success = _counter(
             "nv_inference_request_success",
@@ -368,7 +368,7 @@ class MetricsApp:
         parts = [family.render() for family in self.collector.collect()]
         observing = [
             (self.collector.label_values(model), model.stats.latencies)
-            for model in core.models.loaded_models()
+            for model in core.models.table.loaded_models()
             if model.stats.latencies is not None
         ]
         if observing:

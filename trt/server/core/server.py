@@ -32,8 +32,9 @@ from trt.server.core.extensions.statistics import ModelStatistics
 from trt.server.core.extensions.tracing import Trace, Tracer, TransportPoints
 from trt.server.core.models.config import config_from_json, read_config_file
 from trt.server.core.models.config_paths import check_config_paths
-from trt.server.core.models.lifecycle import ModelManager, parse_version
+from trt.server.core.models.lifecycle import ModelManager
 from trt.server.core.models.pushed_models import PushedModels, check_model_name, poll_failure
+from trt.server.core.models.table import parse_version
 from trt.server.core.models.version import ModelVersion
 from trt.server.core.options import CoreOptions, ModelControlMode
 from trt.server.core.scheduling.cpu_colocation import CpuColocation
@@ -127,17 +128,17 @@ class InferenceServer:
     def is_ready(self) -> bool:
         if not self.is_live():
             return False
-        return self.models.all_ready() if self.options.strict_readiness else True
+        return self.models.table.all_ready() if self.options.strict_readiness else True
 
     def metadata(self) -> ServerMetadata:
         return ServerMetadata(self.options.server_id, __version__, EXTENSIONS)
 
     def model_ready(self, name: str, version: str = "") -> bool:
-        return self.models.is_serving(name, version)
+        return self.models.table.is_serving(name, version)
 
     def model_metadata(self, name: str, version: str = "") -> ModelMetadata:
-        model = self.models.get(name, version)
-        entry = self.models.entry(name)
+        model = self.models.table.resolve(name, version)
+        entry = self.models.table.named(name)
         versions = tuple(str(v) for v in sorted(entry.versions)) if entry else (model.version_str,)
         signature = model.signature
         return ModelMetadata(
@@ -149,25 +150,25 @@ class InferenceServer:
         )
 
     def model_config(self, name: str, version: str = "") -> model_config_pb2.ModelConfig:
-        return self.models.get(name, version).config
+        return self.models.table.resolve(name, version).config
 
     # -- inference ----------------------------------------------------------------------------
 
     def model(self, name: str, version: str = "") -> ModelVersion:
-        return self.models.get(name, version)
+        return self.models.table.resolve(name, version)
 
     def infer(self, request: InferenceRequest) -> Coroutine[Any, Any, InferenceResponse]:
         """Run ``request``; await the result. The version is picked now (an unknown model, or a bad
         parameter, raises here) and the request runs in ``_infer_on``'s coroutine: no layer of its own."""
         if request.parameters:  # most requests have none: no call to check them
             _check_reserved_keys(request.parameters)
-        model = self.models.get(request.model_name, request.model_version, request.model_namespace)
+        model = self.models.table.resolve(request.model_name, request.model_version, request.model_namespace)
         return self._infer_on(model, request)
 
     def _model_for(self, request: InferenceRequest) -> ModelVersion:
         """The version that serves ``request``, picked once (canary routing picks on each call)."""
         _check_reserved_keys(request.parameters)
-        return self.models.get(request.model_name, request.model_version, request.model_namespace)
+        return self.models.table.resolve(request.model_name, request.model_version, request.model_namespace)
 
     async def _infer_on(self, model: ModelVersion, request: InferenceRequest) -> InferenceResponse:
         if request.raw_input is not None:
@@ -291,21 +292,21 @@ class InferenceServer:
             if config.name and config.name != name:  # the mapping names the model, not its config
                 config.name = name
                 override = config
-        if self.models.is_loaded(name):
+        if self.models.table.is_loaded(name):
             raise AlreadyExists(f"model '{name}' is already loaded")
         await self.models.load(name, override, folder)
 
     async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
         self.models.require_explicit_mode()
-        await self.models.unload(name)
+        await self.models.unload(name, unload_dependents)
         self.pushed.adopt(name, None)
 
     # -- statistics ---------------------------------------------------------------------------
 
     def statistics(self, name: str = "", version: str = "") -> list[ModelStatistics]:
         if not name:
-            return [model.stats for model in self.models.loaded_models()]
-        entry = self.models.entry(name)
+            return [model.stats for model in self.models.table.loaded_models()]
+        entry = self.models.table.named(name)
         if entry is None or not entry.versions:
             raise InvalidArgument(f"requested model '{name}' is not available")  # as Triton: 400
         if version:

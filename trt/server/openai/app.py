@@ -197,7 +197,7 @@ class OpenAIApp:
 
     async def _load(self, name: str) -> HttpResponse:
         self._require_explicit_mode()
-        if self.core.models.is_loaded(name):
+        if self.core.models.table.is_loaded(name):
             raise OpenAIError(400, f"Model '{name}' is already loaded")
         try:
             await self.core.load_model(name)
@@ -207,7 +207,7 @@ class OpenAIApp:
 
     async def _unload(self, name: str) -> HttpResponse:
         self._require_explicit_mode()
-        if not self.core.models.is_loaded(name):
+        if not self.core.models.table.is_loaded(name):
             raise OpenAIError(400, f"Unknown model: {name}")
         try:
             await self.core.unload_model(name)

@@ -127,8 +127,14 @@ def test_a_disconnected_ensemble_is_refused_at_load_naming_the_tensor(server: Se
     assert "'nowhere'" in index["disconnected"]["reason"]
 
 
-def test_a_failing_step_fails_the_request_with_its_reason(server: ServerProcess) -> None:
-    with pytest.raises(InferenceServerException, match="not_in_repository"):
+def test_an_ensemble_over_a_missing_model_is_refused_at_load_and_the_others_serve(
+    server: ServerProcess,
+) -> None:
+    client = httpclient.InferenceServerClient(server.http_url)
+    index = {r["name"]: r for r in client.get_model_repository_index()}
+    assert index["missing_step_model"]["state"] == "UNAVAILABLE"
+    assert "not available or ambiguous: not_in_repository" in index["missing_step_model"]["reason"]
+    with pytest.raises(InferenceServerException, match="no available versions"):
         _infer(server, "missing_step_model")
     assert _infer(server, "chained").as_numpy("TWICE_A") is not None
 

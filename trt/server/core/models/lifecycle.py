@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,14 +20,22 @@ from trt.server.core.errors import (
     InvalidArgument,
     ModelLoadError,
     ModelNotFound,
-    ModelNotReady,
     ServerError,
     Unavailable,
 )
 from trt.server.core.models.canary import canary_router
+from trt.server.core.models.dependencies import is_ensemble, step_keys, step_names, unmet_need
 from trt.server.core.models.loader import LoadResult, close_instances, load_model, read_model_config
 from trt.server.core.models.repository import ModelRepository, fingerprint
-from trt.server.core.models.table import ModelEntry, ModelKey, ModelTable
+from trt.server.core.models.table import (
+    LOADING,
+    READY,
+    UNAVAILABLE,
+    UNLOADED,
+    ModelEntry,
+    ModelKey,
+    ModelTable,
+)
 from trt.server.core.models.version import ModelVersion
 from trt.server.core.models.warmup import warm_request_level
 from trt.server.core.options import CoreOptions, ModelControlMode
@@ -38,36 +45,12 @@ from trt.server.core.types import RepositoryIndexEntry
 
 logger = logging.getLogger("trt.lifecycle")
 
-READY, UNAVAILABLE, LOADING, UNLOADING = "READY", "UNAVAILABLE", "LOADING", "UNLOADING"
-# std::stol's reading: ASCII blanks, a sign, ASCII digits (leading zeros apart: any number of them)
-_LEADING_INTEGER = re.compile(r"\s*([+-]?)0*([0-9]+)", re.ASCII)
-_INT64_MAX = 2**63 - 1
-
-
-def parse_version(text: str) -> int:
-    """A version string as Triton reads one (C++ ``std::stol``: leading blanks, a sign, digits, and
-    anything after them ignored), with Triton's messages; "-1" means the latest, as in BLS calls."""
-    match = _LEADING_INTEGER.match(text)
-    # Past 19 digits it is out of int64's range; int() would refuse thousands of them.
-    number = int(match.group(1) + match.group(2)) if match and len(match.group(2)) <= 19 else None
-    if number is None or not -_INT64_MAX - 1 <= number <= _INT64_MAX:
-        raise InvalidArgument(
-            f"failed to get model version from specified version string '{text}' (details: stol), "
-            "version should be an integral value > 0"
-        )
-    if number < -1:
-        raise InvalidArgument(
-            f"invalid model version specified '{text}' , version should be an integral value > 0"
-        )
-    return number
-
 
 class ModelManager:
     def __init__(self, options: CoreOptions) -> None:
         self.options = options
         self.repository = ModelRepository(options.model_repositories, options.model_namespacing)
-        self._table = ModelTable()
-        self._named = self._table.by_name  # read by get(), per request
+        self.table = ModelTable()  # the models, and which of them a request means
         self._load_slots = asyncio.Semaphore(max(1, options.model_load_thread_count))
         self._poller: asyncio.Task[None] | None = None
         self._retiring: set[asyncio.Task[None]] = set()  # the loop keeps only weak references
@@ -78,93 +61,8 @@ class ModelManager:
         )
         self.rate_limiter = RateLimiter(options.rate_limit_resources) if options.rate_limit else None
 
-    # -- lookups (hot path) -------------------------------------------------------------------
-
-    def get(self, name: str, version: str = "", namespace: str = "") -> ModelVersion:
-        """The version a request names (the latest serving one, or the canary's pick, for none);
-        ``namespace`` is an ensemble's, whose model of ``name`` is preferred.
-
-        Errors as Triton's: an unknown model or version, or a model none of whose versions is serving,
-        is ModelNotFound (404); a known version that is not READY is ModelNotReady (503); a name that
-        several namespaces hold is InvalidArgument (400)."""
-        entry = self._named.get(name) if not namespace else self._table.preferring(namespace, name)
-        if entry is None:
-            self._table.named(name)  # raises for an ambiguous name
-            raise ModelNotFound(f"Request for unknown model: '{name}' is not found")
-        number = -1 if not version or version == "-1" else parse_version(version)
-        if number == -1:
-            if entry.canary is not None:
-                chosen = entry.versions.get(entry.canary.pick())
-                if chosen is not None:
-                    return chosen
-            versions = entry.versions  # the latest of them, read in line: this runs for every request
-            if not versions:
-                raise ModelNotFound(f"Request for unknown model: '{name}' has no available versions")
-            return versions[max(versions)]
-        model = entry.versions.get(number)
-        if model is None:
-            if number in entry.unavailable:
-                raise ModelNotReady(
-                    f"Request for unknown model: '{name}' version {number} is not at ready state"
-                )
-            raise ModelNotFound(f"Request for unknown model: '{name}' version {number} is not found")
-        return model
-
-    def entry(self, name: str) -> ModelEntry | None:
-        return self._table.named(name)
-
-    def is_loaded(self, name: str) -> bool:
-        try:
-            self.get(name)
-        except ServerError:
-            return False
-        return True
-
-    def is_serving(self, name: str, version: str = "") -> bool:
-        """READY as the readiness APIs say it: loaded, and every instance able to take requests. An
-        unknown model or version is simply not ready (as Triton 2.51 answers), but a version string
-        that is not a number is an error."""
-        if version:
-            parse_version(version)
-        try:
-            return self.get(name, version).ready
-        except ServerError:
-            return False
-
-    def all_ready(self) -> bool:
-        """Strict readiness: every model the server tried to load is serving (unloaded ones excepted)."""
-        for entry in self._table:
-            if not entry.attempted or entry.reason == "unloaded":
-                continue
-            if not entry.versions or entry.unavailable:
-                return False
-            if not all(version.ready for version in entry.versions.values()):
-                return False
-        return True
-
-    def loaded_models(self) -> list[ModelVersion]:
-        return [model for entry in self._table for model in entry.versions.values()]
-
     def index(self, ready_only: bool = False) -> list[RepositoryIndexEntry]:
-        """Every model, by name (a name that several namespaces hold has rows for each, as in Triton)."""
-        keys = set(self.repository.scan_by_key()) | self._table.keys()
-        rows: list[RepositoryIndexEntry] = []
-        for key in sorted(keys, key=lambda key: (key.name, key.namespace)):
-            name, entry = key.name, self._table.get(key)
-            if entry is None or (not entry.versions and not entry.unavailable and not entry.state):
-                if not ready_only:
-                    rows.append(RepositoryIndexEntry(name))
-                continue
-            for version in sorted(set(entry.versions) | set(entry.unavailable)):
-                if version in entry.versions:
-                    rows.append(RepositoryIndexEntry(name, str(version), READY))
-                elif not ready_only:
-                    rows.append(
-                        RepositoryIndexEntry(name, str(version), UNAVAILABLE, entry.unavailable[version])
-                    )
-            if not entry.versions and not entry.unavailable and not ready_only:
-                rows.append(RepositoryIndexEntry(name, "", entry.state, entry.reason))
-        return rows
+        return self.table.index(self.repository.scan_by_key(), ready_only)
 
     # -- transitions --------------------------------------------------------------------------
 
@@ -182,7 +80,9 @@ class ModelManager:
                 raise InvalidArgument("--load-model=* must be the only --load-model argument")
             if not scanned:
                 wanted = [key for name in names for key in self._keys_named(name)]
-        failures = await self._load_in_dependency_order(wanted, skip_missing_backends=scanned)
+        pulled = self._steps_to_pull(wanted)
+        failures = await self._load_in_dependency_order(wanted + pulled, skip_missing_backends=scanned)
+        self._mark_for_ensemble(pulled)
         if mode == ModelControlMode.POLL:
             self._poller = asyncio.create_task(self._poll_forever(), name="trt-repository-poll")
         return failures
@@ -208,7 +108,7 @@ class ModelManager:
                     logger.error("%s", exc.message)
                     failures[str(key)] = exc.message
                     return
-                entry = self._table.add(key)
+                entry = self.table.add(key)
                 entry.attempted = False
                 logger.warning("skipped model '%s': %s", key, entry.reason)
             except ServerError as exc:
@@ -225,9 +125,11 @@ class ModelManager:
                 del pending[key]
         return failures
 
-    def _step_models(self, key: ModelKey) -> set[str]:
+    def _step_models(self, key: ModelKey, override: model_config_pb2.ModelConfig | None = None) -> set[str]:
         """The names of the models an ensemble's steps run (empty for other models and unreadable
         configs)."""
+        if override is not None:
+            return step_names(override)
         location = self.repository.locate(key)
         if location is None:
             return set()
@@ -235,7 +137,29 @@ class ModelManager:
             config = read_model_config(key.name, location.path, config_name=self.options.model_config_name)
         except ServerError:
             return set()
-        return {step.model_name for step in config.ensemble_scheduling.step} - {key.name}
+        return step_names(config)
+
+    def _steps_to_pull(
+        self, keys: list[ModelKey], override: model_config_pb2.ModelConfig | None = None
+    ) -> list[ModelKey]:
+        """The models that the ensembles among ``keys`` run, at any depth, that do not serve yet: an
+        explicit load of an ensemble loads them too, as Triton's does."""
+        on_disk = self.repository.scan_by_key()
+        pulled: list[ModelKey] = []
+        frontier = [(key, self._step_models(key, override)) for key in keys]
+        while frontier:
+            key, names = frontier.pop()
+            for step in step_keys(key, names, on_disk):
+                entry = self.table.get(step)
+                if step in keys or step in pulled or (entry is not None and entry.versions):
+                    continue
+                pulled.append(step)
+                frontier.append((step, self._step_models(step)))
+        return pulled
+
+    def _mark_for_ensemble(self, pulled: list[ModelKey]) -> None:
+        for key in pulled:
+            self.table.add(key).for_ensemble = True
 
     def _keys_named(self, name: str) -> list[ModelKey]:
         """The models a name given by a user means: one in each namespace that holds it (none found,
@@ -257,16 +181,22 @@ class ModelManager:
         shown or kept (a pushed model's folder is a server-side temporary path that clients are not
         shown)."""
         if model_dir is not None:
-            existing = self._table.all_named(name)
+            existing = self.table.all_named(name)
             key = existing[0].key if len(existing) == 1 else ModelKey("", name)
             await self.load_key(key, override, model_dir, scrub)
             return
+        keys = self._keys_named(name)
+        pulled = self._steps_to_pull(keys, override)
+        await self._load_in_dependency_order(pulled)  # a step that fails is the ensemble's reason
+        self._mark_for_ensemble(pulled)
         failed: ServerError | None = None
-        for key in self._keys_named(name):
+        for key in keys:
             try:
                 await self.load_key(key, override)
             except ServerError as exc:
                 failed = failed or exc
+            if (entry := self.table.get(key)) is not None:  # none for a name no repository holds
+                entry.for_ensemble = False  # loaded by name: not only for an ensemble
         if failed is not None:
             raise failed
 
@@ -281,7 +211,7 @@ class ModelManager:
         name = key.name
         if model_dir is None:
             model_dir = self._model_dir(key)
-        entry = self._table.add(key)
+        entry = self.table.add(key)
         async with entry.lock:
             entry.attempted = True
             was_serving = bool(entry.versions)
@@ -307,6 +237,14 @@ class ModelManager:
                 reason = scrub(f"{type(exc).__name__}: {exc}")
                 self._record_failure(entry, was_serving, reason)
                 raise ModelLoadError(f"failed to load '{name}': {reason}") from None
+            unmet = unmet_need(key, result.config, self.table) if is_ensemble(result.config) else None
+            if unmet is not None:  # Triton does not serve such an ensemble, even the one loaded before
+                for loaded in result.versions.values():
+                    close_instances(loaded.instances)
+                entry.awaits = unmet.awaits
+                await self._withdraw(entry, scrub(unmet.reason))
+                logger.error("failed to load '%s': %s", key, entry.reason)
+                raise ModelLoadError(f"failed to load '{name}': {entry.reason}")
             await self._warm_request_level(result)
             if not result.versions:
                 result.failed = {version: scrub(reason) for version, reason in result.failed.items()}
@@ -328,9 +266,21 @@ class ModelManager:
                 raise ModelLoadError(f"failed to load '{name}': {reason}") from None
             await self._swap_in(entry, result, new_versions)
             entry.canary = canary
+            entry.awaits = frozenset()
             if canary is not None:
                 logger.info("'%s': canary routing %s", key, canary.describe())
         logger.info("loaded '%s' versions %s", key, sorted(result.versions))
+        await self._load_awaiting(name)
+
+    async def _load_awaiting(self, name: str) -> None:
+        """Load the ensembles that a model called ``name`` kept from loading (Triton checks them again
+        when a model they run appears)."""
+        for entry in self.table:
+            if name in entry.awaits and not entry.versions and self.repository.locate(entry.key):
+                try:
+                    await self.load_key(entry.key)
+                except ServerError:
+                    pass  # logged, and kept as the ensemble's reason
 
     @staticmethod
     async def _warm_request_level(result: LoadResult) -> None:
@@ -361,7 +311,7 @@ class ModelManager:
             reason = (
                 f"the name appears in more than one repository ({location.path} and {location.duplicate_of})"
             )
-            entry = self._table.add(key)
+            entry = self.table.add(key)
             entry.attempted = True
             self._record_failure(entry, bool(entry.versions), reason)
             raise ModelLoadError(f"failed to load '{name}': {reason}")
@@ -399,32 +349,86 @@ class ModelManager:
             self._retiring.add(task)
             task.add_done_callback(self._retiring.discard)
 
-    async def unload(self, name: str) -> None:
-        """Unload the model (in every namespace that holds it)."""
-        entries = self._table.all_named(name)
+    async def unload(self, name: str, unload_dependents: bool = False) -> None:
+        """Unload the model (in every namespace that holds it); with ``unload_dependents``, an
+        ensemble's step models that were loaded only for it and that no other ensemble runs."""
+        entries = self.table.all_named(name)
         if not entries and not self.repository.keys_named(name):
             raise ModelNotFound(f"failed to unload '{name}': model is not known to the server")
         for entry in entries:
+            config = entry.config
             await self._unload_entry(entry)
+            if unload_dependents and is_ensemble(config):
+                await self._unload_steps_of(entry.key, config)
+
+    async def _unload_steps_of(self, key: ModelKey, config: model_config_pb2.ModelConfig) -> None:
+        for name in step_names(config):
+            step = self._step_entry(key, name)
+            if step is None or not step.for_ensemble or not step.versions or self._runs(step):
+                continue
+            step_config = step.config
+            await self._unload_entry(step)
+            if is_ensemble(step_config):
+                await self._unload_steps_of(step.key, step_config)
+
+    def _step_entry(self, ensemble: ModelKey, name: str) -> ModelEntry | None:
+        try:
+            return self.table.preferring(ensemble.namespace, name)
+        except InvalidArgument:
+            return None  # ambiguous
+
+    def _runs(self, step: ModelEntry) -> bool:
+        """Whether a serving ensemble runs ``step``."""
+        return any(
+            self._step_entry(entry.key, name) is step
+            for entry in self.table
+            if entry.versions and is_ensemble(entry.config)
+            for name in step_names(entry.config)
+        )
 
     async def _unload_entry(self, entry: ModelEntry) -> None:
         if not entry.versions and entry.state != UNAVAILABLE:
             return
         async with entry.lock:
-            old_versions = entry.versions
-            entry.versions = {}
-            entry.unavailable = {version: "unloaded" for version in old_versions}
-            entry.state, entry.reason = UNAVAILABLE, "unloaded"
-            entry.canary = None
-            for model in old_versions.values():
-                await model.retire()
-        self._table.release(entry.key)
+            await self._withdraw(entry, UNLOADED)
+        self.table.release(entry.key)
         logger.info("unloaded '%s'", entry.key)
+        await self._withdraw_broken_ensembles()
+
+    async def _withdraw(self, entry: ModelEntry, reason: str) -> None:
+        """Stop serving ``entry`` (its lock held), keeping ``reason`` as its state's."""
+        old_versions = entry.versions
+        entry.versions = {}
+        entry.unavailable = {version: reason for version in old_versions}
+        entry.state, entry.reason = UNAVAILABLE, reason
+        entry.canary = None
+        for model in old_versions.values():
+            await model.retire()
+
+    async def _withdraw_broken_ensembles(self) -> None:
+        """Unload the serving ensembles whose steps' models no longer serve, as Triton does; each is
+        loaded again when the model it lacks is."""
+        broken = True
+        while broken:
+            broken = False
+            for entry in self.table:
+                if not entry.versions or not is_ensemble(entry.config):
+                    continue
+                unmet = unmet_need(entry.key, entry.config, self.table)
+                if unmet is not None:
+                    async with entry.lock:
+                        entry.awaits = unmet.awaits
+                        # Taken down by an unload, as Triton does: strict readiness leaves it out, as it
+                        # does unloaded models, until it loads again.
+                        entry.attempted = False
+                        await self._withdraw(entry, unmet.reason)
+                    logger.error("unloaded '%s': %s", entry.key, unmet.reason)
+                    broken = True
 
     async def stop(self) -> None:
         if self._poller is not None:
             self._poller.cancel()
-        for entry in self._table:
+        for entry in self.table:
             for model in list(entry.versions.values()):
                 await model.retire()
             entry.versions = {}
@@ -450,16 +454,16 @@ class ModelManager:
         changed = [
             key
             for key, location in on_disk.items()
-            if (entry := self._table.get(key)) is None or entry.fingerprint != fingerprint(location.path)
+            if (entry := self.table.get(key)) is None or entry.fingerprint != fingerprint(location.path)
         ]
         await self._load_in_dependency_order(changed)  # each failure is logged by load()
-        for entry in self._table:
+        for entry in self.table:
             if entry.key in on_disk:
                 continue
             if entry.versions:
                 await self._unload_entry(entry)
             else:
-                self._table.release(entry.key)  # gone before it ever served: it holds its name no more
+                self.table.release(entry.key)  # gone before it ever served: it holds its name no more
 
     def require_explicit_mode(self) -> None:
         if self.options.model_control_mode != ModelControlMode.EXPLICIT:

@@ -10,14 +10,20 @@ steps look in their own namespace first.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from trt.protos import model_config_pb2
-from trt.server.core.errors import InvalidArgument
+from trt.server.core.errors import InvalidArgument, ModelNotFound, ModelNotReady, ServerError
 from trt.server.core.models.canary import CanaryRouter
 from trt.server.core.models.version import ModelVersion
+from trt.server.core.types import RepositoryIndexEntry
+
+# A model's state, as the repository index shows it
+READY, UNAVAILABLE, LOADING, UNLOADING = "READY", "UNAVAILABLE", "LOADING", "UNLOADING"
+UNLOADED = "unloaded"  # the reason an unloaded model gives
 
 
 class ModelKey(NamedTuple):
@@ -43,6 +49,11 @@ class ModelEntry:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     attempted: bool = False  # a load was tried (strict readiness counts these models)
     canary: CanaryRouter | None = None  # splits requests that name no version (canary_weights)
+    # Loaded only because an ensemble loaded in explicit mode runs it (Triton's "not explicitly
+    # loaded"): unloading that ensemble with unload_dependents unloads it too.
+    for_ensemble: bool = False
+    # An ensemble's steps whose models kept it from loading: it is loaded again when one of them loads.
+    awaits: frozenset[str] = frozenset()
 
     @property
     def name(self) -> str:
@@ -110,6 +121,115 @@ class ModelTable:
         """``name`` in ``namespace`` if it holds one, else the one entry of that name (an ensemble's
         step, as Triton resolves it)."""
         return self._by_key.get(ModelKey(namespace, name)) or self.named(name)
+
+    # -- what requests mean (hot path) --------------------------------------------------------
+
+    def resolve(self, name: str, version: str = "", namespace: str = "") -> ModelVersion:
+        """The version a request names (the latest serving one, or the canary's pick, for none);
+        ``namespace`` is an ensemble's, whose model of ``name`` is preferred.
+
+        Errors as Triton's: an unknown model or version, or a model none of whose versions is serving,
+        is ModelNotFound (404); a known version that is not READY is ModelNotReady (503); a name that
+        several namespaces hold is InvalidArgument (400)."""
+        entry = self.by_name.get(name) if not namespace else self.preferring(namespace, name)
+        if entry is None:
+            self.named(name)  # raises for an ambiguous name
+            raise ModelNotFound(f"Request for unknown model: '{name}' is not found")
+        number = -1 if not version or version == "-1" else parse_version(version)
+        if number == -1:
+            if entry.canary is not None:
+                chosen = entry.versions.get(entry.canary.pick())
+                if chosen is not None:
+                    return chosen
+            versions = entry.versions  # the latest of them, read in line: this runs for every request
+            if not versions:
+                raise ModelNotFound(f"Request for unknown model: '{name}' has no available versions")
+            return versions[max(versions)]
+        model = entry.versions.get(number)
+        if model is None:
+            if number in entry.unavailable:
+                raise ModelNotReady(
+                    f"Request for unknown model: '{name}' version {number} is not at ready state"
+                )
+            raise ModelNotFound(f"Request for unknown model: '{name}' version {number} is not found")
+        return model
+
+    def is_loaded(self, name: str) -> bool:
+        try:
+            self.resolve(name)
+        except ServerError:
+            return False
+        return True
+
+    def is_serving(self, name: str, version: str = "") -> bool:
+        """READY as the readiness APIs say it: loaded, and every instance able to take requests. An
+        unknown model or version is simply not ready (as Triton 2.51 answers), but a version string
+        that is not a number is an error."""
+        if version:
+            parse_version(version)
+        try:
+            return self.resolve(name, version).ready
+        except ServerError:
+            return False
+
+    def all_ready(self) -> bool:
+        """Strict readiness: every model the server tried to load is serving (unloaded ones excepted)."""
+        for entry in self._by_key.values():
+            if not entry.attempted or entry.reason == UNLOADED:
+                continue
+            if not entry.versions or entry.unavailable:
+                return False
+            if not all(version.ready for version in entry.versions.values()):
+                return False
+        return True
+
+    def loaded_models(self) -> list[ModelVersion]:
+        return [model for entry in self._by_key.values() for model in entry.versions.values()]
+
+    def index(self, on_disk: Iterable[ModelKey], ready_only: bool = False) -> list[RepositoryIndexEntry]:
+        """Every model known or ``on_disk``, by name (a name that several namespaces hold has rows for
+        each, as in Triton)."""
+        keys = set(on_disk) | set(self._by_key)
+        rows: list[RepositoryIndexEntry] = []
+        for key in sorted(keys, key=lambda key: (key.name, key.namespace)):
+            name, entry = key.name, self._by_key.get(key)
+            if entry is None or (not entry.versions and not entry.unavailable and not entry.state):
+                if not ready_only:
+                    rows.append(RepositoryIndexEntry(name))
+                continue
+            for version in sorted(set(entry.versions) | set(entry.unavailable)):
+                if version in entry.versions:
+                    rows.append(RepositoryIndexEntry(name, str(version), READY))
+                elif not ready_only:
+                    rows.append(
+                        RepositoryIndexEntry(name, str(version), UNAVAILABLE, entry.unavailable[version])
+                    )
+            if not entry.versions and not entry.unavailable and not ready_only:
+                rows.append(RepositoryIndexEntry(name, "", entry.state, entry.reason))
+        return rows
+
+
+# std::stol's reading: ASCII blanks, a sign, ASCII digits (leading zeros apart: any number of them)
+_LEADING_INTEGER = re.compile(r"\s*([+-]?)0*([0-9]+)", re.ASCII)
+_INT64_MAX = 2**63 - 1
+
+
+def parse_version(text: str) -> int:
+    """A version string as Triton reads one (C++ ``std::stol``: leading blanks, a sign, digits, and
+    anything after them ignored), with Triton's messages; "-1" means the latest, as in BLS calls."""
+    match = _LEADING_INTEGER.match(text)
+    # Past 19 digits it is out of int64's range; int() would refuse thousands of them.
+    number = int(match.group(1) + match.group(2)) if match and len(match.group(2)) <= 19 else None
+    if number is None or not -_INT64_MAX - 1 <= number <= _INT64_MAX:
+        raise InvalidArgument(
+            f"failed to get model version from specified version string '{text}' (details: stol), "
+            "version should be an integral value > 0"
+        )
+    if number < -1:
+        raise InvalidArgument(
+            f"invalid model version specified '{text}' , version should be an integral value > 0"
+        )
+    return number
 
 
 def ambiguous(name: str, count: int) -> InvalidArgument:

@@ -3,8 +3,9 @@ maps is an input or output of that model, every required input is fed, and each 
 the same data type (and, where both sides batch alike, compatible dims) wherever it is used.
 
 The graph's own shape (every tensor produced, no cycle) is the ensemble backend's check
-(``server.backends.ensemble.step_order``); this needs the other models' configs, so only the
-repository-wide validator can make it.
+(``server.core.scheduling.ensemble.step_order``). The server makes Triton's own check of the tensors
+when it loads an ensemble, once the steps' models serve (``server.core.models.dependencies``); this
+one reads the configs on disk, before anything loads, reports every problem, and suggests names.
 """
 
 from __future__ import annotations

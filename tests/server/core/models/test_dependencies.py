@@ -13,7 +13,17 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tests.support import ServerProcess, int_inputs, write_broken, write_one_step_ensemble, write_simple
+from tests.support import (
+    SIMPLE_CONFIG,
+    ServerProcess,
+    int_inputs,
+    write_broken,
+    write_one_step_ensemble,
+    write_simple,
+)
+from trt.server.core.models.config import parse_config_text
+from trt.server.core.models.dependencies import tensor_problem
+from trt.server.core.models.table import ModelKey, ModelTable
 
 
 def _states(client: httpclient.InferenceServerClient) -> dict[str, tuple[str, str]]:
@@ -45,6 +55,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     config.write_text(
         config.read_text().replace('model_name: "simple"', 'model_name: "simple" model_version: 2')
     )
+    write_one_step_ensemble(repo, "mistyped", "simple")
+    mistyped = repo / "mistyped" / "config.pbtxt"
+    mistyped.write_text(mistyped.read_text().replace('"A" data_type: TYPE_INT32', '"A" data_type: TYPE_FP32'))
     server = ServerProcess([repo], ["--model-control-mode=explicit"]).start(repo)
     try:
         yield server
@@ -157,3 +170,64 @@ def test_unloading_a_steps_model_unloads_the_ensemble_until_it_is_back(tmp_path:
         assert (_run(client, "pipeline") == a + b).all()
     finally:
         server.stop()
+
+
+def _ensemble_config(tensor_type: str = "TYPE_INT32", dims: str = "[ 16 ]", max_batch_size: int = 8) -> str:
+    return (
+        f'name: "e"\nplatform: "ensemble"\nmax_batch_size: {max_batch_size}\n'
+        f'input [ {{ name: "A" data_type: {tensor_type} dims: {dims} }}, '
+        '{ name: "B" data_type: TYPE_INT32 dims: [ 16 ] } ]\n'
+        'output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 16 ] } ]\n'
+        'ensemble_scheduling { step [ { model_name: "simple" input_map { key: "INPUT0" value: "A" } '
+        'input_map { key: "INPUT1" value: "B" } output_map { key: "OUTPUT0" value: "OUT" } } ] }\n'
+    )
+
+
+def _problem(ensemble: str, step: str = SIMPLE_CONFIG) -> str | None:
+    table = ModelTable()
+    table.add(ModelKey("", "simple")).config = parse_config_text(step)
+    return tensor_problem(ModelKey("", "e"), parse_config_text(ensemble), table)
+
+
+def test_an_ensemble_that_fits_its_steps_model_has_no_tensor_problem() -> None:
+    assert _problem(_ensemble_config()) is None
+    # -1 matches any size; a model without batching may spell out the batch dimension
+    assert _problem(_ensemble_config(dims="[ -1 ]")) is None
+    unbatched = _ensemble_config(dims="[ -1, 16 ]", max_batch_size=0)
+    assert _problem(unbatched.replace("dims: [ 16 ]", "dims: [ -1, 16 ]")) is None
+
+
+def test_tensor_problems_are_named_in_tritons_words() -> None:
+    assert _problem(_ensemble_config("TYPE_FP32")) == (
+        "in ensemble e, ensemble tensor A: inconsistent data type: TYPE_FP32 is inferred from model e "
+        "while TYPE_INT32 is inferred from model simple"
+    )
+    assert _problem(_ensemble_config(dims="[ 8 ]")) == (
+        "in ensemble e, ensemble tensor A: inconsistent shape: [-1,8] is inferred from model e while "
+        "[-1,16] is inferred from model simple"
+    )
+    assert _problem(_ensemble_config(max_batch_size=16)) == (
+        "ensemble e allows maximum batch size 16, but it contains model simple which only allows "
+        "maximum batch size to be 8"
+    )
+    assert _problem(_ensemble_config().replace('key: "INPUT1"', 'key: "INPUT9"')) == (
+        "in ensemble e, ensemble tensor B is mapping to non-existing input INPUT9 in model simple"
+    )
+    unfed = _ensemble_config().replace('input_map { key: "INPUT1" value: "B" } ', "")
+    assert (
+        _problem(unfed) == "in ensemble e, input INPUT1 in model simple is not mapped to any ensemble tensors"
+    )
+    assert _problem(_ensemble_config().replace('key: "OUTPUT0"', 'key: "OUTPUT7"')) == (
+        "in ensemble e, ensemble tensor OUT is mapped from non-existing output OUTPUT7 in model simple"
+    )
+
+
+def test_an_ensemble_at_odds_with_its_steps_model_is_refused_at_load(
+    client: httpclient.InferenceServerClient,
+) -> None:
+    with pytest.raises(InferenceServerException) as refused:
+        client.load_model("mistyped")
+    assert "in ensemble mistyped, ensemble tensor A: inconsistent data type: TYPE_FP32" in (
+        refused.value.message()
+    )
+    assert _states(client)["mistyped"][0] == "UNAVAILABLE"

@@ -24,7 +24,14 @@ from trt.server.core.errors import (
     Unavailable,
 )
 from trt.server.core.models.canary import canary_router
-from trt.server.core.models.dependencies import is_ensemble, step_keys, step_names, unmet_need
+from trt.server.core.models.dependencies import (
+    UnmetNeed,
+    is_ensemble,
+    step_keys,
+    step_names,
+    tensor_problem,
+    unmet_need,
+)
 from trt.server.core.models.loader import LoadResult, close_instances, load_model, read_model_config
 from trt.server.core.models.repository import ModelRepository, fingerprint
 from trt.server.core.models.table import (
@@ -237,7 +244,7 @@ class ModelManager:
                 reason = scrub(f"{type(exc).__name__}: {exc}")
                 self._record_failure(entry, was_serving, reason)
                 raise ModelLoadError(f"failed to load '{name}': {reason}") from None
-            unmet = unmet_need(key, result.config, self.table) if is_ensemble(result.config) else None
+            unmet = self._ensemble_refusal(key, result.config)
             if unmet is not None:  # Triton does not serve such an ensemble, even the one loaded before
                 for loaded in result.versions.values():
                     close_instances(loaded.instances)
@@ -270,7 +277,17 @@ class ModelManager:
             if canary is not None:
                 logger.info("'%s': canary routing %s", key, canary.describe())
         logger.info("loaded '%s' versions %s", key, sorted(result.versions))
+        await self._withdraw_broken_ensembles()  # a step's model may now disagree with its ensemble
         await self._load_awaiting(name)
+
+    def _ensemble_refusal(self, key: ModelKey, config: model_config_pb2.ModelConfig) -> UnmetNeed | None:
+        """Why the ensemble ``key`` cannot serve now; None for other models and for ensembles that can.
+        A tensor that disagrees with a step's model waits for that model to change."""
+        if not is_ensemble(config):
+            return None
+        unmet = unmet_need(key, config, self.table)
+        problem = tensor_problem(key, config, self.table) if unmet is None else None
+        return UnmetNeed(problem, frozenset(step_names(config))) if problem else unmet
 
     async def _load_awaiting(self, name: str) -> None:
         """Load the ensembles that a model called ``name`` kept from loading (Triton checks them again
@@ -406,15 +423,15 @@ class ModelManager:
             await model.retire()
 
     async def _withdraw_broken_ensembles(self) -> None:
-        """Unload the serving ensembles whose steps' models no longer serve, as Triton does; each is
-        loaded again when the model it lacks is."""
+        """Unload the serving ensembles whose steps' models no longer serve (or no longer fit), as
+        Triton does; each is loaded again when the model it lacks is."""
         broken = True
         while broken:
             broken = False
             for entry in self.table:
                 if not entry.versions or not is_ensemble(entry.config):
                     continue
-                unmet = unmet_need(entry.key, entry.config, self.table)
+                unmet = self._ensemble_refusal(entry.key, entry.config)
                 if unmet is not None:
                     async with entry.lock:
                         entry.awaits = unmet.awaits

@@ -161,19 +161,24 @@ def add_command(
 @repo_app.command("list")
 def list_command(
     repositories: list[str] = typer.Argument(None, help="Repository folders or s3:// paths."),
+    model_namespacing: bool = typer.Option(
+        False, "--model-namespacing", help="Each repository a namespace, as trt serve --model-namespacing."
+    ),
     json_output: bool = typer.Option(False, "--json"),
 ) -> None:
     """List the models in a repository: versions, backend, tensors, batching, instances."""
     locations = [_location(r) for r in repositories or [DEFAULT_REPOSITORY]]
     try:
-        summaries = list_models(locations)
+        summaries = list_models(locations, model_namespacing)
     except ServerError as exc:
         raise _fail(exc) from None
     if json_output:
         _print_json([summary.as_dict() for summary in summaries])
         return
     table = Table(title=f"Models in {', '.join(map(str, locations))}", title_justify="left")
-    for column in ("Model", "Versions", "Backend", "Inputs", "Outputs", "Batching", "Instances"):
+    columns = ["Model", "Versions", "Backend", "Inputs", "Outputs", "Batching", "Instances"]
+    folders = model_namespacing and len(locations) > 1  # a name may repeat: say where each is
+    for column in ["Model", "Folder", *columns[1:]] if folders else columns:
         table.add_column(column, style="bold" if column == "Model" else None)
     for summary in summaries:
         versions = ",".join(map(str, summary.versions)) or "-"
@@ -183,8 +188,8 @@ def list_command(
         if summary.error:
             outputs = (outputs + "\n" if outputs else "") + f"[red]won't load: {escape(summary.error)}[/]"
         table.add_row(
-            summary.name, versions, summary.backend or "?", "\n".join(summary.inputs), outputs,
-            summary.batching, summary.instances,
+            summary.name, *([summary.path] if folders else []), versions, summary.backend or "?",
+            "\n".join(summary.inputs), outputs, summary.batching, summary.instances,
         )  # fmt: skip
     make_console(stderr=False).print(table)
 

@@ -53,6 +53,7 @@ def print_summary(server: InferenceServer, options: ServeOptions, as_json: bool)
             "compiled_modules": list(compiled_modules()),
             "models": [
                 {"name": r.name, "version": r.version, "state": r.state or "UNLOADED", "reason": r.reason}
+                | ({"repository": r.namespace} if r.namespace else {})
                 for r in rows
             ],
         }
@@ -61,6 +62,9 @@ def print_summary(server: InferenceServer, options: ServeOptions, as_json: bool)
     console = Console(stderr=True)
     table = Table(title="Models", title_justify="left")
     table.add_column("Model", style="bold")
+    namespaced = any(row.namespace for row in rows)  # --model-namespacing: a name may repeat
+    if namespaced:
+        table.add_column("Repository")
     table.add_column("Version")
     table.add_column("Status")
     for row in rows:
@@ -70,7 +74,7 @@ def print_summary(server: InferenceServer, options: ServeOptions, as_json: bool)
             status = f"[red]{row.state}[/red]: {escape(row.reason)}"
         else:
             status = "[dim]not loaded[/dim]"
-        table.add_row(row.name, row.version or "-", status)
+        table.add_row(row.name, *([row.namespace] if namespaced else []), row.version or "-", status)
     console.print(table)
     for name, where in endpoints.items():
         console.print(f"[bold]{name:8}[/bold] {where}")

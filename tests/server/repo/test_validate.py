@@ -17,6 +17,7 @@ from trt.server.core.errors import ModelConfigError
 from trt.server.core.models.config import parse_config_text
 from trt.server.core.models.config_rules import check_config
 from trt.server.repo.config_lines import ConfigLines
+from trt.server.repo.inventory import list_models
 from trt.server.repo.validate import validate_repository
 
 
@@ -169,6 +170,21 @@ def test_with_namespacing_a_name_may_repeat_across_repositories(tmp_path: Path) 
     # Without the flag, the name in two repositories is the fault.
     plain = validate_repository([first, second])
     assert any("is in more than one repository" in f.message for f in plain.all_findings())
+
+
+def test_list_with_namespacing_shows_each_repository_s_copy(tmp_path: Path) -> None:
+    first, second = tmp_path / "a", tmp_path / "b"
+    for repo in (first, second):
+        write_simple(repo, config=ADD_SUB)
+    namespaced = list_models([first, second], namespacing=True)
+    assert [(m.name, Path(m.path).parent.name, m.error) for m in namespaced] == [
+        ("simple", "a", ""),
+        ("simple", "b", ""),
+    ]
+    (plain,) = list_models([first, second])
+    assert "more than one repository" in plain.error
+    table = run_trt("repo", "list", str(first), str(second), "--model-namespacing").stdout
+    assert "Folder" in table and table.count("│ simple ") == 2, table
 
 
 def test_a_missing_repository_is_an_error_not_a_crash(tmp_path: Path) -> None:

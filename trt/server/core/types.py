@@ -116,6 +116,9 @@ class RepositoryIndexEntry:
     version: str = ""
     state: str = ""
     reason: str = ""
+    # The repository it came from, with --model-namespacing ("" without). Not in Triton's index
+    # messages, which have no such field; shown where trt prints the index itself.
+    namespace: str = ""
 
 
 @dataclass(slots=True)

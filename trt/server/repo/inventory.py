@@ -38,8 +38,8 @@ class ModelSummary:
         return asdict(self)
 
 
-def open_repository(locations: Sequence[str | Path]) -> ModelRepository:
-    repository = ModelRepository(locations)
+def open_repository(locations: Sequence[str | Path], namespacing: bool = False) -> ModelRepository:
+    repository = ModelRepository(locations, namespacing)
     try:
         repository.refresh()
         repository.check_roots()
@@ -48,12 +48,15 @@ def open_repository(locations: Sequence[str | Path]) -> ModelRepository:
     return repository
 
 
-def list_models(locations: Sequence[str | Path]) -> list[ModelSummary]:
-    """Each model as the server would load it; ``error`` is the first problem validate would report."""
-    repository = open_repository(locations)
-    options = CoreOptions(model_repositories=tuple(repository.roots))
+def list_models(locations: Sequence[str | Path], namespacing: bool = False) -> list[ModelSummary]:
+    """Each model as the server would load it; ``error`` is the first problem validate would report.
+    With ``namespacing`` (as ``trt serve --model-namespacing``), a name may repeat across repositories."""
+    repository = open_repository(locations, namespacing)
+    options = CoreOptions(model_repositories=tuple(repository.roots), model_namespacing=namespacing)
     summaries: list[ModelSummary] = []
-    for name, location in sorted(repository.scan().items()):
+    for (_, name), location in sorted(
+        repository.scan_by_key().items(), key=lambda item: (item[0].name, item[0].namespace)
+    ):
         checked = ModelCheck(location, repository, options).run()
         config = checked.config or _raw_config(name, location.path)
         errors = [f.message for f in checked.report.findings if f.severity == Severity.ERROR]

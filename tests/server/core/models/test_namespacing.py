@@ -64,7 +64,7 @@ def _two_repositories(root: Path) -> tuple[Path, Path]:
 def namespaced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProcess, Path, Path]]:
     root = tmp_path_factory.mktemp("namespaces")
     sums, products = _two_repositories(root)
-    flags = ["--model-namespacing=true", "--cache-config=local,size=1048576"]
+    flags = ["--model-namespacing=true", "--cache-config=local,size=1048576", "--json"]
     server = ServerProcess([sums, products], flags).start(root)
     try:
         yield server, sums, products
@@ -140,6 +140,14 @@ def test_the_index_lists_the_name_once_per_repository(namespaced: tuple[ServerPr
     client = httpclient.InferenceServerClient(namespaced[0].http_url)
     rows = [row for row in client.get_model_repository_index() if row["name"] == "simple"]
     assert [(row["version"], row["state"]) for row in rows] == [("1", "READY"), ("1", "READY")]
+
+
+def test_the_start_up_summary_says_which_repository_each_model_came_from(
+    namespaced: tuple[ServerProcess, Path, Path],
+) -> None:
+    server, sums, products = namespaced
+    rows = [row for row in server.json_summary()["models"] if row["name"] == "simple"]
+    assert sorted(row["repository"] for row in rows) == sorted([str(sums), str(products)])
 
 
 def test_model_metrics_are_labelled_with_the_repository(namespaced: tuple[ServerProcess, Path, Path]) -> None:

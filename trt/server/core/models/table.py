@@ -195,17 +195,19 @@ class ModelTable:
             name, entry = key.name, self._by_key.get(key)
             if entry is None or (not entry.versions and not entry.unavailable and not entry.state):
                 if not ready_only:
-                    rows.append(RepositoryIndexEntry(name))
+                    rows.append(RepositoryIndexEntry(name, namespace=key.namespace))
                 continue
             for version in sorted(set(entry.versions) | set(entry.unavailable)):
                 if version in entry.versions:
-                    rows.append(RepositoryIndexEntry(name, str(version), READY))
+                    rows.append(RepositoryIndexEntry(name, str(version), READY, namespace=key.namespace))
                 elif not ready_only:
                     rows.append(
-                        RepositoryIndexEntry(name, str(version), UNAVAILABLE, entry.unavailable[version])
+                        RepositoryIndexEntry(
+                            name, str(version), UNAVAILABLE, entry.unavailable[version], key.namespace
+                        )
                     )
             if not entry.versions and not entry.unavailable and not ready_only:
-                rows.append(RepositoryIndexEntry(name, "", entry.state, entry.reason))
+                rows.append(RepositoryIndexEntry(name, "", entry.state, entry.reason, key.namespace))
         return rows
 
 

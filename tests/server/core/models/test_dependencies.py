@@ -4,7 +4,9 @@ serves only while each step's model does; an explicit load of an ensemble loads 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import shutil
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -231,3 +233,32 @@ def test_an_ensemble_at_odds_with_its_steps_model_is_refused_at_load(
         refused.value.message()
     )
     assert _states(client)["mistyped"][0] == "UNAVAILABLE"
+
+
+def test_in_poll_mode_an_ensemble_follows_its_steps_model_out_of_the_repository_and_back(
+    tmp_path: Path,
+) -> None:
+    write_simple(tmp_path)
+    write_one_step_ensemble(tmp_path, "pipeline", "simple")
+    flags = ["--model-control-mode=poll", "--repository-poll-secs=0.3"]
+    server = ServerProcess([tmp_path], flags).start(tmp_path)
+    try:
+        client = httpclient.InferenceServerClient(server.http_url)
+        assert client.is_model_ready("pipeline")
+        shutil.move(tmp_path / "simple", tmp_path / ".simple")  # hidden folders are not models
+        _wait_for(lambda: _states(client)["pipeline"][0] == "UNAVAILABLE")
+        assert "depends on 'simple' which has no loaded version" in _states(client)["pipeline"][1]
+        shutil.move(tmp_path / ".simple", tmp_path / "simple")  # back as it was: loaded again
+        _wait_for(lambda: client.is_model_ready("pipeline"))
+        assert client.is_model_ready("simple")
+        a, b = int_inputs()
+        assert (_run(client, "pipeline") == a + b).all()
+    finally:
+        server.stop()
+
+
+def _wait_for(condition: Callable[[], bool], timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "not in time"
+        time.sleep(0.1)

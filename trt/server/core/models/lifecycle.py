@@ -477,6 +477,7 @@ class ModelManager:
         for entry in self.table:
             if entry.key in on_disk:
                 continue
+            entry.fingerprint = ()  # if the folder comes back, even as it was, it is loaded again
             if entry.versions:
                 await self._unload_entry(entry)
             else:

@@ -92,6 +92,15 @@ def test_loading_an_ensemble_loads_its_steps_model_and_unload_dependents_unloads
     assert _states(client)["simple"][0] == "READY"
 
 
+def test_unload_dependents_over_grpc(server: ServerProcess, client: httpclient.InferenceServerClient) -> None:
+    grpc = grpcclient.InferenceServerClient(server.grpc_url)
+    grpc.load_model("pipeline")
+    assert grpc.is_model_ready("simple")
+    grpc.unload_model("pipeline", unload_dependents=True)
+    assert not grpc.is_model_ready("simple")
+    grpc.close()
+
+
 def test_without_unload_dependents_the_steps_model_stays(client: httpclient.InferenceServerClient) -> None:
     client.load_model("pipeline")
     client.unload_model("pipeline")

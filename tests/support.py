@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -127,6 +127,18 @@ def write_one_step_ensemble(repo: Path, name: str, step_model: str) -> None:
         'output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 16 ] } ]\n'
         f"ensemble_scheduling {{ step [ {{ {step} }} ] }}\n"
     )
+
+
+def run_one_step_ensemble(client: Any, model: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """OUT of ``write_one_step_ensemble``'s ensemble ``model`` for inputs A and B (tritonclient.http)."""
+    import tritonclient.http as httpclient
+
+    inputs = [httpclient.InferInput(name, list(a.shape), "INT32") for name in ("A", "B")]
+    inputs[0].set_data_from_numpy(a)
+    inputs[1].set_data_from_numpy(b)
+    result = client.infer(model, inputs).as_numpy("OUT")
+    assert result is not None
+    return result
 
 
 def collect_stream(client: Any) -> queue.Queue[tuple[Any, Any]]:
@@ -288,6 +300,14 @@ class ServerProcess:
                 self.process.kill()
                 self.process.wait()
         return self.process.returncode
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 20) -> None:
+    """Poll ``condition`` until it holds; fail the test after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"not in {timeout} s"
+        time.sleep(0.1)
 
 
 def int_inputs(batch: int = 1) -> tuple[np.ndarray, np.ndarray]:

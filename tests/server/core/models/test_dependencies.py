@@ -5,8 +5,7 @@ serves only while each step's model does; an explicit load of an ensemble loads 
 from __future__ import annotations
 
 import shutil
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +18,8 @@ from tests.support import (
     SIMPLE_CONFIG,
     ServerProcess,
     int_inputs,
+    run_one_step_ensemble,
+    wait_until,
     write_broken,
     write_one_step_ensemble,
     write_simple,
@@ -36,13 +37,7 @@ def _states(client: httpclient.InferenceServerClient) -> dict[str, tuple[str, st
 
 
 def _run(client: httpclient.InferenceServerClient, model: str) -> np.ndarray:
-    a, b = int_inputs()
-    inputs = [httpclient.InferInput(name, [1, 16], "INT32") for name in ("A", "B")]
-    inputs[0].set_data_from_numpy(a)
-    inputs[1].set_data_from_numpy(b)
-    result = client.infer(model, inputs).as_numpy("OUT")
-    assert result is not None
-    return result
+    return run_one_step_ensemble(client, model, *int_inputs())
 
 
 @pytest.fixture(scope="module")
@@ -255,19 +250,12 @@ def test_in_poll_mode_an_ensemble_follows_its_steps_model_out_of_the_repository_
         client = httpclient.InferenceServerClient(server.http_url)
         assert client.is_model_ready("pipeline")
         shutil.move(tmp_path / "simple", tmp_path / ".simple")  # hidden folders are not models
-        _wait_for(lambda: _states(client)["pipeline"][0] == "UNAVAILABLE")
+        wait_until(lambda: _states(client)["pipeline"][0] == "UNAVAILABLE")
         assert "depends on 'simple' which has no loaded version" in _states(client)["pipeline"][1]
         shutil.move(tmp_path / ".simple", tmp_path / "simple")  # back as it was: loaded again
-        _wait_for(lambda: client.is_model_ready("pipeline"))
+        wait_until(lambda: client.is_model_ready("pipeline"))
         assert client.is_model_ready("simple")
         a, b = int_inputs()
         assert (_run(client, "pipeline") == a + b).all()
     finally:
         server.stop()
-
-
-def _wait_for(condition: Callable[[], bool], timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "not in time"
-        time.sleep(0.1)

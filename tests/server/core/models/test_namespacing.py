@@ -5,9 +5,8 @@ a request naming "simple" is ambiguous and refused, as Triton refuses it."""
 from __future__ import annotations
 
 import shutil
-import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +20,10 @@ from tests.support import (
     SIMPLE_CONFIG,
     ServerProcess,
     int_inputs,
+    run_one_step_ensemble,
     save_onnx,
+    simple_inputs,
+    wait_until,
     write_one_step_ensemble,
     write_simple,
 )
@@ -74,14 +76,7 @@ def namespaced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Serve
 
 def _run(server: ServerProcess, model: str) -> np.ndarray:
     a, b = int_inputs()
-    b = b * 3
-    client = httpclient.InferenceServerClient(server.http_url)
-    inputs = [httpclient.InferInput(name, [1, 16], "INT32") for name in ("A", "B")]
-    inputs[0].set_data_from_numpy(a)
-    inputs[1].set_data_from_numpy(b)
-    result = client.infer(model, inputs).as_numpy("OUT")
-    assert result is not None
-    return result
+    return run_one_step_ensemble(httpclient.InferenceServerClient(server.http_url), model, a, b * 3)
 
 
 def test_each_ensemble_runs_the_model_of_its_own_repository(
@@ -107,13 +102,10 @@ def test_a_request_naming_an_ambiguous_model_is_refused_over_http_and_grpc(
     namespaced: tuple[ServerProcess, Path, Path],
 ) -> None:
     server = namespaced[0]
-    a, b = int_inputs()
+    a, _ = int_inputs()
     http = httpclient.InferenceServerClient(server.http_url)
-    inputs = [httpclient.InferInput(name, [1, 16], "INT32") for name in ("INPUT0", "INPUT1")]
-    inputs[0].set_data_from_numpy(a)
-    inputs[1].set_data_from_numpy(b)
     with pytest.raises(InferenceServerException) as refused:
-        http.infer("simple", inputs)
+        http.infer("simple", simple_inputs(httpclient, a))
     assert refused.value.status() == "400"
     assert AMBIGUOUS in refused.value.message()
     with pytest.raises(InferenceServerException) as metadata:
@@ -121,11 +113,8 @@ def test_a_request_naming_an_ambiguous_model_is_refused_over_http_and_grpc(
     assert AMBIGUOUS in metadata.value.message()
 
     grpc = grpcclient.InferenceServerClient(server.grpc_url)
-    grpc_inputs = [grpcclient.InferInput(name, [1, 16], "INT32") for name in ("INPUT0", "INPUT1")]
-    grpc_inputs[0].set_data_from_numpy(a)
-    grpc_inputs[1].set_data_from_numpy(b)
     with pytest.raises(InferenceServerException) as grpc_refused:
-        grpc.infer("simple", grpc_inputs)
+        grpc.infer("simple", simple_inputs(grpcclient, a))
     assert grpc_refused.value.status() == "StatusCode.INVALID_ARGUMENT"
     assert AMBIGUOUS in grpc_refused.value.message()
     with pytest.raises(InferenceServerException) as statistics:
@@ -213,16 +202,9 @@ def test_polling_adds_and_removes_one_repository_s_copy(tmp_path: Path) -> None:
         ]
         assert states() == ["READY"]
         write_simple(products, config=SIMPLE_CONFIG)
-        _wait_for(lambda: states() == ["READY", "READY"])
+        wait_until(lambda: states() == ["READY", "READY"])
         shutil.rmtree(products / "simple")
-        _wait_for(lambda: sorted(states()) == ["READY", "UNAVAILABLE"])
+        wait_until(lambda: sorted(states()) == ["READY", "UNAVAILABLE"])
         assert client.is_model_ready("simple")  # the one left is unambiguous again
     finally:
         server.stop()
-
-
-def _wait_for(condition: Callable[[], bool], timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "not in time"
-        time.sleep(0.1)

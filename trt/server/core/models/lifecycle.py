@@ -87,7 +87,7 @@ class ModelManager:
                 raise InvalidArgument("--load-model=* must be the only --load-model argument")
             if not scanned:
                 wanted = [key for name in names for key in self._keys_named(name)]
-        pulled = self._steps_to_pull(wanted)
+        pulled = [] if scanned else self._steps_to_pull(wanted)  # scanned: every model is wanted already
         failures = await self._load_in_dependency_order(wanted + pulled, skip_missing_backends=scanned)
         self._mark_for_ensemble(pulled)
         if mode == ModelControlMode.POLL:
@@ -379,6 +379,8 @@ class ModelManager:
                 await self._unload_steps_of(entry.key, config)
 
     async def _unload_steps_of(self, key: ModelKey, config: model_config_pb2.ModelConfig) -> None:
+        """unload_dependents: the models the ensemble ``key`` ran that were loaded only for an
+        ensemble and that no serving ensemble runs now, and theirs in turn."""
         for name in step_names(config):
             step = self._step_entry(key, name)
             if step is None or not step.for_ensemble or not step.versions or self._runs(step):
@@ -435,8 +437,8 @@ class ModelManager:
                 if unmet is not None:
                     async with entry.lock:
                         entry.awaits = unmet.awaits
-                        # Taken down by an unload, as Triton does: strict readiness leaves it out, as it
-                        # does unloaded models, until it loads again.
+                        # Taken down by a change to another model, as Triton does: strict readiness
+                        # leaves it out, as it does unloaded models, until it loads again.
                         entry.attempted = False
                         await self._withdraw(entry, unmet.reason)
                     logger.error("unloaded '%s': %s", entry.key, unmet.reason)

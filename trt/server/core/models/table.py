@@ -55,10 +55,6 @@ class ModelEntry:
     # An ensemble's steps whose models kept it from loading: it is loaded again when one of them loads.
     awaits: frozenset[str] = frozenset()
 
-    @property
-    def name(self) -> str:
-        return self.key.name
-
 
 class ModelTable:
     """The entries, by key, and by name for requests.

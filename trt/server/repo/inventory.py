@@ -12,6 +12,7 @@ from trt.protos import model_config_pb2
 from trt.server.core.errors import ModelLoadError, ServerError
 from trt.server.core.models.loader import effective_config, read_model_config
 from trt.server.core.models.repository import ModelRepository, version_folders
+from trt.server.core.models.table import ModelKey
 from trt.server.core.options import CoreOptions
 from trt.server.repo.add import RepoError
 from trt.server.repo.findings import Severity
@@ -54,9 +55,9 @@ def list_models(locations: Sequence[str | Path], namespacing: bool = False) -> l
     repository = open_repository(locations, namespacing)
     options = CoreOptions(model_repositories=tuple(repository.roots), model_namespacing=namespacing)
     summaries: list[ModelSummary] = []
-    for (_, name), location in sorted(
-        repository.scan_by_key().items(), key=lambda item: (item[0].name, item[0].namespace)
-    ):
+    found = repository.scan_by_key()
+    for key in sorted(found, key=ModelKey.by_name):
+        name, location = key.name, found[key]
         checked = ModelCheck(location, repository, options).run()
         config = checked.config or _raw_config(name, location.path)
         errors = [f.message for f in checked.report.findings if f.severity == Severity.ERROR]

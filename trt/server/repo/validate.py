@@ -24,6 +24,7 @@ from trt.server.core.backends.registry import ENSEMBLE_PLATFORM, get_backend, mo
 from trt.server.core.errors import ModelConfigError, ModelLoadError, ServerError
 from trt.server.core.models.config import parse_config_text
 from trt.server.core.models.config_rules import config_problems
+from trt.server.core.models.dependencies import step_key
 from trt.server.core.models.loader import effective_config, model_config_path, read_labels
 from trt.server.core.models.repository import ModelLocation, ModelRepository, version_folders
 from trt.server.core.models.table import ModelKey
@@ -79,7 +80,7 @@ def validate_repository(
             )
         )  # fmt: skip
         return report
-    wanted = sorted((key for key in found if model is None or key.name == model), key=_by_name)
+    wanted = sorted((key for key in found if model is None or key.name == model), key=ModelKey.by_name)
     checked: dict[ModelKey, CheckedModel] = {}
     for key in wanted:
         if on_model is not None:
@@ -99,10 +100,6 @@ def validate_repository(
     if load:
         load_and_infer(repository, checked, wanted, options)
     return report
-
-
-def _by_name(key: ModelKey) -> tuple[str, str]:
-    return key.name, key.namespace
 
 
 def _ambiguous_steps(
@@ -132,12 +129,9 @@ def _step_configs(
     left them out."""
 
     def config_of(name: str) -> Config | None:
-        key = ModelKey(namespace, name)
-        if key not in found:
-            named = [other for other in found if other.name == name]
-            if len(named) != 1:
-                return None  # several namespaces hold it and none is the ensemble's: ambiguous
-            key = named[0]
+        key = step_key(namespace, name, found)
+        if key is None:
+            return None  # several namespaces hold it and none is the ensemble's: ambiguous
         if key not in checked:
             checked[key] = ModelCheck(found[key], repository, options).run()
         return checked[key].config

@@ -8,13 +8,12 @@ requests of its steps are resolved (``server.core.models.table``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import TypeGuard
 
 from trt.protos import model_config_pb2
 from trt.server.core.errors import InvalidArgument
-from trt.server.core.models.repository import ModelLocation
 from trt.server.core.models.table import UNAVAILABLE, UNLOADED, ModelEntry, ModelKey, ModelTable
 
 Config = model_config_pb2.ModelConfig
@@ -69,16 +68,17 @@ def unmet_need(key: ModelKey, config: Config, table: ModelTable) -> UnmetNeed | 
     return None
 
 
-def step_keys(key: ModelKey, names: set[str], on_disk: dict[ModelKey, ModelLocation]) -> list[ModelKey]:
-    """The models in the repositories that the steps ``names`` of the ensemble ``key`` run: in the
-    ensemble's namespace, else the one namespace holding each (an ambiguous or absent name has none)."""
-    keys = []
-    for name in sorted(names):
-        own = ModelKey(key.namespace, name)
-        holders = [own] if own in on_disk else [other for other in on_disk if other.name == name]
-        if len(holders) == 1:
-            keys.append(holders[0])
-    return keys
+def step_key(namespace: str, name: str, on_disk: Collection[ModelKey]) -> ModelKey | None:
+    """The model in the repositories that a step naming ``name`` of an ensemble in ``namespace``
+    runs: that namespace's, else the one namespace holding it; None for an absent or ambiguous name."""
+    own = ModelKey(namespace, name)
+    holders = [own] if own in on_disk else [other for other in on_disk if other.name == name]
+    return holders[0] if len(holders) == 1 else None
+
+
+def step_keys(key: ModelKey, names: set[str], on_disk: Collection[ModelKey]) -> list[ModelKey]:
+    """The models in the repositories that the steps ``names`` of the ensemble ``key`` run."""
+    return [step for name in sorted(names) if (step := step_key(key.namespace, name, on_disk)) is not None]
 
 
 @dataclass(slots=True)

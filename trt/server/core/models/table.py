@@ -33,6 +33,10 @@ class ModelKey(NamedTuple):
     def __str__(self) -> str:
         return f"{self.namespace}::{self.name}" if self.namespace else self.name
 
+    def by_name(self) -> tuple[str, str]:
+        """The order models are listed in: by name, then namespace."""
+        return self.name, self.namespace
+
 
 @dataclass
 class ModelEntry:
@@ -187,7 +191,7 @@ class ModelTable:
         each, as in Triton)."""
         keys = set(on_disk) | set(self._by_key)
         rows: list[RepositoryIndexEntry] = []
-        for key in sorted(keys, key=lambda key: (key.name, key.namespace)):
+        for key in sorted(keys, key=ModelKey.by_name):
             name, entry = key.name, self._by_key.get(key)
             if entry is None or (not entry.versions and not entry.unavailable and not entry.state):
                 if not ready_only:

@@ -1,7 +1,10 @@
 """Connections are not held for ever: one the client leaves idle is closed after the idle timeout, and a
 request head that trickles in (slowloris: a header line now and then, each resetting the idle timeout)
-is answered 408 and closed once it has taken longer than the head timeout. A request whose answer takes
-longer than either is not cut short, and a head that arrives in pieces within the deadline is served.
+is answered 408 and closed once it has taken longer than the head timeout. A body has its own deadline,
+which grows with the bytes it delivers: a byte now and then is cut off, a slow steady upload is not, and
+neither is a body the server itself stopped reading while it worked through a backlog. A request whose
+answer takes longer than any of them is not cut short, and a head that arrives in pieces within the
+deadline is served.
 
 A real loopback socket and asyncio's own transport; short timeouts so that each case takes about a
 second. The bounds on when a connection closes are loose (a second after the deadline's sweep): the
@@ -15,16 +18,21 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+from trt.server.http.limits import HttpLimits
 from trt.server.http.messages import HttpRequest, HttpResponse
 from trt.server.http.server import HttpServer
 
-TIMEOUT_S = 0.5  # both the idle and the head timeout; the sweep runs this often
+TIMEOUT_S = 0.5  # the idle, head and body timeouts; the sweep runs this often
+MIN_RATE = 1000  # bytes a second that extend a body's deadline by a second
+_released = asyncio.Event()  # /held answers once it is set
 
 
 async def _answer(request: HttpRequest) -> HttpResponse:
     if request.path == "/slow":
         await asyncio.sleep(3 * TIMEOUT_S)
-    return HttpResponse(200, b"answered " + request.path.encode())
+    if request.path == "/held":
+        await _released.wait()
+    return HttpResponse(200, b"answered " + request.path.encode() + b" %d" % len(request.body))
 
 
 @asynccontextmanager
@@ -32,7 +40,8 @@ async def _server() -> AsyncIterator[int]:
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     sock.setblocking(False)
-    server = HttpServer(_answer, idle_timeout=TIMEOUT_S, head_timeout=TIMEOUT_S)
+    limits = HttpLimits(head_timeout=TIMEOUT_S, body_timeout=TIMEOUT_S, body_min_rate=MIN_RATE)
+    server = HttpServer(_answer, limits, idle_timeout=TIMEOUT_S)
     await server.start(sock)
     try:
         yield sock.getsockname()[1]
@@ -58,7 +67,7 @@ def test_an_idle_connection_is_closed_after_the_idle_timeout() -> None:
             writer.write(b"GET /first HTTP/1.1\r\nHost: a\r\n\r\n")
             started = time.monotonic()
             received = await _read_until_closed(reader, within_s=TIMEOUT_S * 2 + 2)
-            assert received.startswith(b"HTTP/1.1 200 ") and received.endswith(b"answered /first")
+            assert received.startswith(b"HTTP/1.1 200 ") and received.endswith(b"answered /first 0")
             assert time.monotonic() - started >= TIMEOUT_S  # kept open, idle, until the timeout
             writer.close()
 
@@ -102,7 +111,78 @@ def test_a_head_in_pieces_within_the_deadline_and_a_slow_answer_are_served_whole
             # The answer takes three timeouts: a request being answered is neither idle nor in its head.
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), TIMEOUT_S * 3 + 5)
             assert head.startswith(b"HTTP/1.1 200 "), head
-            assert await reader.readexactly(len(b"answered /slow")) == b"answered /slow"
+            assert await reader.readexactly(len(b"answered /slow 0")) == b"answered /slow 0"
+            writer.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_body_trickling_in_slower_than_its_deadline_grows_is_answered_408_and_closed() -> None:
+    async def scenario() -> None:
+        async with _server() as port:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(b"POST /trickled HTTP/1.1\r\nHost: a\r\nContent-Length: 1000\r\n\r\n")
+            started = time.monotonic()
+
+            async def trickle() -> None:  # a byte every fifth of the idle timeout: 2 ms of allowance each
+                for _ in range(999):
+                    await asyncio.sleep(TIMEOUT_S / 5)
+                    writer.write(b"x")
+
+            trickling = asyncio.create_task(trickle())
+            try:
+                received = await _read_until_closed(reader, within_s=TIMEOUT_S * 2 + 2)
+            finally:
+                trickling.cancel()
+            assert received.startswith(b"HTTP/1.1 408 "), received
+            assert (
+                b"the request body did not arrive whole within 1 s (0.5 s, and 1 s more for every 1000 bytes"
+                in received
+            )
+            assert b"connection: close" in received.lower()
+            assert time.monotonic() - started >= TIMEOUT_S
+            writer.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_slow_steady_body_past_the_body_timeout_is_served_whole() -> None:
+    async def scenario() -> None:
+        async with _server() as port:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(b"POST /steady HTTP/1.1\r\nHost: a\r\nContent-Length: 3000\r\n\r\n")
+            for _ in range(15):  # 3,000 bytes over 1.5 s, three body timeouts: twice the minimum rate
+                writer.write(b"x" * 200)
+                await asyncio.sleep(TIMEOUT_S / 5)
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+            assert head.startswith(b"HTTP/1.1 200 "), head
+            assert await reader.readexactly(len(b"answered /steady 3000")) == b"answered /steady 3000"
+            writer.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_body_the_server_stopped_reading_for_its_own_backlog_is_not_timed_out() -> None:
+    async def scenario() -> None:
+        _released.clear()
+        async with _server() as port:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            # One request the handler holds, 33 behind it (over the 32 pipelined that pause reading),
+            # then a body cut short: the server stops reading, through no fault of the client's.
+            backlog = (
+                b"GET /held HTTP/1.1\r\nHost: a\r\n\r\n" + b"GET /queued HTTP/1.1\r\nHost: a\r\n\r\n" * 33
+            )
+            writer.write(backlog + b"POST /last HTTP/1.1\r\nHost: a\r\nContent-Length: 10\r\n\r\n12345")
+            await asyncio.sleep(TIMEOUT_S * 4)  # the body's deadline, twice over, with the sweep running
+            _released.set()
+            writer.write(b"67890")
+            received = bytearray()
+            while received.count(b"answered") < 35:
+                chunk = await asyncio.wait_for(reader.read(65536), 5)
+                assert chunk, bytes(received[-300:])
+                received += chunk
+            assert b" 408 " not in received
+            assert received.endswith(b"answered /last 10")
             writer.close()
 
     asyncio.run(scenario())

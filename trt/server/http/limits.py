@@ -1,5 +1,6 @@
-"""What one HTTP request may make the server hold (the flags' defaults), and the answers to requests
-that pass a bound. ``protocol`` enforces them as bytes arrive."""
+"""What one HTTP request may make the server hold (the flags' defaults), how long it may take to
+arrive, and the answers to requests that pass a bound. ``protocol`` enforces them as bytes arrive; the
+server's sweep asks each connection about its deadlines now and then."""
 
 from __future__ import annotations
 
@@ -12,6 +13,15 @@ _JSON = [(b"content-type", b"application/json")]
 DEFAULT_MAX_BODY_SIZE = 64 * 1024 * 1024  # --http-max-input-size, as Triton's
 DEFAULT_MAX_HEADER_SIZE = 64 * 1024  # --http-max-header-size: request line and headers together
 DEFAULT_MAX_HEADER_COUNT = 100  # --http-max-header-count
+# A request head must arrive whole within this many seconds of its first byte. Without a bound a
+# client that sends a byte now and then (slowloris) keeps its connection for ever, since each byte
+# resets the idle timeout, and enough of them take every file descriptor.
+DEFAULT_HEAD_TIMEOUT_S = 60.0
+# The same for a body, which may be large: it has this long from the end of its head, and a second
+# more for every ``DEFAULT_BODY_MIN_RATE`` bytes it has delivered (Apache's mod_reqtimeout rule), so a
+# large upload on a slow link goes through while a byte now and then does not hold a connection.
+DEFAULT_BODY_TIMEOUT_S = 60.0
+DEFAULT_BODY_MIN_RATE = 500  # bytes per second
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,6 +31,27 @@ class HttpLimits:
     max_body_size: int = DEFAULT_MAX_BODY_SIZE
     max_header_size: int = DEFAULT_MAX_HEADER_SIZE
     max_header_count: int = DEFAULT_MAX_HEADER_COUNT
+    head_timeout: float = DEFAULT_HEAD_TIMEOUT_S
+    body_timeout: float = DEFAULT_BODY_TIMEOUT_S
+    body_min_rate: int = DEFAULT_BODY_MIN_RATE
+
+    def head_overdue(self, began_ns: int, now_ns: int) -> str | None:
+        """Why a head begun at ``began_ns`` (perf_counter_ns) and still not whole is too late; None
+        while it has time."""
+        if now_ns - began_ns <= self.head_timeout * 1e9:
+            return None
+        return f"the request head did not arrive whole within {self.head_timeout:g} s"
+
+    def body_overdue(self, began_ns: int, received: int, now_ns: int) -> str | None:
+        """Why a body whose head ended at ``began_ns``, and of which ``received`` bytes have come, is
+        too late; None while it has time."""
+        allowed_s = self.body_timeout + received / self.body_min_rate
+        if now_ns - began_ns <= allowed_s * 1e9:
+            return None
+        return (
+            f"the request body did not arrive whole within {allowed_s:.0f} s ({self.body_timeout:g} s, "
+            f"and 1 s more for every {self.body_min_rate} bytes received)"
+        )
 
 
 def too_large(limit: int) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from typing import Any
 
 from trt.server.http.heads import HeadPlan
+
+_REASONS = {status.value: status.phrase.encode() for status in HTTPStatus}
+_STATUS_LINES = {status: b"HTTP/1.1 %d %s\r\n" % (status, reason) for status, reason in _REASONS.items()}
 
 
 @dataclass(slots=True)
@@ -43,3 +47,16 @@ async def close_stream(stream: AsyncIterator[Any]) -> None:
     close = getattr(stream, "aclose", None)
     if close is not None:
         await close()
+
+
+def response_head(
+    status: int, length: int | None, headers: list[tuple[bytes, bytes]], keep_alive: bool
+) -> bytes:
+    """The status line and headers; ``length`` None announces a chunked body."""
+    line = _STATUS_LINES.get(status) or b"HTTP/1.1 %d %s\r\n" % (status, _REASONS.get(status, b"Unknown"))
+    framing = b"transfer-encoding: chunked\r\n" if length is None else b"content-length: %d\r\n" % length
+    lines = [line, framing]
+    for name, value in headers:
+        lines.append(name + b": " + value + b"\r\n")
+    lines.append(b"\r\n" if keep_alive else b"connection: close\r\n\r\n")
+    return b"".join(lines)

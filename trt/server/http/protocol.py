@@ -25,22 +25,19 @@ import asyncio
 import logging
 import time
 from collections import deque
-from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
 import httptools
 
 from trt.server.http.heads import HEAD_END, HeadPlan, plannable
 from trt.server.http.limits import over_budget
-from trt.server.http.messages import Handler, HttpRequest, HttpResponse, close_stream
+from trt.server.http.messages import Handler, HttpRequest, HttpResponse, close_stream, response_head
 
 if TYPE_CHECKING:
     from trt.server.http.server import HttpServer
 
 logger = logging.getLogger("trt.http")
 
-_REASONS = {status.value: status.phrase.encode() for status in HTTPStatus}
-_STATUS_LINES = {status: b"HTTP/1.1 %d %s\r\n" % (status, reason) for status, reason in _REASONS.items()}
 _MAX_PIPELINED = 32  # stop reading from a client that queues more than this
 
 
@@ -78,6 +75,7 @@ class HttpProtocol(asyncio.Protocol):
         self._head_tail = b""  # the last bytes of the previous chunk, for an end of head across two
         self._body: list[bytes] = []
         self._body_size = 0
+        self._body_began = 0  # perf_counter_ns when the head ended, for the body's deadline
         self._too_large = False
         self._over_budget = False
         self._reserved = 0
@@ -126,11 +124,17 @@ class HttpProtocol(asyncio.Protocol):
         transport = self._transport
         return self.idle and (transport is None or not transport.get_write_buffer_size())
 
-    def time_out_head(self, begun_before_ns: int, timeout: float) -> None:
-        """408 and close, if a request head began before ``begun_before_ns`` (perf_counter_ns) and is
-        still not whole (``HttpServer.head_timeout``)."""
-        if self._in_head and not self._parser_idle and self._started < begun_before_ns:
-            self._reject(408, f"the request head did not arrive whole within {timeout:g} s".encode())
+    def time_out(self, now_ns: int) -> None:
+        """408 and close, if the request being read has taken longer than ``HttpLimits`` allows."""
+        limits = self._server.limits
+        if self._in_head:
+            overdue = None if self._parser_idle else limits.head_overdue(self._started, now_ns)
+        elif len(self._pending) > _MAX_PIPELINED:
+            overdue = None  # not reading, for our own backlog: the body waits on us, not the client
+        else:
+            overdue = limits.body_overdue(self._body_began, self._body_size, now_ns)
+        if overdue is not None:
+            self._reject(408, overdue.encode())
 
     def close(self) -> None:
         self._closing = True
@@ -200,6 +204,7 @@ class HttpProtocol(asyncio.Protocol):
                 return data
             self._begin()
             self._in_head = False
+            self._body_began = self._started
             size = plan.content_length
             start = end + 4
             available = len(data) - start
@@ -253,7 +258,7 @@ class HttpProtocol(asyncio.Protocol):
             return
         body = b'{"error":"' + message.replace(b'"', b"'") + b'"}'
         self._transport.write(
-            _head(status, len(body), [(b"content-type", b"application/json")], False) + body
+            response_head(status, len(body), [(b"content-type", b"application/json")], False) + body
         )
         self._transport.close()
 
@@ -294,6 +299,7 @@ class HttpProtocol(asyncio.Protocol):
 
     def on_headers_complete(self) -> None:
         self._in_head = False
+        self._body_began = time.perf_counter_ns()
         self._head_size = 0
         self._head_tail = b""
         self._line_ended = False  # for the next request on this connection
@@ -410,6 +416,7 @@ class HttpProtocol(asyncio.Protocol):
                 request, keep_alive, say_keep_alive = self._pending.popleft()
                 if len(self._pending) == _MAX_PIPELINED:
                     transport.resume_reading()
+                    self._body_began = time.perf_counter_ns()  # a body we stopped reading: time anew
                 self._current = request
                 # The body's bytes leave the server's count here: an inference request is counted
                 # again by the core, as tensors, for as long as it is queued or running.
@@ -440,7 +447,9 @@ class HttpProtocol(asyncio.Protocol):
                     await self._write_stream(transport, response, headers, keep_alive)
                 else:
                     body = b"" if request.method == "HEAD" else response.body
-                    transport.write(_head(response.status, len(response.body), headers, keep_alive) + body)
+                    transport.write(
+                        response_head(response.status, len(response.body), headers, keep_alive) + body
+                    )
                     if response.sent is not None:
                         response.sent()
                 self.last_active = self._loop.time()
@@ -469,7 +478,7 @@ class HttpProtocol(asyncio.Protocol):
         """A streamed body: the head, a chunk per item, the last chunk. A client that goes away ends the
         stream (its source is closed, so the model behind it is told it was cancelled)."""
         assert response.stream is not None
-        transport.write(_head(response.status, None, headers, keep_alive))
+        transport.write(response_head(response.status, None, headers, keep_alive))
         try:
             async for chunk in response.stream:
                 if transport.is_closing():
@@ -483,14 +492,3 @@ class HttpProtocol(asyncio.Protocol):
                 transport.write(b"0\r\n\r\n")
         finally:
             await close_stream(response.stream)
-
-
-def _head(status: int, length: int | None, headers: list[tuple[bytes, bytes]], keep_alive: bool) -> bytes:
-    """The status line and headers; ``length`` None announces a chunked body."""
-    line = _STATUS_LINES.get(status) or b"HTTP/1.1 %d %s\r\n" % (status, _REASONS.get(status, b"Unknown"))
-    framing = b"transfer-encoding: chunked\r\n" if length is None else b"content-length: %d\r\n" % length
-    lines = [line, framing]
-    for name, value in headers:
-        lines.append(name + b": " + value + b"\r\n")
-    lines.append(b"\r\n" if keep_alive else b"connection: close\r\n\r\n")
-    return b"".join(lines)

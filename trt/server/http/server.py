@@ -28,7 +28,6 @@ class HttpServer:
         handler: Handler,
         limits: HttpLimits | None = None,
         idle_timeout: float = 75.0,
-        head_timeout: float = 60.0,
         cancellable: Callable[[str], bool] = lambda path: False,
         queued_bytes: QueuedBytes | None = None,
         ssl_context: ssl.SSLContext | None = None,
@@ -40,10 +39,6 @@ class HttpServer:
         # The answer to a body over ``limits.max_body_size``, given the limit: each API words it its own way.
         self.too_large = too_large or _too_large
         self.idle_timeout = idle_timeout
-        # A request head must arrive whole within this many seconds of its first byte. Without a bound
-        # a client that sends a byte now and then (slowloris) keeps its connection for ever, since each
-        # byte resets the idle timeout, and enough of them take every file descriptor.
-        self.head_timeout = head_timeout
         # Paths whose handling stops when the client disconnects (inference); others run to the end.
         self.cancellable = cancellable
         # Bodies being received or waiting to be answered count against the core's bound.
@@ -63,14 +58,15 @@ class HttpServer:
         self._sweeper = loop.create_task(self._sweep())
 
     async def _sweep(self) -> None:
-        """Now and then: 408 for heads past ``head_timeout``, and close connections idle too long."""
+        """Now and then: 408 for requests arriving too slowly (``HttpLimits``' deadlines), and close
+        connections idle too long."""
         loop = asyncio.get_running_loop()
+        limits = self.limits
         while True:
-            await asyncio.sleep(min(10.0, self.idle_timeout, self.head_timeout))
-            now = loop.time()
-            head_deadline = time.perf_counter_ns() - int(self.head_timeout * 1e9)
+            await asyncio.sleep(min(10.0, self.idle_timeout, limits.head_timeout, limits.body_timeout))
+            now, now_ns = loop.time(), time.perf_counter_ns()
             for connection in list(self.connections):
-                connection.time_out_head(head_deadline, self.head_timeout)
+                connection.time_out(now_ns)
                 if connection.idle and now - connection.last_active > self.idle_timeout:
                     connection.close()
 

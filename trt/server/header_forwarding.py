@@ -6,8 +6,9 @@ string parameter of the inference request, added after the request's own paramet
 reading a name both carry gets the header's value. Names are matched without regard to case, as
 Triton prefixes ``(?i)``; a pattern that starts with ``(?-i)``, Triton's documented way to match
 case, is matched as written. The pattern is Python's ``re`` dialect (RE2's common syntax reads the
-same). Names come as the transports hold them: lower case (HTTP/2 and gRPC metadata always are, and
-trt's HTTP/1.1 keeps them so), where Triton's HTTP/1.1 server keeps the client's spelling.
+same). Names are matched, checked against the reserved ones and handed on as the client spelt them, as
+in Triton: over HTTP/1.1 ``X-Tenant-Id`` stays so (the HTTP server keeps the spelling when forwarding is
+on, ``HttpRequest.header_spellings``); HTTP/2 and gRPC metadata names are always lower case.
 """
 
 from __future__ import annotations

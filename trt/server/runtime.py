@@ -125,6 +125,7 @@ async def serve(options: ServeOptions, on_ready: Callable[[InferenceServer, dict
             http_server = HttpServer(
                 http_app, options.http_limits, cancellable=HttpApp.cancellable,
                 queued_bytes=core.queued_bytes, ssl_context=tls,
+                keep_header_spelling=options.http_header_forwarding is not None,
             )  # fmt: skip
             await http_server.start(_bind(options.http, "HTTPService"))
             servers.append(http_server)
@@ -183,6 +184,7 @@ async def _start_frontend_workers(core: InferenceServer, options: ServeOptions) 
         grpc_methods=method_entries(methods), log_level=logging.getLogger().getEffectiveLevel(),
         infer_layouts=http_app is not None and http_app.answers_split,
         forward_metadata=options.grpc_header_forwarding is not None,
+        forward_header_spelling=options.http_header_forwarding is not None,
     )  # fmt: skip
     workers = FrontendWorkers(config, http_app, methods, http_sockets, grpc_sockets, count)
     try:

@@ -257,3 +257,23 @@ async def test_a_content_length_with_thousands_of_leading_zeros_is_answered_each
     await connection.send(request)
     assert connection.answers() == [(200, b"hello"), (200, b"hello")]
     assert [request.plan for request in seen] == [None, None]
+
+
+@_in_loop
+async def test_header_spellings_are_kept_only_when_asked_and_also_for_remembered_heads() -> None:
+    extra = b"X-Tenant-Id: acme\r\nx-lower: b\r\n"
+    spelt_names = {"host": "Host", "x-tenant-id": "X-Tenant-Id", "content-length": "Content-Length"}
+    for keep, expected in ((False, None), (True, spelt_names)):
+        served = _echo_server(keep_header_spelling=keep)
+        connection = _connect(served)
+        await connection.send(_post(b"one", extra=extra))
+        await connection.send(_post(b"two", extra=extra), _post(b"new", extra=b"Other: c\r\n"))
+        _, seen = served
+        assert [request.header_spellings for request in seen[:2]] == [expected, expected]
+        assert seen[1].plan is not None  # looked up, not parsed
+        assert seen[0].headers["x-tenant-id"] == "acme"  # looked up by lower-case name either way
+        spelt = seen[0].spelt_headers()
+        assert ("X-Tenant-Id" if keep else "x-tenant-id", "acme") in spelt and ("x-lower", "b") in spelt
+        # The next request's own spellings, not the last one's
+        new = {"host": "Host", "other": "Other", "content-length": "Content-Length"}
+        assert seen[2].header_spellings == (new if keep else None)

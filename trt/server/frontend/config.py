@@ -39,6 +39,8 @@ class WorkerConfig:
     infer_layouts: bool = True
     # Each gRPC call's metadata goes to the core with it, which forwards some to models.
     forward_metadata: bool = False
+    # HTTP requests go to the core with their header names as the client spelt them, for the same.
+    forward_header_spelling: bool = False
 
 
 def request_frame_limit(http_limits: HttpLimits, grpc: GrpcOptions) -> int:

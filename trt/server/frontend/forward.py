@@ -124,7 +124,7 @@ class HttpForwarder:
                         request.method,
                         request.path,
                         request.query,
-                        list(request.headers.items()),
+                        request.spelt_headers(),
                         request.body,
                         request.started_ns,
                         request.received_ns,

@@ -23,7 +23,7 @@ from trt.server.grpc.app import Method, Reply
 from trt.server.grpc.call import GrpcCall
 from trt.server.grpc.errors import StatusCode, status_of
 from trt.server.http.app import HttpApp
-from trt.server.http.messages import Handler, HttpRequest, HttpResponse, close_stream
+from trt.server.http.messages import Handler, HttpRequest, HttpResponse, close_stream, unspelt_headers
 
 logger = logging.getLogger("trt.frontend")
 
@@ -217,9 +217,10 @@ class WorkerSession:
     async def _http(self, message: m.HttpCall) -> None:
         if self.http_app is None:
             return
+        headers, spellings = unspelt_headers(message.headers)
         request = HttpRequest(
-            message.method, message.path, message.query, dict(message.headers), message.body,
-            started_ns=message.started_ns, received_ns=message.received_ns,
+            message.method, message.path, message.query, headers, message.body,
+            started_ns=message.started_ns, received_ns=message.received_ns, header_spellings=spellings,
         )  # fmt: skip
         try:
             response = await self.http_app(request)

@@ -71,6 +71,7 @@ async def run(config: WorkerConfig, parent: int) -> int:
             HttpForwarder(link, LayoutNumbers() if config.infer_layouts else None), config.http_limits,
             cancellable=HttpApp.cancellable,
             queued_bytes=QueuedBytes(config.queued_bytes), ssl_context=tls,
+            keep_header_spelling=config.forward_header_spelling,
         )  # fmt: skip
         await http_server.start(socket.socket(fileno=config.http_fd))
         servers.append(http_server)

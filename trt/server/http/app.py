@@ -140,7 +140,7 @@ class HttpApp:
             route.header_length,
         )
         if self.header_forwarding is not None:
-            self.header_forwarding.apply(request, http_request.headers.items())
+            self.header_forwarding.apply(request, http_request.spelt_headers())
         timestamps = (http_request.started_ns, http_request.received_ns)
         return self._run(request, route, binary_choice, default_binary, timestamps)
 

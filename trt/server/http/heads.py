@@ -37,6 +37,7 @@ class HeadPlan:
     content_length: int
     keep_alive: bool
     say_keep_alive: bool  # an HTTP/1.0 client: the answer says it keeps the connection
+    header_spellings: dict[str, str] | None = None  # see ``HttpRequest.header_spellings``
     route: Any = None  # the handler's own decision for requests of this head (see ``HttpApp``)
 
 

@@ -54,6 +54,15 @@ class HttpLimits:
         )
 
 
+def head_rejection(limits: HttpLimits, line_ended: bool, url_size: int, header_count: int) -> tuple[int, str]:
+    """The status and message for a request head that broke a limit, given how far it had come."""
+    if not line_ended or url_size > limits.max_header_size:
+        return 414, "the URL is longer than the request head may be (--http-max-header-size)"
+    if header_count > limits.max_header_count:
+        return 431, f"the request has more than {limits.max_header_count} headers (--http-max-header-count)"
+    return 431, f"the request line and headers exceed {limits.max_header_size} bytes (--http-max-header-size)"
+
+
 def too_large(limit: int) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
     message = f'{{"error":"request body exceeds the {limit}-byte limit (--http-max-input-size)"}}'
     return 413, message.encode(), _JSON

@@ -26,6 +26,16 @@ class HttpRequest:
     started_ns: int = 0  # perf_counter_ns when its first byte was parsed, and when its last was
     received_ns: int = 0
     plan: HeadPlan | None = None  # its head was seen before (see ``heads``); None: parsed afresh
+    # Header names as the client spelt them, by their lower-case names, where the two differ; kept
+    # only when the server forwards headers to models (``HttpServer.keep_header_spelling``).
+    header_spellings: dict[str, str] | None = None
+
+    def spelt_headers(self) -> list[tuple[str, str]]:
+        """The headers under the names the client gave them (lower case where not kept)."""
+        spellings = self.header_spellings
+        if not spellings:
+            return list(self.headers.items())
+        return [(spellings.get(name, name), value) for name, value in self.headers.items()]
 
 
 @dataclass(slots=True)
@@ -40,6 +50,18 @@ class HttpResponse:
 
 
 Handler = Callable[[HttpRequest], Awaitable[HttpResponse]]
+
+
+def unspelt_headers(pairs: list[tuple[str, str]]) -> tuple[dict[str, str], dict[str, str] | None]:
+    """``HttpRequest.spelt_headers()`` back to the request's headers and header spellings."""
+    headers: dict[str, str] = {}
+    spellings: dict[str, str] = {}
+    for name, value in pairs:
+        lower = name.lower()
+        headers[lower] = value
+        if lower != name:
+            spellings[lower] = name
+    return headers, spellings or None
 
 
 async def close_stream(stream: AsyncIterator[Any]) -> None:

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import httptools
 
 from trt.server.http.heads import HEAD_END, HeadPlan, plannable
-from trt.server.http.limits import over_budget
+from trt.server.http.limits import head_rejection, over_budget
 from trt.server.http.messages import Handler, HttpRequest, HttpResponse, close_stream, response_head
 
 if TYPE_CHECKING:
@@ -68,6 +68,10 @@ class HttpProtocol(asyncio.Protocol):
         self._url: list[bytes] = []
         self._url_size = 0
         self._headers: dict[str, str] = {}
+        # Names as the client spelt them, where not in lower case: kept only for header forwarding
+        # (Triton hands a model the client's spelling); None when nothing reads them.
+        self._keep_spelling = server.keep_header_spelling
+        self._spellings: dict[str, str] | None = None
         self._header_count = 0
         self._in_head = True  # the parser is reading a request line and headers (or waits for one)
         self._head_size = 0
@@ -239,17 +243,10 @@ class HttpProtocol(asyncio.Protocol):
         )
 
     def _reject_head(self) -> None:
-        limits = self._server.limits
-        if not self._line_ended or self._url_size > limits.max_header_size:
-            self._reject(414, b"the URL is longer than the request head may be (--http-max-header-size)")
-        elif self._header_count > limits.max_header_count:
-            message = f"the request has more than {limits.max_header_count} headers (--http-max-header-count)"
-            self._reject(431, message.encode())
-        else:
-            message = (
-                f"the request line and headers exceed {limits.max_header_size} bytes (--http-max-header-size)"
-            )
-            self._reject(431, message.encode())
+        status, message = head_rejection(
+            self._server.limits, self._line_ended, self._url_size, self._header_count
+        )
+        self._reject(status, message.encode())
 
     def _reject(self, status: int, message: bytes) -> None:
         """Answer a request that cannot be parsed, then close: the stream cannot be trusted."""
@@ -274,6 +271,7 @@ class HttpProtocol(asyncio.Protocol):
         self._url = []
         self._url_size = 0
         self._headers = {}
+        self._spellings = {} if self._keep_spelling else None
         self._header_count = 0
         self._body = []
         self._body_size = 0
@@ -292,7 +290,10 @@ class HttpProtocol(asyncio.Protocol):
         self._header_count += 1
         if self._header_count > self._server.limits.max_header_count:
             raise _HeadTooLarge
-        key = name.decode("latin-1").lower()
+        spelt = name.decode("latin-1")
+        key = spelt.lower()
+        if self._spellings is not None and key != spelt:
+            self._spellings.setdefault(key, spelt)
         text = value.decode("latin-1")
         previous = self._headers.get(key)
         self._headers[key] = text if previous is None else f"{previous}, {text}"
@@ -353,7 +354,9 @@ class HttpProtocol(asyncio.Protocol):
                 and len(head) + size == self._head_chunk
                 and not (self._too_large or self._over_budget)
             ):
-                plan = HeadPlan(method, path, query, headers, size, keep_alive, say_keep_alive)
+                plan = HeadPlan(
+                    method, path, query, headers, size, keep_alive, say_keep_alive, self._spellings or None
+                )
                 heads.remember(head, plan)
         self._complete(method, path, query, headers, keep_alive, say_keep_alive, plan)
         self._parser_idle = True
@@ -372,6 +375,7 @@ class HttpProtocol(asyncio.Protocol):
         self._in_head = True
         body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
         request = HttpRequest(method, path, query, headers, body, plan=plan)
+        request.header_spellings = (self._spellings or None) if plan is None else plan.header_spellings
         self._body = []  # the pieces, once joined, must not live on beside the request until the next
         request.body_too_large, request.over_budget = self._too_large, self._over_budget
         request.reserved, self._reserved = self._reserved, 0

@@ -33,6 +33,7 @@ class HttpServer:
         ssl_context: ssl.SSLContext | None = None,
         too_large: Callable[[int], HttpResponse] | None = None,
         heads: HeadCache | None = None,
+        keep_header_spelling: bool = False,
     ) -> None:
         self.handler = handler
         self.limits = limits or HttpLimits()
@@ -46,6 +47,9 @@ class HttpServer:
         self.ssl_context = ssl_context  # HTTPS when set
         # Heads seen before, shared by every connection (``heads``); None: each is parsed.
         self.heads = heads if heads is not None else HeadCache()
+        # Header names as the client spelt them go with each request (``HttpRequest.header_spellings``):
+        # for forwarding headers to models, which Triton does in the client's spelling.
+        self.keep_header_spelling = keep_header_spelling
         self.connections: set[HttpProtocol] = set()
         self._server: asyncio.base_events.Server | None = None
         self._sweeper: asyncio.Task[None] | None = None

@@ -164,7 +164,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpServer]:
 
         async def made() -> HttpServer:  # it belongs to the loop that runs it
             return HttpServer(
-                HttpApp(core), LIMITS, cancellable=HttpApp.cancellable, queued_bytes=core.queued_bytes
+                HttpApp(core),
+                LIMITS,
+                cancellable=HttpApp.cancellable,
+                queued_bytes=core.queued_bytes,
+                keep_header_spelling=True,  # header names' spellings kept, as with header forwarding
             )
 
         yield LOOP.run_until_complete(made())

@@ -1,7 +1,8 @@
 """Every file a model config names must lie inside the model's folder (``core.paths``' rule).
 
 Checked as soon as a config is read, before auto-complete or a backend opens anything: the model file
-(``default_model_filename``, ``cc_model_filenames``), label files, warm-up and initial-state data files.
+(``default_model_filename``, ``cc_model_filenames``), label files, warm-up and initial-state data files,
+and the files the checksum repository agent digests.
 Triton refuses a ``label_filename`` outside the model folder the same way. ``EXECUTION_ENV_PATH`` and
 ``model_operations`` may name files anywhere when the operator wrote them in ``config.pbtxt`` (shared
 conda-pack environments, custom op libraries, as Triton allows), but not in a config a client sends
@@ -14,6 +15,7 @@ from collections.abc import Iterator
 
 from trt.protos import model_config_pb2
 from trt.server.core.errors import ModelConfigError
+from trt.server.core.models.repository_agents import CHECKSUM_AGENT, checksum_files
 from trt.server.core.paths import escape_problem, relative_path_problem, shown
 
 MODEL_DIRECTORY_TOKEN = "$$TRITON_MODEL_DIRECTORY"
@@ -55,6 +57,10 @@ def _named_files(config: model_config_pb2.ModelConfig, from_client: bool) -> Ite
             if spec.HasField("input_data_file"):
                 field = f"model_warmup[{index}].inputs[{name}].input_data_file"
                 yield field, spec.input_data_file, "warmup/"
+    for agent in config.model_repository_agents.agents:
+        if agent.name == CHECKSUM_AGENT:
+            for key, path in checksum_files(agent):
+                yield f"model_repository_agents[{CHECKSUM_AGENT}].parameters[{shown(key)}]", path, model
     for state in config.sequence_batching.state:
         for initial in state.initial_state:
             if initial.HasField("data_file"):

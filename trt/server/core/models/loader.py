@@ -28,6 +28,7 @@ from trt.server.core.models.config import read_config_file
 from trt.server.core.models.config_paths import check_config_paths
 from trt.server.core.models.config_rules import check_config
 from trt.server.core.models.repository import version_folders
+from trt.server.core.models.repository_agents import run_load_agents
 from trt.server.core.models.warmup import run_warmup
 from trt.server.core.options import CoreOptions
 from trt.server.core.paths import inside
@@ -123,6 +124,7 @@ def effective_config(
     """The config after auto-complete and defaults, not yet checked against the rules (``trt repo
     validate`` reports every broken rule rather than the first)."""
     config = read_model_config(name, model_dir, override, options.model_config_name)
+    run_load_agents(config, model_dir)  # as Triton, before the config is completed
     available = version_folders(model_dir)
     if not available:
         raise ModelLoadError(f"model '{name}' has no version folder; put the model file in '{model_dir}/1/'")

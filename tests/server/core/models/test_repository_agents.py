@@ -88,7 +88,12 @@ def test_a_file_whose_digest_differs_keeps_the_model_out_with_tritons_text(
 def test_an_agent_trt_does_not_have_fails_the_load(server: ServerProcess) -> None:
     state, reason = _states(httpclient.InferenceServerClient(server.http_url))["other_agent"]
     assert state == "UNAVAILABLE"
-    assert "unable to find repo agent 'relocation': trt runs Triton's 'checksum' agent only" in reason
+    # Triton 2.51 without the agent's library: "unable to find 'libtritonrepoagent_checksum.so' for repo
+    # agent 'checksum', searched: /opt/tritonserver/repoagents"
+    assert (
+        "unable to find 'libtritonrepoagent_relocation.so' for repo agent 'relocation': trt has only "
+        "Triton's 'checksum' agent, built in" in reason
+    )
 
 
 def test_trt_repo_validate_reports_what_the_server_refuses(repo: Path) -> None:
@@ -98,7 +103,7 @@ def test_trt_repo_validate_reports_what_the_server_refuses(repo: Path) -> None:
     }
     assert errors["verified"] == [] and errors["reference"] == []
     assert any("Mismatched MD5 hash for file 1/model.onnx" in message for message in errors["tampered"])
-    assert any("unable to find repo agent 'relocation'" in message for message in errors["other_agent"])
+    assert any("for repo agent 'relocation'" in message for message in errors["other_agent"])
 
 
 def test_each_refusal_has_tritons_text(tmp_path: Path) -> None:
@@ -127,7 +132,7 @@ def test_each_refusal_has_tritons_text(tmp_path: Path) -> None:
         with pytest.raises(error) as caught:
             run(parameter)
         assert text in caught.value.message
-    with pytest.raises(ModelLoadError, match="unable to find repo agent 'custom'"):
+    with pytest.raises(ModelLoadError, match="for repo agent 'custom'"):
         run_load_agents(parse_config_text(_agents(name="custom")), tmp_path)
 
 

@@ -37,9 +37,10 @@ def run_load_agents(config: model_config_pb2.ModelConfig, model_dir: Path) -> No
     refusal."""
     for agent in config.model_repository_agents.agents:
         if agent.name != CHECKSUM_AGENT:
+            name = shown(agent.name)  # Triton's words, then why: no agent comes as a library here
             raise ModelLoadError(
-                f"unable to find repo agent '{shown(agent.name)}': trt runs Triton's '{CHECKSUM_AGENT}' "
-                "agent only"
+                f"unable to find 'libtritonrepoagent_{name}.so' for repo agent '{name}': trt has only "
+                f"Triton's '{CHECKSUM_AGENT}' agent, built in"
             )
         for key in sorted(agent.parameters):  # a protobuf map has no order of its own
             _check(model_dir, key, agent.parameters[key])

@@ -96,6 +96,7 @@ def check_tensors(
     and the batch dimension. ``all_inputs``: every model input must be in the config (a tensor backend
     cannot run a model with an input nobody feeds)."""
     batch = config.max_batch_size > 0
+    scattered = scattered_outputs(config)
     for kind, declared, found in (
         ("input", config.input, signature.inputs),
         ("output", config.output, signature.outputs),
@@ -123,6 +124,8 @@ def check_tensors(
                 )
             if info.dims is None:
                 continue  # the model does not say: the library checks each request
+            if batch and ragged_or_scattered(kind, tensor, list(info.dims), scattered):
+                continue
             if batch and (not info.dims or info.dims[0] != -1):
                 raise ModelConfigError(
                     f"{kind} '{tensor.name}': max_batch_size is {config.max_batch_size} but the model's "
@@ -152,12 +155,39 @@ def check_tensors(
     check_sequence_tensors(config, signature)
 
 
+def ragged_or_scattered(
+    kind: str,
+    tensor: model_config_pb2.ModelInput | model_config_pb2.ModelOutput,
+    model_dims: list[int],
+    scattered: set[str],
+) -> bool:
+    """Whether a batching model's tensor escapes the dims check, being ragged (an input the model takes
+    flat: raises if it does not) or scattered by a batch_output (an output, ``scattered``)."""
+    if kind == "output":
+        return tensor.name in scattered
+    if not getattr(tensor, "allow_ragged_batch", False):
+        return False
+    if len(model_dims) != 1:  # a ragged input arrives as every request's elements end to end
+        raise ModelConfigError(
+            f"input '{tensor.name}' has allow_ragged_batch, so the model must take it as one "
+            f"dimension ([-1]: the elements end to end); the model's is {model_dims}",
+            f"input[{tensor.name}].dims",
+        )
+    return True
+
+
+def scattered_outputs(config: Config) -> set[str]:
+    """Outputs a batch_output cuts to each request's shape."""
+    return {name for batch_output in config.batch_output for name in batch_output.target_name}
+
+
 def _server_fed(config: Config) -> set[str]:
-    """Inputs the server supplies itself: sequence controls and implicit state."""
+    """Inputs the server supplies itself: batch inputs, sequence controls and implicit state."""
+    fed = {name for batch_input in config.batch_input for name in batch_input.target_name}
     if not config.HasField("sequence_batching"):
-        return set()
+        return fed
     settings = config.sequence_batching
-    return {c.name for c in settings.control_input} | {s.input_name for s in settings.state}
+    return fed | {c.name for c in settings.control_input} | {s.input_name for s in settings.state}
 
 
 def dims_compatible(config_dims: list[int], model_dims: list[int]) -> bool:

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from trt.protos import model_config_pb2
+from trt.server.backends.model_signature import ragged_or_scattered, scattered_outputs
 from trt.server.core.backends.base import InstanceSpec, ModelFiles
 from trt.server.core.datatypes import BF16_DTYPE, config_to_wire
 from trt.server.core.errors import InvalidInput, ModelConfigError, ModelLoadError
@@ -128,6 +129,7 @@ class OnnxRuntimeBackend:
     def validate(self, config: model_config_pb2.ModelConfig, files: ModelFiles) -> None:
         signature = self._signature(config, files)
         batch = config.max_batch_size > 0
+        scattered = scattered_outputs(config)
         for kind, declared, found in (
             ("input", config.input, signature.inputs),
             ("output", config.output, signature.outputs),
@@ -149,6 +151,8 @@ class OnnxRuntimeBackend:
                         f"but the model has {expected_type}",
                         f"{where}.data_type",
                     )
+                if batch and ragged_or_scattered(kind, tensor, list(dims), scattered):
+                    continue
                 model_dims = dims[1:] if batch and dims else dims
                 if batch and dims and dims[0] not in (-1,):
                     raise ModelConfigError(

@@ -18,6 +18,7 @@ from trt.server.core.datatypes import WIRE_DATATYPES, config_to_wire
 from trt.server.core.errors import ModelConfigError
 from trt.server.core.extensions.latency_distributions import FIRST_RESPONSE_FAMILY
 from trt.server.core.models.config_paths import config_path_problems
+from trt.server.core.scheduling.ragged import RaggedBatching
 
 Config = model_config_pb2.ModelConfig
 Group = model_config_pb2.ModelInstanceGroup
@@ -44,6 +45,7 @@ def config_problems(config: Config) -> Iterator[ModelConfigError]:
     yield from _sequence_batching_problems(config)
     yield from _instance_group_problems(config)
     yield from _model_metrics_problems(config)
+    yield from _ragged_problems(config)
     if config.platform == "ensemble" and not config.HasField("ensemble_scheduling"):
         yield ModelConfigError(
             "platform 'ensemble' needs ensemble_scheduling { step [...] } naming the models it runs",
@@ -234,3 +236,18 @@ def _model_metrics_problems(config: Config) -> Iterator[ModelConfigError]:
                 f"increasing, got {buckets}",
                 f"model_metrics.metric_control[{index}].histogram_options.buckets",
             )
+
+
+def _ragged_problems(config: Config) -> Iterator[ModelConfigError]:
+    """allow_ragged_batch, batch_input and batch_output (``scheduling.ragged`` reads them)."""
+    try:
+        ragged = RaggedBatching.from_config(config)
+    except ModelConfigError as problem:
+        yield problem
+        return
+    if ragged is not None and config.HasField("sequence_batching"):
+        yield ModelConfigError(
+            "allow_ragged_batch, batch_input and batch_output work with the dynamic batcher or none "
+            "here, not with sequence_batching",
+            "sequence_batching",
+        )

@@ -42,6 +42,7 @@ from trt.server.core.backends.base import BackendRequest, BackendResponse, Model
 from trt.server.core.errors import InvalidInput, ModelConfigError, Unavailable
 from trt.server.core.extensions.statistics import ModelStatistics
 from trt.server.core.scheduling.instance_pool import InstancePool
+from trt.server.core.scheduling.ragged import RaggedBatching
 from trt.server.core.scheduling.timers import PreciseDeadlineTimer
 from trt.server.core.scheduling.timing import ExecutionTimes
 
@@ -103,8 +104,10 @@ class DynamicBatcher:
         policies: dict[int, QueuePolicy] | None = None,
         preserve_ordering: bool = False,
         delay_from_instance_free: bool = False,
+        ragged: RaggedBatching | None = None,
     ) -> None:
         self._pool = pool
+        self._ragged = ragged  # allow_ragged_batch, batch_input, batch_output (``ragged``)
         self._stats = stats
         self._max_batch = max_batch_size
         self._preferred = sorted({size for size in preferred_batch_sizes if 0 < size <= max_batch_size})
@@ -139,6 +142,7 @@ class DynamicBatcher:
             {level: policies.get(level, default_policy) for level in range(1, levels + 1)},
             batching.preserve_ordering,
             _delay_from_instance_free(config),
+            RaggedBatching.from_config(config),
         )
 
     async def execute(
@@ -165,7 +169,7 @@ class DynamicBatcher:
             feeds,
             output_names,
             batch_size,
-            _shape_key(feeds),
+            _shape_key(feeds) if self._ragged is None else self._ragged.shape_key(feeds),
             time.perf_counter_ns(),
             loop.create_future(),
             level,
@@ -265,8 +269,14 @@ class DynamicBatcher:
         started = time.perf_counter_ns()
         handed_over = False  # the pool gives the instance back once the execution has ended
         try:
-            if len(batch) == 1:
-                names: Sequence[str] = batch[0].output_names
+            ragged = self._ragged
+            names: Sequence[str]
+            feeds: Mapping[str, np.ndarray]
+            if ragged is not None:
+                names = list(dict.fromkeys(name for item in batch for name in item.output_names))
+                feeds = ragged.feeds([item.feeds for item in batch])
+            elif len(batch) == 1:
+                names = batch[0].output_names
                 feeds = batch[0].feeds
             else:
                 names = list(dict.fromkeys(name for item in batch for name in item.output_names))
@@ -277,12 +287,15 @@ class DynamicBatcher:
             handed_over = True
             outputs, compute_ns = await self._pool.run(instance, feeds, names)
             split_started = time.perf_counter_ns()
-            offset = 0
-            results = []
-            for item in batch:
-                end = offset + item.batch_size
-                results.append({name: outputs[name][offset:end] for name in item.output_names})
-                offset = end
+            if ragged is not None:
+                results = ragged.split(outputs, [(i.feeds, i.batch_size, i.output_names) for i in batch])
+            else:
+                offset = 0
+                results = []
+                for item in batch:
+                    end = offset + item.batch_size
+                    results.append({name: outputs[name][offset:end] for name in item.output_names})
+                    offset = end
             done = time.perf_counter_ns()
         except Exception as exc:
             if not handed_over:

@@ -20,6 +20,7 @@ from trt.server.core.extensions.statistics import ModelStatistics
 from trt.server.core.scheduling.direct import DirectScheduler
 from trt.server.core.scheduling.dynamic_batcher import DynamicBatcher
 from trt.server.core.scheduling.instance_pool import InstancePool
+from trt.server.core.scheduling.ragged import RaggedBatching
 from trt.server.core.scheduling.rate_limiter import Needs, RateLimiter
 from trt.server.core.scheduling.request_scheduler import RequestScheduler
 from trt.server.core.scheduling.sequence_batcher import SequenceBatcher
@@ -57,10 +58,11 @@ def create_scheduler(
         if config.HasField("sequence_batching"):  # a sequence stays on its instance
             return SequenceRouter(name, request_instances, stats, config, model_dir, limiter, needs)
         return RequestScheduler(request_instances, stats, config.max_batch_size, batches, limiter, needs)
+    ragged = RaggedBatching.from_config(config)  # config_rules checked it with sequence_batching too
     tensor_instances = cast(list[ModelInstance], list(instances))
     pool = InstancePool(f"{name}-{version}", tensor_instances, limiter, needs)
     if config.HasField("sequence_batching"):
         return SequenceBatcher(name, pool, tensor_instances, stats, config, model_dir)
     if batches:
         return DynamicBatcher.from_config(pool, stats, config)
-    return DirectScheduler(pool, stats)
+    return DirectScheduler(pool, stats, ragged)

@@ -1,8 +1,8 @@
 """A model's tensors as its own file declares them, and the config work every tensor backend does with
 them: auto-complete (Triton's rules) and the check of a config against the model.
 
-The OpenVINO and TensorFlow backends read their library's view of a model into a ``ModelSignature``;
-everything here is plain Python, tested without either library.
+The ONNX Runtime, OpenVINO and TensorFlow backends read their library's view of a model into a
+``ModelSignature``; everything here is plain Python, tested without any of those libraries.
 """
 
 from __future__ import annotations

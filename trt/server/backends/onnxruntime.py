@@ -8,7 +8,6 @@ the instance's device (and TensorRT's when ``optimization.execution_accelerators
 from __future__ import annotations
 
 import ctypes
-import difflib
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -17,10 +16,10 @@ from typing import Any
 import numpy as np
 
 from trt.protos import model_config_pb2
-from trt.server.backends.model_signature import ragged_or_scattered, scattered_outputs
+from trt.server.backends.model_signature import ModelSignature, TensorInfo, check_tensors
 from trt.server.core.backends.base import InstanceSpec, ModelFiles
 from trt.server.core.datatypes import BF16_DTYPE, config_to_wire
-from trt.server.core.errors import InvalidInput, ModelConfigError, ModelLoadError
+from trt.server.core.errors import InvalidInput, ModelLoadError
 
 logger = logging.getLogger("trt.backends.onnxruntime")
 
@@ -63,6 +62,17 @@ class _Signature:
     def __init__(self, session: Any) -> None:
         self.inputs = {arg.name: (arg.type, _dims(arg.shape)) for arg in session.get_inputs()}
         self.outputs = {arg.name: (arg.type, _dims(arg.shape)) for arg in session.get_outputs()}
+
+    def checked(self) -> ModelSignature:
+        """The same tensors as the config check of every tensor backend reads them."""
+
+        def infos(found: dict[str, tuple[str, list[int]]]) -> dict[str, TensorInfo]:
+            return {
+                name: TensorInfo(name, _ORT_TO_CONFIG_TYPE.get(ort_type, ""), tuple(dims), ort_type)
+                for name, (ort_type, dims) in found.items()
+            }
+
+        return ModelSignature(infos(self.inputs), infos(self.outputs))
 
 
 class OnnxRuntimeBackend:
@@ -127,90 +137,13 @@ class OnnxRuntimeBackend:
                 tensor.dims.extend(dims[1:] if strip_batch else dims)
 
     def validate(self, config: model_config_pb2.ModelConfig, files: ModelFiles) -> None:
-        signature = self._signature(config, files)
-        batch = config.max_batch_size > 0
-        scattered = scattered_outputs(config)
-        for kind, declared, found in (
-            ("input", config.input, signature.inputs),
-            ("output", config.output, signature.outputs),
-        ):
-            for tensor in declared:
-                where = f"{kind}[{tensor.name}]"
-                if tensor.name not in found:
-                    raise ModelConfigError(
-                        f"{kind} '{tensor.name}' in config is not in the model"
-                        f"{_closest(tensor.name, found)}; the model's {kind}s are: {', '.join(found)}",
-                        f"{where}.name",
-                    )
-                ort_type, dims = found[tensor.name]
-                expected_type = _ORT_TO_CONFIG_TYPE.get(ort_type, ort_type)
-                declared_type = model_config_pb2.DataType.Name(tensor.data_type)
-                if expected_type != declared_type:
-                    raise ModelConfigError(
-                        f"{kind} '{tensor.name}': config says {declared_type} "
-                        f"but the model has {expected_type}",
-                        f"{where}.data_type",
-                    )
-                if batch and ragged_or_scattered(kind, tensor, list(dims), scattered):
-                    continue
-                model_dims = dims[1:] if batch and dims else dims
-                if batch and dims and dims[0] not in (-1,):
-                    raise ModelConfigError(
-                        f"{kind} '{tensor.name}': max_batch_size is {config.max_batch_size} but the model's "
-                        f"first dimension is fixed at {dims[0]}; set max_batch_size: 0 or export with a "
-                        "dynamic batch dimension",
-                        "max_batch_size",
-                    )
-                config_dims = list(tensor.reshape.shape) if tensor.HasField("reshape") else list(tensor.dims)
-                if not _dims_compatible(config_dims, model_dims):
-                    raise ModelConfigError(
-                        f"{kind} '{tensor.name}': config dims {list(tensor.dims)} do not match the model's "
-                        f"{model_dims}"
-                        + (" (the batch dimension is implied by max_batch_size)" if batch else ""),
-                        f"{where}.dims",
-                    )
-        _check_sequence_tensors(config, signature)
+        # Inputs the config leaves out are not refused: an ONNX input may have a default (initializer).
+        check_tensors(config, self._signature(config, files).checked(), "ONNX Runtime", all_inputs=False)
 
     def create_instance(
         self, config: model_config_pb2.ModelConfig, files: ModelFiles, spec: InstanceSpec
     ) -> OnnxRuntimeInstance:
         return OnnxRuntimeInstance(self._model_path(config, files), config, spec)
-
-
-def _closest(name: str, names: dict[str, Any]) -> str:
-    close = difflib.get_close_matches(name, list(names), n=1, cutoff=0.5)
-    return f" (did you mean '{close[0]}'?)" if close else ""
-
-
-def _check_sequence_tensors(config: model_config_pb2.ModelConfig, signature: _Signature) -> None:
-    """The server feeds sequence controls and implicit state as model inputs (and reads state back
-    from outputs), so the model must have tensors of those names."""
-    if not config.HasField("sequence_batching"):
-        return
-    settings = config.sequence_batching
-    fed = [(c.name, f"sequence_batching.control_input[{c.name}]") for c in settings.control_input]
-    fed += [(s.input_name, f"sequence_batching.state[{s.input_name}]") for s in settings.state]
-    for name, where in fed:
-        if name not in signature.inputs:
-            raise ModelConfigError(
-                f"sequence_batching feeds '{name}' to the model, but the model has no input of that name"
-                f"{_closest(name, signature.inputs)}; its inputs are: {', '.join(signature.inputs)}",
-                where,
-            )
-    for state in settings.state:
-        if state.output_name not in signature.outputs:
-            raise ModelConfigError(
-                f"sequence_batching state reads '{state.output_name}' back from the model, but the model has "
-                f"no output of that name{_closest(state.output_name, signature.outputs)}; its outputs are: "
-                f"{', '.join(signature.outputs)}",
-                f"sequence_batching.state[{state.input_name}]",
-            )
-
-
-def _dims_compatible(config_dims: list[int], model_dims: list[int]) -> bool:
-    if len(config_dims) != len(model_dims):
-        return False
-    return all(c == m or m == -1 or c == -1 for c, m in zip(config_dims, model_dims, strict=True))
 
 
 class OnnxRuntimeInstance:

@@ -205,3 +205,6 @@ def test_ragged_fields_with_a_sequence_batcher_fail_rather_than_being_ignored() 
     )
     problems = [problem.message for problem in config_problems(config)]
     assert any("not with sequence_batching" in message for message in problems), problems
+    # A Python model takes each request whole and ignores them, as Triton's Python backend does
+    config.backend = "python"
+    assert not [p for p in config_problems(config) if "ragged" in p.message or "batch_input" in p.message]

@@ -239,7 +239,10 @@ def _model_metrics_problems(config: Config) -> Iterator[ModelConfigError]:
 
 
 def _ragged_problems(config: Config) -> Iterator[ModelConfigError]:
-    """allow_ragged_batch, batch_input and batch_output (``scheduling.ragged`` reads them)."""
+    """allow_ragged_batch, batch_input and batch_output (``scheduling.ragged`` reads them). A Python
+    model gets each request whole and ignores them, as Triton's Python backend does."""
+    if config.backend == "python":
+        return
     try:
         ragged = RaggedBatching.from_config(config)
     except ModelConfigError as problem:

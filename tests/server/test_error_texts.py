@@ -59,7 +59,12 @@ def _reshaped(module: Any) -> list[Any]:
 CASES: dict[str, tuple[Inputs, str]] = {
     "wrong shape (Triton's own assertion)": (
         _reshaped,
-        "unexpected shape for input 'INPUT1' for model 'simple'. Expected [-1,16], got [2,8]",
+        # Triton 2.51's whole text, seen side by side with the peers' tritonserver
+        "[request id: <id_unknown>] unexpected shape for input 'INPUT1' for model 'simple'. Expected "
+        "[-1,16], got [2,8]. NOTE: Setting a non-zero max_batch_size in the model config requires a batch "
+        "dimension to be prepended to each input shape. If you want to specify the full shape including "
+        "the batch dim in your input dims config, try setting max_batch_size to zero. See the model "
+        "configuration docs for more info on max_batch_size.",
     ),
     "missing input": (
         lambda module: _simple(module, [1, 16], names=("INPUT0",)),

@@ -14,10 +14,11 @@ STD = np.array([0.229, 0.224, 0.225], dtype=np.float32).reshape(3, 1, 1)
 
 class TritonPythonModel:
     def initialize(self, args):
-        config = json.loads(args["model_config"])
-        parameters = config["parameters"]
-        self.height = int(parameters["HEIGHT"]["string_value"])
-        self.width = int(parameters["WIDTH"]["string_value"])
+        # The image size comes from the config's parameters; 64x64 (cnn_onnx's input) where a config
+        # written without them (`trt repo add`) leaves them out.
+        parameters = json.loads(args["model_config"]).get("parameters", {})
+        self.height = int(parameters.get("HEIGHT", {}).get("string_value", "64"))
+        self.width = int(parameters.get("WIDTH", {}).get("string_value", "64"))
 
     def execute(self, requests):
         expected = self.height * self.width * 3

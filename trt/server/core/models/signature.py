@@ -214,11 +214,18 @@ class ModelSignature:
         message = f"{label}unexpected shape for input '{tensor.name}' for model '{self.model_name}'. "
         message += f"Expected {expected}, got {got}."
         if self.max_batch_size > 0:
-            message += (
-                f" The model batches (max_batch_size {self.max_batch_size}): a request's shape is the "
-                "batch size followed by the config's dims."
-            )
+            message += _IMPLICIT_BATCH_NOTE
         return InvalidInput(message)
+
+
+# What Triton (core's infer_request.cc, 2.51 and today) adds for a batching model, word for word:
+# clients and test suites compare whole error texts.
+_IMPLICIT_BATCH_NOTE = (
+    " NOTE: Setting a non-zero max_batch_size in the model config requires a batch dimension to be "
+    "prepended to each input shape. If you want to specify the full shape including the batch dim in "
+    "your input dims config, try setting max_batch_size to zero. See the model configuration docs for "
+    "more info on max_batch_size."
+)
 
 
 def _dims_text(shape: tuple[int, ...]) -> str:

@@ -272,17 +272,17 @@ class DynamicBatcher:
             ragged = self._ragged
             names: Sequence[str]
             feeds: Mapping[str, np.ndarray]
-            if ragged is not None:
-                names = list(dict.fromkeys(name for item in batch for name in item.output_names))
-                feeds = ragged.feeds([item.feeds for item in batch])
-            elif len(batch) == 1:
+            if ragged is None and len(batch) == 1:
                 names = batch[0].output_names
                 feeds = batch[0].feeds
             else:
                 names = list(dict.fromkeys(name for item in batch for name in item.output_names))
-                feeds = {
-                    name: np.concatenate([item.feeds[name] for item in batch]) for name in batch[0].feeds
-                }
+                if ragged is not None:  # ragged inputs flat, and the batch inputs (even for one)
+                    feeds = ragged.feeds([item.feeds for item in batch])
+                else:
+                    feeds = {
+                        name: np.concatenate([item.feeds[name] for item in batch]) for name in batch[0].feeds
+                    }
             concatenated = time.perf_counter_ns()
             handed_over = True
             outputs, compute_ns = await self._pool.run(instance, feeds, names)

@@ -154,6 +154,7 @@ class RaggedBatching:
         for name in dict.fromkeys(name for _, _, names in requests for name in names):
             output = outputs[name]
             spec = self.scatter.get(name)
+            flat = output.reshape(-1) if spec is not None else output  # scattered: cut by elements
             offset = 0
             for result, (inputs, batch_size, names) in zip(results, requests, strict=True):
                 if spec is None:
@@ -162,7 +163,6 @@ class RaggedBatching:
                 else:
                     shape = _scattered_shape(spec, inputs[spec.source].shape)
                     end = offset + math.prod(shape)
-                    flat = output.reshape(-1)
                     if end > flat.size:
                         raise InvalidInput(
                             f"output '{name}' has {flat.size} elements, fewer than its batch output "

@@ -109,6 +109,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         (repo / name / "config.pbtxt").write_text(f'name: "{name}"\nplatform: "onnxruntime_onnx"\n{config}')
     save_onnx(_corrid_echo(), repo / "corrid" / "1" / "model.onnx")
     (repo / "corrid" / "config.pbtxt").write_text('name: "corrid"\nplatform: "onnxruntime_onnx"\n' + CORRID)
+    save_onnx(_corrid_echo(), repo / "iterative_corrid" / "1" / "model.onnx")
+    iterative = CORRID.replace("sequence_batching {", "sequence_batching {\n  iterative_sequence: true")
+    (repo / "iterative_corrid" / "config.pbtxt").write_text(
+        'name: "iterative_corrid"\nplatform: "onnxruntime_onnx"\n' + iterative
+    )
     save_onnx(_string_corrid_echo(), repo / "string_corrid" / "1" / "model.onnx")
     (repo / "string_corrid" / "config.pbtxt").write_text(
         'name: "string_corrid"\nplatform: "onnxruntime_onnx"\n' + STRING_CORRID
@@ -172,6 +177,22 @@ def test_the_corrid_control_carries_the_sequence_id(server: ServerProcess) -> No
     result = client.infer("corrid", [tensor], sequence_id=314, sequence_start=True, sequence_end=True)
     assert int(result.as_numpy("ID")[0][0]) == 314
     assert int(result.as_numpy("SAME")[0][0]) == 5
+
+
+def test_an_iterative_sequence_model_gives_a_request_without_an_id_a_sequence_of_its_own(
+    server: ServerProcess,
+) -> None:
+    """A tensor backend cannot reschedule a request, so each is a whole sequence (START and END)."""
+    client = httpclient.InferenceServerClient(server.http_url)
+    tensor = httpclient.InferInput("INPUT", [1, 1], "INT64")
+    tensor.set_data_from_numpy(np.array([[5]], dtype=np.int64))
+    given = [int(client.infer("iterative_corrid", [tensor]).as_numpy("ID")[0][0]) for _ in range(3)]
+    assert given == [1, 2, 3]  # Triton's counter, from 1
+    # A client's own ids still work, and an open one is never handed out.
+    client.infer("iterative_corrid", [tensor], sequence_id=4, sequence_start=True)
+    assert int(client.infer("iterative_corrid", [tensor]).as_numpy("ID")[0][0]) == 5
+    with pytest.raises(InferenceServerException, match="sequence_id"):
+        client.infer("corrid", [tensor])  # not iterative: an id is needed
 
 
 def test_a_string_id_is_refused_where_the_corrid_control_carries_integers(server: ServerProcess) -> None:

@@ -43,6 +43,7 @@ class _Execution:
     started_ns: int | None = None  # when the model process began it
     withdrawn: bool = False  # the process was asked not to start it (its requests were cancelled)
     finals: set[int] = field(default_factory=set)
+    rescheduled: frozenset[int] = frozenset()  # released to run again: answered by a later execution
     returned: bool = False  # execute() has returned (with None: answers come through senders)
     settled: bool = False  # ``done`` was called: the instance is free
 
@@ -73,14 +74,16 @@ class _Execution:
     def settle_if_complete(self) -> None:
         if self.settled or not self.returned:
             return
-        if self.streamed:
-            self.settle([BackendResponse({}) for _ in range(self.count)])  # answers go by the streams
+        if self.streamed:  # answers go by the streams
+            self.settle([BackendResponse({}, rescheduled=i in self.rescheduled) for i in range(self.count)])
             return
         if len(self.finals) < self.count:
             return
         answers = []
         for index, responses in enumerate(self.responses):
-            if self.requests[index].on_response is not None:
+            if index in self.rescheduled:
+                answers.append(BackendResponse({}, rescheduled=True))
+            elif self.requests[index].on_response is not None:
                 answers.append(BackendResponse({}))  # already delivered, one by one
             elif not responses:
                 answers.append(
@@ -186,13 +189,20 @@ class Executions:
             execution.settle([BackendResponse({}, error=error) for _ in range(execution.count)])
         elif payload["responses"] is None:
             execution.returned = True
+            # A rescheduled request's stream goes on in its next execution: none here owes it a final.
+            execution.rescheduled = _rescheduled(payload, execution.count) - execution.finals
+            execution.finals.update(execution.rescheduled)
             execution.settle_if_complete()
         else:
             arena = None if execution.slot is None else self._output_arenas[execution.slot]
-            answers = [backend_response(d, arena) for d in payload["responses"]]
+            rescheduled = _rescheduled(payload, execution.count)
+            answers = [
+                BackendResponse({}, rescheduled=True) if index in rescheduled else backend_response(d, arena)
+                for index, d in enumerate(payload["responses"])
+            ]
             for request, answer in zip(execution.requests, answers, strict=True):
-                if request.on_response is not None:  # a decoupled model that returned its responses anyway
-                    request.on_response(answer, True)
+                if request.on_response is not None and not answer.rescheduled:
+                    request.on_response(answer, True)  # a decoupled model that returned its responses anyway
             # Every request has its final answer: nothing more can come for it, and its arenas are
             # free for the next execution, which ``settle`` may start.
             del self._executions[number]
@@ -274,9 +284,22 @@ class Executions:
         self._executions.clear()
 
 
-def backend_response(described: dict[str, Any], arena: _ipc.Arena | None) -> BackendResponse:
+def _rescheduled(payload: dict[str, Any], count: int) -> frozenset[int]:
+    """The requests of a ``result`` that ``execute`` released with RESCHEDULE (indices checked: the
+    model process is not trusted)."""
+    indices = payload.get("rescheduled")
+    if not indices:
+        return frozenset()
+    if type(indices) is not list or any(type(i) is not int or not 0 <= i < count for i in indices):
+        raise ValueError(f"a result names rescheduled requests that its execution does not have: {indices!r}")
+    return frozenset(indices)
+
+
+def backend_response(described: dict[str, Any] | None, arena: _ipc.Arena | None) -> BackendResponse:
     """A response the model process described; its tensors copied out of ``arena``, which the
     process reuses."""
+    if described is None:  # only a rescheduled request's place may be empty
+        return BackendResponse({}, error=ServerError("execute() gave None for a request not rescheduled"))
     if described["error"] is not None:
         message, code = described["error"]
         return BackendResponse({}, error=error_from_model(message, code))

@@ -172,6 +172,9 @@ class BackendResponse:
     outputs: dict[str, np.ndarray]
     parameters: dict[str, Any] = field(default_factory=dict)
     error: ServerError | None = None
+    # The model released the request with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE: not its answer;
+    # it is to run again (an iterative sequence's scheduler does that, any other refuses it).
+    rescheduled: bool = False
 
 
 class RequestLevelInstance(Protocol):

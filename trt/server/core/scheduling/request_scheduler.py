@@ -32,12 +32,17 @@ from functools import partial
 from typing import Any
 
 from trt.server.core.backends.base import BackendRequest, BackendResponse, RequestLevelInstance
-from trt.server.core.errors import ServerError
+from trt.server.core.errors import InvalidArgument, ServerError
 from trt.server.core.extensions.statistics import ModelStatistics
 from trt.server.core.scheduling.rate_limiter import Needs, RateLimiter
 from trt.server.core.scheduling.timing import ExecutionTimes
 
 SHARED_SLOTS = 2  # executions handed to each of a model's several instances at once (see above)
+# Triton core's words (infer_request.cc) for a request a model reschedules outside an iterative sequence.
+RESCHEDULE_REFUSED = (
+    "Request is released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, while the model is not "
+    "configured to handle such a flag."
+)
 
 
 @dataclass(slots=True)
@@ -57,7 +62,11 @@ class RequestScheduler:
         gather: bool = False,
         limiter: RateLimiter | None = None,
         needs: Sequence[tuple[Needs, int]] = (),
+        reschedules: bool = False,
     ) -> None:
+        # Whether a rescheduled request comes back as such (to an iterative sequence's router that
+        # queues it again) rather than as Triton's refusal.
+        self._reschedules = reschedules
         # An instance is here once per execution it may take now: with slots, round-robin first.
         slots = min((getattr(i, "execution_slots", 1) for i in instances), default=1)
         if gather or limiter:
@@ -215,5 +224,7 @@ class RequestScheduler:
         elapsed = time.perf_counter_ns() - started
         self._stats.record_execution(total, 0, elapsed, 0)
         for item, response in zip(batch, responses, strict=True):
+            if response.rescheduled and not self._reschedules:
+                response = BackendResponse({}, error=InvalidArgument(RESCHEDULE_REFUSED))
             if not item.future.done():
                 item.future.set_result((response, ExecutionTimes(started - item.queued_ns, 0, elapsed, 0)))

@@ -7,6 +7,8 @@ not batch), ``max_candidate_sequences`` for ``oldest``. A sequence takes a free 
 request has been taken for execution or it stays idle longer than ``max_sequence_idle_microseconds``
 (default 1 s); while every slot is taken, new sequences wait in a backlog, in arrival order, and a
 freed slot goes to the oldest of them. A request for an unknown sequence without START is refused.
+With ``iterative_sequence: true`` a request without a sequence id is given one and is a sequence of
+its own (START and END): a tensor backend cannot reschedule it, which is what would make it iterate.
 
 An instance runs one execution at a time, so a sequence's requests run in order, one per execution,
 each with its own implicit ``state`` and its own row of control values (START, END, READY, CORRID).
@@ -46,7 +48,7 @@ from trt.server.core.backends.base import (
 from trt.server.core.errors import InvalidInput, Unavailable
 from trt.server.core.extensions.statistics import ModelStatistics
 from trt.server.core.scheduling.instance_pool import InstancePool
-from trt.server.core.scheduling.sequence_controls import Row, SequenceControls
+from trt.server.core.scheduling.sequence_controls import IterativeIds, Row, SequenceControls
 from trt.server.core.scheduling.timers import DeadlineTimer, IdleTimer
 from trt.server.core.scheduling.timing import ExecutionTimes
 
@@ -137,6 +139,8 @@ class SequenceBatcher:
             self._preferred = []
             self._min_utilization = settings.direct.minimum_slot_utilization
         self._idle_s = (settings.max_sequence_idle_microseconds or DEFAULT_IDLE_US) / 1e6
+        self._iterative = settings.iterative_sequence
+        self._ids = IterativeIds()
         self._runners = [_Runner(number, instance) for number, instance in enumerate(instances)]
         for runner in self._runners:
             runner.slots = [_Slot(runner, index) for index in range(slot_count)]
@@ -158,7 +162,12 @@ class SequenceBatcher:
         timeout_us: int = 0,
     ) -> Result:
         if sequence_id in (0, "", None):
-            raise InvalidInput(f"model '{self._name}' is a sequence model: each request needs a sequence_id")
+            if not self._iterative:
+                raise InvalidInput(
+                    f"model '{self._name}' is a sequence model: each request needs a sequence_id"
+                )
+            # A tensor backend cannot reschedule a request: its iterative sequence is this request.
+            sequence_id, start, end = self._ids.take(self._open), True, True
         if self._batching and batch_size > 1:
             raise InvalidInput(
                 f"inference request to model '{self._name}' must specify batch-size 1 due to requirements "

@@ -12,7 +12,7 @@ END false, CORRID 0 and a zero state, and its outputs are thrown away.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -196,3 +196,17 @@ class SequenceControls:
                 ids_int = [0 if r.sequence_id is None else int(r.sequence_id) & _U64 for r in rows]
                 columns[name] = np.array(ids_int, dtype=np.uint64).astype(dtype).reshape(shape)
         return columns
+
+
+class IterativeIds:
+    """Sequence ids for iterative requests (``iterative_sequence: true``) that came without one: a
+    counter from 1, as Triton's, that skips the ids of sequences still open (a client's own)."""
+
+    def __init__(self) -> None:
+        self._next = 1
+
+    def take(self, open_ids: Container[int | str]) -> int:
+        while self._next in open_ids:
+            self._next += 1
+        self._next += 1
+        return self._next - 1

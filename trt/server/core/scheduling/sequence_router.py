@@ -12,6 +12,13 @@ sequence without START is refused.
 As in Triton, the ``control_input`` tensors (START, END, READY, CORRID) are added to each request's
 inputs, so ``pb_utils.get_input_tensor_by_name(request, "START")`` works in ``execute``. Implicit
 ``state`` is not kept for Python models here: the model keeps its state itself.
+
+``iterative_sequence: true`` (Triton's iterative sequences, for models that generate step by step):
+a request without a sequence id is given one, and START. Each time ``execute`` releases it with
+``TRITONSERVER_REQUEST_RELEASE_RESCHEDULE`` it queues again on its instance, with neither START nor
+END, behind the requests already waiting there, so the steps of many such requests share executions;
+a decoupled model streams each step's responses to the same client. The sequence ends when the model
+releases the request for good.
 """
 
 from __future__ import annotations
@@ -34,7 +41,7 @@ from trt.server.core.errors import InvalidInput
 from trt.server.core.extensions.statistics import ModelStatistics
 from trt.server.core.scheduling.rate_limiter import Needs, RateLimiter
 from trt.server.core.scheduling.request_scheduler import RequestScheduler
-from trt.server.core.scheduling.sequence_controls import Row, SequenceControls
+from trt.server.core.scheduling.sequence_controls import IterativeIds, Row, SequenceControls
 from trt.server.core.scheduling.timers import IdleTimer
 from trt.server.core.scheduling.timing import ExecutionTimes
 
@@ -67,10 +74,12 @@ class SequenceRouter:
         self._controls = SequenceControls(config, model_dir)
         batching = config.max_batch_size > 0
         needs = list(needs) or [((), 0)] * len(instances)
+        self._iterative = config.sequence_batching.iterative_sequence
         self._queues = [
-            RequestScheduler([i], stats, config.max_batch_size, batching, limiter, [need])
+            RequestScheduler([i], stats, config.max_batch_size, batching, limiter, [need], self._iterative)
             for i, need in zip(instances, needs, strict=True)
         ]
+        self._ids = IterativeIds()
         self._open_count = [0] * len(instances)
         self._open: dict[int | str, _Route] = {}
         self._idle_s = (config.sequence_batching.max_sequence_idle_microseconds or DEFAULT_IDLE_US) / 1e6
@@ -86,7 +95,12 @@ class SequenceRouter:
     ) -> tuple[BackendResponse, ExecutionTimes]:
         sequence_id = request.correlation_id
         if sequence_id in (0, "", None):
-            raise InvalidInput(f"model '{self._name}' is a sequence model: each request needs a sequence_id")
+            if not self._iterative:
+                raise InvalidInput(
+                    f"model '{self._name}' is a sequence model: each request needs a sequence_id"
+                )
+            sequence_id = request.correlation_id = self._ids.take(self._open)
+            request.flags = SEQUENCE_START
         self._controls.check_id(sequence_id)
         route = self._open.get(sequence_id)
         if route is None:
@@ -99,21 +113,43 @@ class SequenceRouter:
             route = self._open[sequence_id] = _Route(chosen)
             self._open_count[chosen] += 1
         if request.flags & SEQUENCE_END:  # a later request with this id starts a new sequence
-            route.ended = True
-            del self._open[sequence_id]
-        row = Row(sequence_id, bool(request.flags & SEQUENCE_START), bool(request.flags & SEQUENCE_END))
-        request.inputs = {**request.inputs, **self._controls.columns([row])}
+            self._end(sequence_id, route)
         route.waiting += 1
         route.last_seen = time.monotonic()
         self._reaper.arm()
+        queue = self._queues[route.instance]
         try:
             async with route.turn:
-                return await self._queues[route.instance].schedule(request, batch_size)
+                steps = ExecutionTimes(0, 0, 0, 0)  # a rescheduled request's time is all its steps'
+                while True:
+                    self._add_controls(request)
+                    response, times = await queue.schedule(request, batch_size)
+                    steps.queue_ns += times.queue_ns
+                    steps.input_ns += times.input_ns
+                    steps.infer_ns += times.infer_ns
+                    steps.output_ns += times.output_ns
+                    if not response.rescheduled:
+                        return response, steps
+                    request.flags = 0  # a step of the sequence: neither its start nor its end
+                    route.last_seen = time.monotonic()
         finally:
+            if self._iterative:  # released for good: its sequence is over
+                self._end(sequence_id, route)
             route.waiting -= 1
             route.last_seen = time.monotonic()
             if route.ended and route.waiting == 0:
                 self._open_count[route.instance] -= 1
+
+    def _add_controls(self, request: BackendRequest) -> None:
+        row = Row(
+            request.correlation_id, bool(request.flags & SEQUENCE_START), bool(request.flags & SEQUENCE_END)
+        )
+        request.inputs = {**request.inputs, **self._controls.columns([row])}
+
+    def _end(self, sequence_id: int | str, route: _Route) -> None:
+        route.ended = True
+        if self._open.get(sequence_id) is route:
+            del self._open[sequence_id]
 
     def _release_idle(self) -> bool:
         """Release sequences idle past ``max_sequence_idle_microseconds``; whether any remain to watch."""

@@ -65,12 +65,22 @@ class InferenceResponseSender:
         self._execution = execution
         self._index = index
         self._closed = False
+        self._rescheduled = False  # its request ran again: that execute() call's sender answers
 
     def __del__(self) -> None:
         if not self._closed:  # it can send nothing more: the server ends the request
             _release(("sender_dropped", self._execution, self._index))
 
+    def _retire(self) -> None:
+        """Its request was rescheduled: the sender of the request's next ``execute`` answers it."""
+        self._closed = self._rescheduled = True
+
     def send(self, response: InferenceResponse | None = None, flags: int = 0) -> None:
+        if self._rescheduled:
+            raise TritonModelException(
+                "the request was rescheduled (TRITONSERVER_REQUEST_RELEASE_RESCHEDULE): the response "
+                "sender of the request that its next execute() receives sends its responses"
+            )
         if self._closed:
             raise TritonModelException("the response sender is already closed (a final flag was sent)")
         final = bool(flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL)
@@ -174,6 +184,7 @@ class InferenceRequest:
         self._sender: InferenceResponseSender | None = None
         self._origin: tuple[int, int] | None = None  # (execution, index) of a request sent to execute
         self._owes_final = False  # set when execute() returned None: its answers go through senders
+        self._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
         self._trace = trace if isinstance(trace, InferenceTrace) else None
 
     @classmethod
@@ -201,6 +212,7 @@ class InferenceRequest:
         request._sender = None
         request._origin = origin
         request._owes_final = False
+        request._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
         request._trace = None
         return request
 
@@ -251,8 +263,16 @@ class InferenceRequest:
         return bool(trt_pb_runtime.current.call("request_cancelled", *self._origin))
 
     def set_release_flags(self, flags: int) -> None:
-        if flags & TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
-            raise TritonModelException("request rescheduling is not supported by this server")
+        """``TRITONSERVER_REQUEST_RELEASE_RESCHEDULE``: once ``execute`` returns, run this request
+        again in a later ``execute`` (an iterative sequence: ``sequence_batching { iterative_sequence:
+        true }``); ``execute`` returns None in its place. ``TRITONSERVER_REQUEST_RELEASE_ALL`` (the
+        default): it is done."""
+        if type(flags) is not int:
+            raise TritonModelException(f"release flags must be an int, got {type(flags).__name__}")
+        self._release_flags = flags
+
+    def _rescheduled(self) -> bool:
+        return self._release_flags == TRITONSERVER_REQUEST_RELEASE_RESCHEDULE  # Triton's test: equal
 
     def exec(self, decoupled: bool = False) -> Any:
         """Business logic scripting: run this request on another model of the server; its response,

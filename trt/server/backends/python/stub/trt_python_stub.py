@@ -360,10 +360,14 @@ def execute(runtime: Runtime, model: Any, loop: asyncio.AbstractEventLoop, execu
         failure = {"error": _error_message(exc), "traceback": traceback.format_exc()}
         runtime.send(("result", execution, {**failure, "started_ns": started_ns}))
         return
+    rescheduled = _rescheduled(requests)
     if result is None:  # responses went through response senders
-        _owe_finals(requests)
+        _owe_finals(requests, rescheduled)
         del requests  # a request no one holds any more, and no sender ever held, is reported with this
-        runtime.send(("result", execution, {"responses": None, "started_ns": started_ns}))
+        done: dict[str, Any] = {"responses": None, "started_ns": started_ns}
+        if rescheduled:
+            done["rescheduled"] = rescheduled
+        runtime.send(("result", execution, done))
         return
     if not isinstance(result, (list, tuple)) or len(result) != len(requests):
         count = len(result) if isinstance(result, (list, tuple)) else type(result).__name__
@@ -371,25 +375,52 @@ def execute(runtime: Runtime, model: Any, loop: asyncio.AbstractEventLoop, execu
         failure = {"error": (message, pb_utils.TritonError.INTERNAL)}
         runtime.send(("result", execution, {**failure, "started_ns": started_ns}))
         return
+    for index in rescheduled:
+        if result[index] is not None:  # Triton's words, its spelling included
+            message = (
+                "Expected a None object in the execute function return list for reschduled request, "
+                f"found type '{type(result[index])}'."
+            )
+            failure = {"error": (message, pb_utils.TritonError.INTERNAL)}
+            runtime.send(("result", execution, {**failure, "started_ns": started_ns}))
+            return
     described = [
         _describe(r, output_arena)
         if isinstance(r, pb_utils.InferenceResponse)
+        else None
+        if index in rescheduled
         else {"error": (f"execute() returned {type(r).__name__}, not InferenceResponse", 1), "outputs": []}
-        for r in result
+        for index, r in enumerate(result)
     ]
+    done = {"responses": described, "started_ns": started_ns}
+    if rescheduled:
+        done["rescheduled"] = rescheduled
     try:
-        runtime.send(("result", execution, {"responses": described, "started_ns": started_ns}))
+        runtime.send(("result", execution, done))
     except pb_utils.TritonModelException as exc:  # a value in a response that cannot cross
         failure = {"error": (f"execute() returned a response that {exc}", pb_utils.TritonError.INTERNAL)}
         runtime.send(("result", execution, {**failure, "started_ns": started_ns}))
 
 
-def _owe_finals(requests: list[pb_utils.InferenceRequest]) -> None:
+def _rescheduled(requests: list[pb_utils.InferenceRequest]) -> list[int]:
+    """Which requests ``execute`` released with ``TRITONSERVER_REQUEST_RELEASE_RESCHEDULE``: each runs
+    again in a later ``execute``, whose request's sender answers it, so the senders made for them
+    in this one retire (without reporting a missing final flag)."""
+    found = []
+    for index, request in enumerate(requests):
+        if request._release_flags != pb_utils.TRITONSERVER_REQUEST_RELEASE_ALL and request._rescheduled():
+            found.append(index)
+            if request._sender is not None:
+                request._sender._retire()
+    return found
+
+
+def _owe_finals(requests: list[pb_utils.InferenceRequest], rescheduled: list[int]) -> None:
     """Mark requests whose answers go through response senders: one dropped without its final flag
     (or never made) is reported when it is collected. A function of its own so that no loop variable
     of ``execute`` keeps the last request alive past the result."""
-    for request in requests:
-        request._owes_final = True
+    for index, request in enumerate(requests):
+        request._owes_final = index not in rescheduled
 
 
 def serve(fd: int) -> None:

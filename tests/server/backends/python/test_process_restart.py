@@ -426,6 +426,7 @@ def test_a_response_holding_a_value_that_cannot_cross_is_an_error_and_the_proces
     refused, after = asyncio.run(scenario())
     assert refused[0].error is not None
     assert refused[0].error.message == (
+        "Failed to process the request(s) for model 'm_0', message: "
         "execute() returned a response that cannot be sent to the server: "
         "a Planted cannot cross to or from a model process"
     )

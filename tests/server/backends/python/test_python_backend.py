@@ -182,9 +182,13 @@ def test_an_exception_in_execute_fails_the_request_and_the_model_keeps_serving(s
     client = httpclient.InferenceServerClient(server.http_url)
     tensor = httpclient.InferInput("TEXT", [1], "BYTES")
     tensor.set_data_from_numpy(np.array([b"raise"], dtype=np.object_))
-    with pytest.raises(InferenceServerException, match="asked to raise") as info:
+    with pytest.raises(InferenceServerException) as info:
         client.infer("strings", [tensor])
     assert info.value.status() == "500"
+    # Triton's stub words it so (seen with Triton 2.51), less the traceback it appends.
+    assert info.value.message() == (
+        "Failed to process the request(s) for model 'strings_0_0', message: TritonModelException: asked to raise"
+    )
     tensor.set_data_from_numpy(np.array([b"fine"], dtype=np.object_))
     assert list(client.infer("strings", [tensor]).as_numpy("UPPER")) == [b"FINE"]
 

@@ -65,6 +65,7 @@ class Runtime:
         self._wake_fd = -1
         self._server_gone = False
         self.input_arenas: list[_ipc.Arena] = []  # one per execution slot
+        self.instance_name = ""  # the model instance's name, as Triton's errors give it
         self.output_arenas: list[_ipc.Arena] = []
 
     def start_up_message(self) -> Any:
@@ -319,10 +320,22 @@ def _describe(response: pb_utils.InferenceResponse, arena: _ipc.Arena | None) ->
 
 
 def _error_message(exc: Exception) -> tuple[str, int]:
+    """What an exception ``execute`` raised says, as Triton's stub words it (its type first), and its
+    code (a ``TritonError`` raised, which trt allows, keeps its own)."""
     if isinstance(exc, pb_utils.TritonError):
         return exc.message(), exc.code()
-    message = str(exc) if isinstance(exc, pb_utils.TritonModelException) else f"{type(exc).__name__}: {exc}"
-    return message, pb_utils.TritonError.INTERNAL
+    return f"{type(exc).__name__}: {exc}", pb_utils.TritonError.INTERNAL
+
+
+def _fail(runtime: Runtime, execution: int, started_ns: int, message: str,
+          code: int = pb_utils.TritonError.INTERNAL, trace: str | None = None) -> None:  # fmt: skip
+    """End an execution whose ``execute`` failed: every request of it gets Triton's text (without
+    the traceback Triton appends, which shows clients the server's paths; it goes to the log)."""
+    text = f"Failed to process the request(s) for model '{runtime.instance_name}', message: {message}"
+    failure: dict[str, Any] = {"error": (text, code), "started_ns": started_ns}
+    if trace is not None:
+        failure["traceback"] = trace
+    runtime.send(("result", execution, failure))
 
 
 def _input_tensors(packed: list[tuple[Any, ...]], arena: _ipc.Arena | None) -> list[pb_utils.Tensor]:
@@ -357,8 +370,7 @@ def execute(runtime: Runtime, model: Any, loop: asyncio.AbstractEventLoop, execu
         if type(result) is not list and inspect.isawaitable(result):
             result = loop.run_until_complete(result)
     except Exception as exc:
-        failure = {"error": _error_message(exc), "traceback": traceback.format_exc()}
-        runtime.send(("result", execution, {**failure, "started_ns": started_ns}))
+        _fail(runtime, execution, started_ns, *_error_message(exc), traceback.format_exc())
         return
     rescheduled = _rescheduled(requests)
     if result is None:  # responses went through response senders
@@ -371,9 +383,12 @@ def execute(runtime: Runtime, model: Any, loop: asyncio.AbstractEventLoop, execu
         return
     if not isinstance(result, (list, tuple)) or len(result) != len(requests):
         count = len(result) if isinstance(result, (list, tuple)) else type(result).__name__
-        message = f"execute() must return one response per request ({len(requests)}), got {count}"
-        failure = {"error": (message, pb_utils.TritonError.INTERNAL)}
-        runtime.send(("result", execution, {**failure, "started_ns": started_ns}))
+        _fail(
+            runtime,
+            execution,
+            started_ns,
+            f"execute() must return one response per request ({len(requests)}), got {count}",
+        )
         return
     for index in rescheduled:
         if result[index] is not None:  # Triton's words, its spelling included
@@ -381,8 +396,7 @@ def execute(runtime: Runtime, model: Any, loop: asyncio.AbstractEventLoop, execu
                 "Expected a None object in the execute function return list for reschduled request, "
                 f"found type '{type(result[index])}'."
             )
-            failure = {"error": (message, pb_utils.TritonError.INTERNAL)}
-            runtime.send(("result", execution, {**failure, "started_ns": started_ns}))
+            _fail(runtime, execution, started_ns, message)
             return
     described = [
         _describe(r, output_arena)
@@ -398,8 +412,7 @@ def execute(runtime: Runtime, model: Any, loop: asyncio.AbstractEventLoop, execu
     try:
         runtime.send(("result", execution, done))
     except pb_utils.TritonModelException as exc:  # a value in a response that cannot cross
-        failure = {"error": (f"execute() returned a response that {exc}", pb_utils.TritonError.INTERNAL)}
-        runtime.send(("result", execution, {**failure, "started_ns": started_ns}))
+        _fail(runtime, execution, started_ns, f"execute() returned a response that {exc}")
 
 
 def _rescheduled(requests: list[pb_utils.InferenceRequest]) -> list[int]:
@@ -445,6 +458,7 @@ def serve(fd: int) -> None:
     if message[0] != "init":
         return
     _, args, model_path, input_arena, output_arena, channel = message
+    runtime.instance_name = args.get("model_instance_name") or args.get("model_name", "")
     runtime.use_codec(trt_pb_wire.Codec(channel["tag"]))
     try:
         runtime.input_arenas = _ipc.slot_arenas(*input_arena)

@@ -187,7 +187,8 @@ def test_an_exception_in_execute_fails_the_request_and_the_model_keeps_serving(s
     assert info.value.status() == "500"
     # Triton's stub words it so (seen with Triton 2.51), less the traceback it appends.
     assert info.value.message() == (
-        "Failed to process the request(s) for model 'strings_0_0', message: TritonModelException: asked to raise"
+        "Failed to process the request(s) for model 'strings_0_0', message: "
+        "TritonModelException: asked to raise"
     )
     tensor.set_data_from_numpy(np.array([b"fine"], dtype=np.object_))
     assert list(client.infer("strings", [tensor]).as_numpy("UPPER")) == [b"FINE"]

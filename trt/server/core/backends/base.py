@@ -69,6 +69,9 @@ class InstanceSpec:
     # The group's rate_limiter: resources (name, count) and priority, used with --rate-limit.
     resources: tuple[tuple[str, int], ...] = ()
     rate_priority: int = 0
+    # ``passive: true`` in its group: loaded (and warmed up) like the others, but the scheduler
+    # never hands it a request, as in Triton.
+    passive: bool = False
 
 
 @dataclass(frozen=True, slots=True)

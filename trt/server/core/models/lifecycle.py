@@ -344,7 +344,7 @@ class ModelManager:
         return {
             version: ModelVersion(
                 result.config, loaded.files, loaded.instances, result.labels, self.response_cache,
-                self.rate_limiter, loaded.needs, self.options.latency_metrics,
+                self.rate_limiter, loaded.needs, self.options.latency_metrics, loaded.passive,
             )
             for version, loaded in result.versions.items()
         }  # fmt: skip

@@ -48,6 +48,7 @@ class LoadedVersion:
     instances: list[ModelInstance | RequestLevelInstance]
     # Per instance, in the same order: its rate-limiter resources and priority.
     needs: list[tuple[tuple[tuple[str, int], ...], int]] = field(default_factory=list)
+    passive: frozenset[int] = frozenset()  # the positions in ``instances`` of passive instances
 
 
 @dataclass
@@ -207,7 +208,7 @@ def instance_specs(config: Config, services: ServerServices | None = None) -> li
                 specs.append(
                     InstanceSpec(
                         f"{group.name}_{index}", kind, int(device_id), threads, services,
-                        resources, int(group.rate_limiter.priority),
+                        resources, int(group.rate_limiter.priority), group.passive,
                     )
                 )  # fmt: skip
     return specs
@@ -253,9 +254,10 @@ def load_model(
                 else:
                     logger.exception("failed to load '%s' version %d", name, version)
             else:
-                unlimited = [((), 0)] * (len(instances) - len(specs))  # an ensemble's routers
-                needs = unlimited + [(spec.resources, spec.rate_priority) for spec in specs]
-                result.versions[version] = LoadedVersion(files, instances, needs)
+                routers = len(instances) - len(specs)  # an ensemble's, before the specs' instances
+                needs = [((), 0)] * routers + [(spec.resources, spec.rate_priority) for spec in specs]
+                passive = frozenset(routers + i for i, spec in enumerate(specs) if spec.passive)
+                result.versions[version] = LoadedVersion(files, instances, needs, passive)
             break
     return result
 

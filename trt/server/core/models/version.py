@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Collection, Sequence
 from typing import Any, TypeAlias
 
 import numpy as np
@@ -66,6 +66,7 @@ class ModelVersion:
         limiter: RateLimiter | None = None,
         needs: Sequence[tuple[Needs, int]] = (),
         latency_metrics: LatencyMetricsSettings | None = None,
+        passive: Collection[int] = (),
     ) -> None:
         self.name = files.model_name
         self.namespace = files.namespace  # "" unless --model-namespacing
@@ -82,9 +83,12 @@ class ModelVersion:
             buckets = first_response_buckets(config)
             self.stats.latencies = LatencyDistributions(latency_metrics, self.cache is not None, buckets)
         self._instances = list(instances)
+        # Passive instances (``instance_group { passive: true }``) are loaded but never scheduled.
+        scheduled = [i for i in range(len(instances)) if i not in passive]
         self._scheduler = create_scheduler(
-            self.name, self.version, config, self._instances, self.stats, files.model_dir, limiter, needs
-        )
+            self.name, self.version, config, [self._instances[i] for i in scheduled], self.stats,
+            files.model_dir, limiter, [needs[i] for i in scheduled] if needs else (),
+        )  # fmt: skip
         self._in_flight = 0
         self._drained: asyncio.Event | None = None
         self._closing = False

@@ -16,6 +16,7 @@ from typing import Protocol, cast
 
 from trt.protos import model_config_pb2
 from trt.server.core.backends.base import BackendRequest, BackendResponse, ModelInstance, RequestLevelInstance
+from trt.server.core.errors import Unavailable
 from trt.server.core.extensions.statistics import ModelStatistics
 from trt.server.core.scheduling.direct import DirectScheduler
 from trt.server.core.scheduling.dynamic_batcher import DynamicBatcher
@@ -41,6 +42,24 @@ class Scheduler(Protocol):
         ...
 
 
+class NoInstanceScheduler:
+    """For a model whose every instance is passive: nothing would ever run a request, so each is
+    refused at once rather than queued for good."""
+
+    def __init__(self, model_name: str) -> None:
+        self._name = model_name
+
+    async def schedule(
+        self, request: BackendRequest, batch_size: int
+    ) -> tuple[BackendResponse, ExecutionTimes]:
+        raise Unavailable(
+            f"model '{self._name}' has no instance that takes requests: every instance group is passive"
+        )
+
+    async def close(self) -> None:
+        pass
+
+
 def create_scheduler(
     name: str,
     version: int,
@@ -52,6 +71,8 @@ def create_scheduler(
     needs: Sequence[tuple[Needs, int]] = (),
 ) -> Scheduler:
     """The scheduler a config asks for, over instances of one kind (all tensor or all request-level)."""
+    if not instances:
+        return NoInstanceScheduler(name)
     batches = config.HasField("dynamic_batching") and config.max_batch_size > 0
     if instances and hasattr(instances[0], "execute_requests"):
         request_instances = cast(list[RequestLevelInstance], list(instances))

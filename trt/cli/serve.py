@@ -27,6 +27,7 @@ from trt.cli.hosted_flags import check_port_collisions, resolve_hosted_flags
 from trt.cli.serve_summary import listening_services, print_summary
 from trt.server.core.datatypes import DEFAULT_MAX_BYTES_ELEMENTS
 from trt.server.core.extensions.log_settings import LOG_FORMATS, LogOptions, LogSettings
+from trt.server.core.models.answer_queue import DEFAULT_LIMIT as DEFAULT_UNREAD_BYTES
 from trt.server.core.models.object_store import is_remote
 from trt.server.core.options import CoreOptions, ModelControlMode
 from trt.server.core.scheduling.queued_bytes import DEFAULT_LIMIT as DEFAULT_QUEUED_BYTES
@@ -171,6 +172,13 @@ def serve_command(
         min=0,
         help="Most elements one BYTES tensor of a request may have; over it: 400. 0 = no bound.",
     ),
+    max_unread_response_bytes: int = typer.Option(
+        DEFAULT_UNREAD_BYTES,
+        "--max-unread-response-bytes",
+        min=0,
+        help="Bytes of a decoupled model's responses to one request held while its reader lags; over it "
+        "the request is cancelled. 0 = no bound.",
+    ),
     http_max_header_size: int = typer.Option(
         DEFAULT_MAX_HEADER_SIZE,
         "--http-max-header-size",
@@ -291,6 +299,7 @@ def serve_command(
         trace=_parsed(parse_trace_config, triton_only.values_of("--trace-config") + (trace_config or [])),
         max_queued_bytes=max_queued_bytes,
         max_bytes_elements=max_bytes_elements,
+        max_unread_response_bytes=max_unread_response_bytes,
         latency_metrics=_parsed(parse_metrics_config, metrics_config or []),
     )
     http_tls = _http_tls(

@@ -10,6 +10,7 @@ from trt.server.core.datatypes import DEFAULT_MAX_BYTES_ELEMENTS
 from trt.server.core.extensions.latency_distributions import LatencyMetricsSettings
 from trt.server.core.extensions.log_settings import LogOptions
 from trt.server.core.extensions.tracing import TraceSettings
+from trt.server.core.models.answer_queue import DEFAULT_LIMIT as DEFAULT_UNREAD_LIMIT
 from trt.server.core.scheduling.queued_bytes import DEFAULT_LIMIT
 
 
@@ -47,6 +48,8 @@ class CoreOptions:
     # Limits on what clients can make the server hold (see the README's Security section).
     max_queued_bytes: int = DEFAULT_LIMIT  # --max-queued-bytes: bytes of requests not yet answered; 0 = none
     max_bytes_elements: int = DEFAULT_MAX_BYTES_ELEMENTS  # --max-bytes-elements: per BYTES tensor; 0 = none
+    # --max-unread-response-bytes: a decoupled request's answers held unread (see AnswerQueue); 0 = none
+    max_unread_response_bytes: int = DEFAULT_UNREAD_LIMIT
     latency_metrics: LatencyMetricsSettings = field(
         default_factory=LatencyMetricsSettings
     )  # --metrics-config

@@ -345,6 +345,7 @@ class ModelManager:
             version: ModelVersion(
                 result.config, loaded.files, loaded.instances, result.labels, self.response_cache,
                 self.rate_limiter, loaded.needs, self.options.latency_metrics, loaded.passive,
+                self.options.max_unread_response_bytes,
             )
             for version, loaded in result.versions.items()
         }  # fmt: skip

@@ -30,6 +30,8 @@ from trt.server.core.extensions.latency_distributions import (
 )
 from trt.server.core.extensions.statistics import ModelStatistics
 from trt.server.core.extensions.tracing import Trace
+from trt.server.core.models.answer_queue import DEFAULT_LIMIT as DEFAULT_UNREAD_LIMIT
+from trt.server.core.models.answer_queue import AnswerQueue
 from trt.server.core.models.signature import ModelSignature
 from trt.server.core.scheduling.rate_limiter import Needs, RateLimiter
 from trt.server.core.scheduling.response_cache import ResponseCache
@@ -67,6 +69,7 @@ class ModelVersion:
         needs: Sequence[tuple[Needs, int]] = (),
         latency_metrics: LatencyMetricsSettings | None = None,
         passive: Collection[int] = (),
+        max_unread_bytes: int = DEFAULT_UNREAD_LIMIT,
     ) -> None:
         self.name = files.model_name
         self.namespace = files.namespace  # "" unless --model-namespacing
@@ -89,6 +92,8 @@ class ModelVersion:
             self.name, self.version, config, [self._instances[i] for i in scheduled], self.stats,
             files.model_dir, limiter, [needs[i] for i in scheduled] if needs else (),
         )  # fmt: skip
+        # A decoupled request's answers its reader has not taken: past this many bytes it is cancelled.
+        self._max_unread_bytes = max_unread_bytes
         self._in_flight = 0
         self._drained: asyncio.Event | None = None
         self._closing = False
@@ -190,9 +195,9 @@ class ModelVersion:
         received = time.perf_counter_ns()
         batch_size, output_names = self._check(request)
         feeds = self._feeds(request.inputs)
-        answers: asyncio.Queue[tuple[BackendResponse | None, bool]] = asyncio.Queue()
         backend_request = _backend_request(request, feeds, output_names)
-        backend_request.on_response = lambda answer, final: answers.put_nowait((answer, final))
+        answers = AnswerQueue(self._max_unread_bytes, self.name, backend_request.cancel)
+        backend_request.on_response = answers.put
         self._in_flight += 1
         input_done = time.perf_counter_ns()
         execution = asyncio.ensure_future(self._scheduler.schedule(backend_request, batch_size))

@@ -1,0 +1,145 @@
+"""A decoupled model's answers that its reader does not take are held up to
+``--max-unread-response-bytes``; past it the request is cancelled and the reader told why."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+
+from tests.support import ServerProcess, write_python_model
+
+# Sends IN answers of 16 KiB from a thread as fast as it can, stopping when the request is
+# cancelled; then writes how many it sent to $MARKS/sent.
+FLOOD = """
+import os
+import json
+import socket
+import threading
+from pathlib import Path
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            count = int(pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()[0])
+            threading.Thread(target=self.flood, args=(request.get_response_sender(), count)).start()
+        return None
+
+    def flood(self, sender, count):
+        block = np.zeros(16384, np.uint8)
+        sent = 0
+        while sent < count and not sender.is_cancelled():
+            sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", block)]))
+            sent += 1
+        sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        Path(os.environ["MARKS"], "sent").write_text(str(sent))
+"""
+
+CONFIG = """
+backend: "python"
+model_transaction_policy { decoupled: true }
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_UINT8 dims: [ 16384 ] } ]
+instance_group [ { kind: KIND_CPU count: 1 } ]
+"""
+
+LIMIT = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def marks(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("marks")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory, marks: Path) -> Iterator[ServerProcess]:
+    repo = tmp_path_factory.mktemp("flood_repo")
+    write_python_model(repo, "flood", FLOOD, CONFIG)
+    # gRPC holds 16 responses unsent itself before the stream stops taking answers.
+    args = [f"--max-unread-response-bytes={LIMIT}", "--grpc-max-response-pool-size=16"]
+    proc = ServerProcess([repo], args, env={"MARKS": str(marks)}).start(tmp_path_factory.mktemp("logs"))
+    yield proc
+    proc.stop()
+
+
+def _stream(
+    server: ServerProcess, count: int, stall: threading.Event
+) -> tuple[grpcclient.InferenceServerClient, list[object], threading.Event]:
+    """Ask ``flood`` for ``count`` answers; the client stops reading after the first until ``stall``
+    is set. Returns the client (whose collection would wait for its reader), what arrives (results
+    and errors) and an event set when the request ended."""
+    arrived: list[object] = []
+    ended = threading.Event()
+
+    def callback(result: object, error: object) -> None:
+        arrived.append(error if error is not None else result)
+        if error is not None or result.get_response().parameters["triton_final_response"].bool_param:  # type: ignore[attr-defined]
+            ended.set()
+        if len(arrived) == 1:
+            stall.wait(30)
+
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    client.start_stream(callback=callback)
+    tensor = grpcclient.InferInput("IN", [1], "INT32")
+    tensor.set_data_from_numpy(np.array([count], np.int32))
+    client.async_stream_infer("flood", [tensor], enable_empty_final_response=True)
+    return client, arrived, ended
+
+
+def test_a_reader_that_stops_reading_has_its_request_cancelled_instead_of_held_without_bound(
+    server: ServerProcess, marks: Path
+) -> None:
+    sent = marks / "sent"
+    sent.unlink(missing_ok=True)
+    stall = threading.Event()
+    client, arrived, ended = _stream(server, 20_000, stall)
+    for _ in range(300):  # the model stops once it sees the request cancelled
+        if sent.exists():
+            break
+        threading.Event().wait(0.1)
+    assert sent.exists(), "the model was never told to stop"
+    assert int(sent.read_text()) < 2_000  # about 2 MiB held (unsent and unread), not 320 MB
+    stall.set()
+    assert ended.wait(30)
+    errors = [item for item in arrived if isinstance(item, Exception)]
+    assert len(errors) == 1 and "--max-unread-response-bytes" in str(errors[0])
+    assert 1 < len(arrived) < 2_000  # what was held arrives before the error
+    client.stop_stream()
+
+
+def test_a_reader_that_keeps_up_gets_every_answer(server: ServerProcess, marks: Path) -> None:
+    stall = threading.Event()
+    stall.set()  # reads as they come
+    client, arrived, ended = _stream(server, 400, stall)  # 6.4 MB, over the limit were it all held at once
+    assert ended.wait(60)
+    assert not [item for item in arrived if isinstance(item, Exception)]
+    assert len(arrived) == 401  # and the empty final response
+    client.stop_stream()
+
+
+def test_an_http_stream_whose_client_stops_reading_is_bounded_too(server: ServerProcess, marks: Path) -> None:
+    sent = marks / "sent"
+    sent.unlink(missing_ok=True)
+    body = json.dumps({"IN": 20_000}).encode()
+    with socket.create_connection(("127.0.0.1", server.http_port)) as connection:
+        connection.sendall(
+            b"POST /v2/models/flood/generate_stream HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + f"Content-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )  # and never reads
+        for _ in range(300):
+            if sent.exists():
+                break
+            threading.Event().wait(0.1)
+    assert sent.exists(), "the model was never told to stop"
+    assert int(sent.read_text()) < 2_000

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
 
 from tests.support import ServerProcess, write_python_model
 
@@ -53,6 +54,47 @@ output [ { name: "OUT" data_type: TYPE_UINT8 dims: [ 16384 ] } ]
 instance_group [ { kind: KIND_CPU count: 1 } ]
 """
 
+# Calls `flood` through BLS with exec(decoupled=True), takes its first response, then works 2 s
+# without reading the stream, then reads the rest: answers the count read and the last error.
+SLOW_CALLER = """
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            call = pb_utils.InferenceRequest(
+                model_name="flood", requested_output_names=["OUT"],
+                inputs=[pb_utils.Tensor("IN", np.array([20000], np.int32))],
+            )
+            stream = iter(call.exec(decoupled=True))
+            next(stream)
+            time.sleep(2)
+            read, error = 1, ""
+            for response in stream:
+                if response.has_error():
+                    error = response.error().message()
+                elif response.output_tensors():
+                    read += 1
+            responses.append(pb_utils.InferenceResponse([
+                pb_utils.Tensor("READ", np.array([read], np.int32)),
+                pb_utils.Tensor("ERROR", np.array([error.encode()], np.object_)),
+            ]))
+        return responses
+"""
+
+SLOW_CALLER_CONFIG = """
+backend: "python"
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [
+  { name: "READ" data_type: TYPE_INT32 dims: [ 1 ] }, { name: "ERROR" data_type: TYPE_STRING dims: [ 1 ] }
+]
+"""
+
 LIMIT = 1 << 20
 
 
@@ -65,6 +107,7 @@ def marks(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def server(tmp_path_factory: pytest.TempPathFactory, marks: Path) -> Iterator[ServerProcess]:
     repo = tmp_path_factory.mktemp("flood_repo")
     write_python_model(repo, "flood", FLOOD, CONFIG)
+    write_python_model(repo, "slow_caller", SLOW_CALLER, SLOW_CALLER_CONFIG)
     # gRPC holds 16 responses unsent itself before the stream stops taking answers.
     args = [f"--max-unread-response-bytes={LIMIT}", "--grpc-max-response-pool-size=16"]
     proc = ServerProcess([repo], args, env={"MARKS": str(marks)}).start(tmp_path_factory.mktemp("logs"))
@@ -143,3 +186,19 @@ def test_an_http_stream_whose_client_stops_reading_is_bounded_too(server: Server
             threading.Event().wait(0.1)
     assert sent.exists(), "the model was never told to stop"
     assert int(sent.read_text()) < 2_000
+
+
+def test_a_model_that_reads_its_bls_stream_slowly_is_a_slow_reader_too(
+    server: ServerProcess, marks: Path
+) -> None:
+    """The server hands a BLS stream's responses to the calling model's process no faster than it
+    takes them, so they wait in the bounded stream rather than in a queue of the server's."""
+    sent = marks / "sent"
+    sent.unlink(missing_ok=True)
+    client = httpclient.InferenceServerClient(server.http_url, network_timeout=60)
+    tensor = httpclient.InferInput("IN", [1], "INT32")
+    tensor.set_data_from_numpy(np.array([1], np.int32))
+    result = client.infer("slow_caller", [tensor])
+    assert int(sent.read_text()) < 2_000  # not all 20,000 (320 MB) taken while the caller slept
+    assert 1 < int(result.as_numpy("READ")[0]) < 2_000
+    assert "--max-unread-response-bytes" in result.as_numpy("ERROR")[0].decode()

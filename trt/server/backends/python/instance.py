@@ -137,7 +137,7 @@ class PythonModelInstance:
             self._start_once_open,
         )
         self._services = model_services = ModelServices(
-            services, args["model_name"], model_py, process.post, executions
+            services, args["model_name"], model_py, process.post, executions, process.room
         )
         # What the hot path calls, bound once: the scheduler's call, and the message handlers.
         self.start_requests = executions.start_requests

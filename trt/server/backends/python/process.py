@@ -290,6 +290,12 @@ class ModelProcess:
             return
         os.eventfd_write(self._to_model, 1)
 
+    async def room(self) -> None:
+        """Wait until the messages waiting for room in the child's ring have gone into it: a sender
+        of many messages (a BLS stream's responses) goes no faster than the child reads them."""
+        while self._backlog and self._to_model >= 0:
+            await asyncio.sleep(0.001)  # the backlog is flushed every millisecond
+
     def _flush_backlog(self) -> None:
         while self._backlog and self._to_model >= 0 and self._outbox.put(self._backlog[0]):
             self._backlog.pop(0)

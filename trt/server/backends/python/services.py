@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -49,6 +49,7 @@ class ModelServices:
         model_py: Path,
         post: Callable[[Message], None],
         executions: Executions,
+        room: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.server = server
         registry = getattr(server, "custom_metrics", None)
@@ -57,6 +58,7 @@ class ModelServices:
         self._model_name = model_name
         self._model_py = model_py
         self._post = post
+        self._room = room  # until the process has taken what was posted (None: no waiting)
         self._executions = executions
         self._stopped = False
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -140,6 +142,10 @@ class ModelServices:
                     answer = _bls_answer(item.response) if item.response is not None else None
                 final = item.final
                 self._post(("bls_stream", call, answer, final))
+                if self._room is not None:
+                    # Take the next response only once the model process has room for this one:
+                    # the responses its model does not read yet then wait, bounded, in the stream.
+                    await self._room()
         except asyncio.CancelledError:  # the model cancelled the call (ResponseIterator.cancel())
             if not self._stopped:
                 self._post(("bls_stream", call, {"error": ("the request was cancelled", CANCELLED)}, True))

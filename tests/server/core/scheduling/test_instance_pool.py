@@ -70,10 +70,12 @@ def test_a_long_execution_has_started_in_its_thread_before_the_loop_goes_on(
 
 
 def test_without_the_handoff_a_busy_loop_delays_the_start(monkeypatch: pytest.MonkeyPatch) -> None:
-    """What the hand-off prevents: the worker waits for the loop's busy callback to give up the GIL."""
+    """What the hand-off prevents: the worker waits for the loop's busy callback to give up the GIL.
+    On a loaded machine the loop's thread can lose its CPU for over the 5 ms switch interval between
+    the hand-off and the busy spell, and then gives the GIL up early: such a run is retried."""
     monkeypatch.setattr(instance_pool, "HANDOFF_ABOVE_NS", 10**18)
-    entered, busy = _entry_and_busy_loop(_EntryRecorder(0.01))
-    assert entered > busy
+    runs = [_entry_and_busy_loop(_EntryRecorder(0.01)) for _ in range(3)]
+    assert any(entered > busy for entered, busy in runs), runs
 
 
 class _RecordedEvent(threading.Event):

@@ -559,6 +559,55 @@ sequence_batching {
 }
 """
 
+# Triton's "BLS with stateful models": drives py_controls and the ONNX accumulate model through a
+# sequence of three requests (correlation_id, and the START and END flags), then one more request
+# on the ended sequence; answers their codes and sums, and the last one's error.
+BLS_SEQUENCE = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+START, END = pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START, pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_END
+
+
+def call(model, output, value, flags, dtype=np.int32):
+    request = pb_utils.InferenceRequest(
+        model_name=model, requested_output_names=[output], correlation_id=4242, flags=flags,
+        inputs=[pb_utils.Tensor("INPUT", np.array([[value]], dtype=dtype))],
+    )
+    return request.exec()
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        codes = [
+            int(call("py_controls", "CODE", 0, flags).output_tensors()[0].as_numpy()[0][0])
+            for flags in (START, 0, END)
+        ]
+        sums = [
+            int(call("py_sequence", "OUTPUT", value, flags).output_tensors()[0].as_numpy()[0][0])
+            for value, flags in ((2, START), (3, 0), (4, END))
+        ]
+        after = call("py_sequence", "OUTPUT", 1, 0)
+        return [
+            pb_utils.InferenceResponse([
+                pb_utils.Tensor("CODES", np.array(codes, np.int32)),
+                pb_utils.Tensor("SUMS", np.array(sums, np.int32)),
+                pb_utils.Tensor("AFTER", np.array([after.error().message().encode()], np.object_)),
+            ])
+            for _ in requests
+        ]
+"""
+
+BLS_SEQUENCE_CONFIG = """
+name: "bls_sequence"
+backend: "python"
+input [ { name: "GO" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [
+  { name: "CODES" data_type: TYPE_INT32 dims: [ 3 ] }, { name: "SUMS" data_type: TYPE_INT32 dims: [ 3 ] },
+  { name: "AFTER" data_type: TYPE_STRING dims: [ 1 ] }
+]
+"""
+
 
 @pytest.fixture(scope="module")
 def python_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
@@ -569,6 +618,9 @@ def python_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPr
     (repo / "py_controls" / "1").mkdir(parents=True)
     (repo / "py_controls" / "1" / "model.py").write_text(PYTHON_CONTROLS)
     (repo / "py_controls" / "config.pbtxt").write_text(PYTHON_CONTROLS_CONFIG)
+    (repo / "bls_sequence" / "1").mkdir(parents=True)
+    (repo / "bls_sequence" / "1" / "model.py").write_text(BLS_SEQUENCE)
+    (repo / "bls_sequence" / "config.pbtxt").write_text(BLS_SEQUENCE_CONFIG)
     proc = ServerProcess([repo]).start(tmp_path_factory.mktemp("logs"))
     yield proc
     proc.stop()
@@ -621,6 +673,18 @@ def test_a_python_sequence_model_reads_the_control_tensors(python_server: Server
         codes.append(int(result.as_numpy("CODE")[0][0]))
         assert result.as_numpy("ID").reshape(-1)[0] == sequence.encode()
     assert codes == [101, 1, 11]  # START on the first, END on the last, READY on every request
+
+
+def test_a_python_model_drives_a_sequence_through_bls_with_its_id_and_flags(
+    python_server: ServerProcess,
+) -> None:
+    client = httpclient.InferenceServerClient(python_server.http_url)
+    tensor = httpclient.InferInput("GO", [1], "INT32")
+    tensor.set_data_from_numpy(np.array([1], np.int32))
+    result = client.infer("bls_sequence", [tensor])
+    assert result.as_numpy("CODES").tolist() == [101, 1, 11]  # START, then neither, then END
+    assert result.as_numpy("SUMS").tolist() == [2, 5, 9]  # one sequence, on one instance
+    assert "START flag" in result.as_numpy("AFTER")[0].decode()  # END ended it
 
 
 TORCH_ACCUMULATOR = """

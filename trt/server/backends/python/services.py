@@ -20,7 +20,7 @@ from trt.server.backends.python.error_codes import CANCELLED, INTERNAL, INVALID_
 from trt.server.backends.python.executions import Executions
 from trt.server.backends.python.process import Message
 from trt.server.backends.python.stub import _ipc
-from trt.server.core.backends.base import ServerServices
+from trt.server.core.backends.base import SEQUENCE_END, SEQUENCE_START, ServerServices
 from trt.server.core.errors import (
     DecoupledModelNeedsStream,
     InvalidArgument,
@@ -269,9 +269,19 @@ class ModelServices:
 
 
 def _bls_request(payload: dict[str, Any]) -> InferenceRequest:
+    """The core's request for a model's ``pb_utils.InferenceRequest``: its sequence id and START /
+    END flags (BLS with stateful models, as in Triton) and its ``timeout`` travel as the request
+    parameters a client's would."""
     parameters = dict(payload["parameters"])
     if payload["correlation_id"]:
         parameters["sequence_id"] = payload["correlation_id"]
+    flags = payload.get("flags") or 0
+    if flags & SEQUENCE_START:
+        parameters["sequence_start"] = True
+    if flags & SEQUENCE_END:
+        parameters["sequence_end"] = True
+    if payload.get("timeout"):
+        parameters["timeout"] = payload["timeout"]
     return InferenceRequest(
         model_name=payload["model_name"],
         model_version="" if payload["model_version"] in (-1, None) else str(payload["model_version"]),

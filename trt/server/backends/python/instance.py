@@ -64,6 +64,7 @@ from trt.server.backends.python.process import (
     Message,
     ModelProcess,
 )
+from trt.server.backends.python.readiness import UserReadiness
 from trt.server.backends.python.services import ModelServices
 from trt.server.core.backends.base import BackendRequest, BackendResponse, ServerServices
 from trt.server.core.errors import ModelLoadError, ServerError, Unavailable
@@ -116,6 +117,7 @@ class PythonModelInstance:
         self._last_error = ""  # why the last start attempt failed
         self._restart_task: asyncio.Task[None] | None = None
         self._wake_restart: asyncio.Event | None = None  # cuts a backoff short (aclose)
+        self._readiness: UserReadiness | None = None  # the model's own is_ready(), if it has one
         self._process = process = ModelProcess(
             python,
             model_py,
@@ -160,8 +162,20 @@ class PythonModelInstance:
 
     @property
     def ready(self) -> bool:
-        """A process runs and takes executions (not restarting, failed or closed)."""
-        return self.state is State.SERVING
+        """A process runs and takes executions (not restarting, failed or closed), and the model's
+        own ``is_ready()``, if it has one, last said so (see ``readiness``)."""
+        if self.state is not State.SERVING:
+            return False
+        readiness = self._readiness
+        if readiness is None:
+            return True
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return readiness.value  # asked from a thread: nothing to start from here
+        self._process.attach()  # its answers come through the rings, which the loop must watch
+        readiness.watch()
+        return readiness.value
 
     @property
     def services(self) -> ServerServices | None:
@@ -183,6 +197,9 @@ class PythonModelInstance:
             # Sent from any thread at any time, so never through an arena: inline in the message.
             answer = backend_response(described, None) if described is not None else None
             self._on_response(number, index, answer, bool(final))
+        elif kind == "user_ready":
+            if self._readiness is not None:
+                self._readiness.answered(message[1])
         elif kind == "sender_dropped":
             self._on_sender_dropped(message[1], message[2])
         elif kind == "bls":
@@ -211,6 +228,11 @@ class PythonModelInstance:
         except ModelLoadError:
             self._services.release_metrics()  # what initialize() made goes with it
             raise
+        first = self._process.first_readiness
+        if first is not None:  # the model has its own is_ready()
+            if self._readiness is None:
+                self._readiness = UserReadiness(self._process.ask_readiness)
+            self._readiness.started(first)
 
     def _start_once_open(self, requests: list[BackendRequest], done: ExecutionDone) -> None:
         """``start_requests`` while the executions are not open: the process is not yet watched
@@ -375,6 +397,8 @@ class PythonModelInstance:
         self.state = State.CLOSED
         self._executions.open = False
         self._services.stop()
+        if self._readiness is not None:
+            self._readiness.stop()
 
 
 def _exit_text(code: int | None) -> str:

@@ -101,6 +101,7 @@ class ModelProcess:
         self._to_model = self._to_server = -1  # eventfds
         self._popen: subprocess.Popen[bytes] | None = None
         self._sock: socket.socket | None = None
+        self.first_readiness: bool | None = None
         self._late_frames = _ipc.FrameReader(self._codec)
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -176,11 +177,22 @@ class ModelProcess:
                 logger.error("initialize() of %s failed:\n%s", self.model_py, reply[2])
                 raise ModelLoadError(f"initialize() failed: {reply[1]}")
             raise ModelLoadError(f"{reply[1]}; see the log for its output")
+        # The first answer of the model's own readiness check (None: it has no is_ready()).
+        self.first_readiness = reply[2] if len(reply) > 2 and type(reply[2]) is bool else None
         parent.setblocking(False)
         self._sock = parent
         self._late_frames = _ipc.FrameReader(self._codec)
         self._to_model, self._to_server = to_model, to_server
         self._loop = None  # the readers are attached on first use, from the event loop
+
+    def ask_readiness(self) -> None:
+        """Ask the process for its model's readiness check (a byte on its socket; the answer comes
+        as a ``user_ready`` message)."""
+        if self._sock is not None:
+            try:
+                self._sock.send(b"?")
+            except OSError:
+                pass  # full or gone: the question times out, and a dead process is noticed anyway
 
     def last_taken(self) -> int:
         """The number of the last execution the process took off its ring (-1: none yet)."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import inspect
 import json
 import os
@@ -29,6 +30,7 @@ import _ipc
 import triton_python_backend_utils as pb_utils
 import trt_pb_execute
 import trt_pb_loading
+import trt_pb_readiness
 import trt_pb_runtime
 import trt_pb_wire
 
@@ -67,6 +69,7 @@ class Runtime:
         self._server_gone = False
         self.input_arenas: list[_ipc.Arena] = []  # one per execution slot
         self.instance_name = ""  # the model instance's name, as Triton's errors give it
+        self.readiness_check: Any = None  # the model's is_ready(), when it has one (see _watch_server)
         self.output_arenas: list[_ipc.Arena] = []
 
     def start_up_message(self) -> Any:
@@ -88,9 +91,12 @@ class Runtime:
         ).start()
 
     def _watch_server(self) -> None:
+        """Wait for the server's end of the socket to close. Bytes on it ask for the model's own
+        readiness check, answered from this thread so that a long ``execute`` does not hold it up."""
         try:
             while self._sock.recv(4096):
-                pass
+                if self.readiness_check is not None:
+                    self.send(("user_ready", self.readiness_check()))
         except OSError:
             pass
         self._server_gone = True
@@ -348,7 +354,10 @@ def serve(fd: int) -> None:
     except Exception as exc:
         runtime.send(("init_error", f"{type(exc).__name__}: {exc}", traceback.format_exc()))
         return
-    runtime.send(("ready", sys.executable))
+    first_check = trt_pb_readiness.check(model) if trt_pb_readiness.has_check(model) else None
+    if first_check is not None:
+        runtime.readiness_check = functools.partial(trt_pb_readiness.check, model)
+    runtime.send(("ready", sys.executable, first_check))
     runtime.connect(inbox, outbox, channel["wait_fd"], channel["wake_fd"])
     taken = memoryview(segment)[channel["taken_offset"] :][:8].cast("q")  # see ModelProcess.last_taken
     while True:

@@ -27,6 +27,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))  # stable: others keep order
 
 
+@pytest.fixture(scope="module")
+def marks(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder of the test file's own where its models leave files ($MARKS) that say what they did."""
+    return tmp_path_factory.mktemp("marks")
+
+
 @pytest.fixture(scope="session")
 def model_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A repository with the add/sub model, every-dtype identity, an auto-completed model and broken ones."""

@@ -55,11 +55,6 @@ instance_group [ { kind: KIND_CPU count: 1 } ]
 
 
 @pytest.fixture(scope="module")
-def marks(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("marks")
-
-
-@pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory, marks: Path) -> Iterator[ServerProcess]:
     repo = tmp_path_factory.mktemp("readiness_repo")
     for name, check in (("gated", SYNC_CHECK), ("async_gated", ASYNC_CHECK)):

@@ -99,11 +99,6 @@ LIMIT = 1 << 20
 
 
 @pytest.fixture(scope="module")
-def marks(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("marks")
-
-
-@pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory, marks: Path) -> Iterator[ServerProcess]:
     repo = tmp_path_factory.mktemp("flood_repo")
     write_python_model(repo, "flood", FLOOD, CONFIG)

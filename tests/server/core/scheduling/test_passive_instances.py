@@ -43,11 +43,6 @@ instance_group [ %s ]
 
 
 @pytest.fixture(scope="module")
-def marks(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("marks")
-
-
-@pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory, marks: Path) -> Iterator[ServerProcess]:
     repo = tmp_path_factory.mktemp("passive_repo")
     groups = (

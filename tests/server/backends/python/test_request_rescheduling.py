@@ -55,6 +55,44 @@ class TritonPythonModel:
         return None
 """
 
+# As Triton's own iterative_sequence test model: one count for the whole instance, which is right
+# only while the instance runs one sequence at a time (max_batch_size 0: one sequence slot).
+ONE_COUNT = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.remaining = None
+
+    def execute(self, requests):
+        for request in requests:
+            if self.remaining is None:
+                self.remaining = int(pb_utils.get_input_tensor_by_name(request, "IN").as_numpy().sum())
+            self.remaining -= 1
+            out = pb_utils.Tensor("OUT", np.array([self.remaining], np.int32))
+            response = pb_utils.InferenceResponse([out])
+            sender = request.get_response_sender()
+            if self.remaining <= 0:
+                self.remaining = None
+                sender.send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            else:
+                request.set_release_flags(pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)
+                sender.send(response)
+        return None
+"""
+
+ONE_COUNT_CONFIG = """
+backend: "python"
+max_batch_size: 0
+model_transaction_policy { decoupled: true }
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+instance_group [ { kind: KIND_CPU count: 1 } ]
+sequence_batching { iterative_sequence: true }
+"""
+
 COUNTDOWN_CONFIG = """
 backend: "python"
 max_batch_size: 4
@@ -178,6 +216,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         ("addsub_once_more", ADDSUB_ONCE_MORE, ADDSUB_CONFIG),
         ("wrong_return", WRONG_RETURN, WRONG_RETURN_CONFIG),
         ("caller", CALLER, CALLER_CONFIG),
+        ("one_count", ONE_COUNT, ONE_COUNT_CONFIG),
     ):
         write_python_model(repo, name, source, config)
     # No sequence batcher at all: a dynamic batcher over the same model.
@@ -317,3 +356,25 @@ def test_a_bls_call_streams_every_step_of_an_iterative_model(server: ServerProce
     tensor = httpclient.InferInput("IN", [1], "INT32")
     tensor.set_data_from_numpy(np.array([4], np.int32))
     assert client.infer("caller", [tensor]).as_numpy("VALUES").tolist() == [3, 2, 1, 0]
+
+
+def test_an_instance_with_one_sequence_slot_runs_one_iterative_request_at_a_time(
+    server: ServerProcess,
+) -> None:
+    """Triton's sequence batcher gives a model that does not batch one slot per instance, and a model
+    written for it may keep one count for the instance: requests that come together take turns."""
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    received = collect_stream(client)
+    try:
+        for number, count in enumerate([3, 2, 4]):
+            tensor = grpcclient.InferInput("IN", [1], "INT32")
+            tensor.set_data_from_numpy(np.array([count], dtype=np.int32))
+            client.async_stream_infer("one_count", [tensor], request_id=str(number))
+        answers: dict[str, list[int]] = {}
+        for _ in range(3 + 2 + 4):
+            result, error = received.get(timeout=20)
+            assert error is None, error
+            answers.setdefault(result.get_response().id, []).append(int(result.as_numpy("OUT")[0]))
+    finally:
+        client.stop_stream(cancel_requests=True)
+    assert answers == {"0": [2, 1, 0], "1": [1, 0], "2": [3, 2, 1, 0]}

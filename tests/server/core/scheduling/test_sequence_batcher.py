@@ -523,6 +523,17 @@ instance_group [ { kind: KIND_CPU count: 2 } ]
 sequence_batching { max_sequence_idle_microseconds: 10000000 }
 """
 
+# One instance that does not batch: one sequence slot, so one sequence at a time.
+ONE_SLOT_CONFIG = """
+name: "py_one_slot"
+backend: "python"
+max_batch_size: 0
+input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1, 1 ] } ]
+output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1, 1 ] }, { name: "WHERE" data_type: TYPE_STRING dims: [ 1, 1 ] } ]
+instance_group [ { kind: KIND_CPU count: 1 } ]
+sequence_batching { max_sequence_idle_microseconds: 10000000 }
+"""
+
 # Triton hands the sequence batcher's control tensors to Python models as inputs too.
 PYTHON_CONTROLS = """
 import numpy as np
@@ -618,6 +629,9 @@ def python_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPr
     (repo / "py_controls" / "1").mkdir(parents=True)
     (repo / "py_controls" / "1" / "model.py").write_text(PYTHON_CONTROLS)
     (repo / "py_controls" / "config.pbtxt").write_text(PYTHON_CONTROLS_CONFIG)
+    (repo / "py_one_slot" / "1").mkdir(parents=True)
+    (repo / "py_one_slot" / "1" / "model.py").write_text(PYTHON_ACCUMULATOR)
+    (repo / "py_one_slot" / "config.pbtxt").write_text(ONE_SLOT_CONFIG)
     (repo / "bls_sequence" / "1").mkdir(parents=True)
     (repo / "bls_sequence" / "1" / "model.py").write_text(BLS_SEQUENCE)
     (repo / "bls_sequence" / "config.pbtxt").write_text(BLS_SEQUENCE_CONFIG)
@@ -685,6 +699,30 @@ def test_a_python_model_drives_a_sequence_through_bls_with_its_id_and_flags(
     assert result.as_numpy("CODES").tolist() == [101, 1, 11]  # START, then neither, then END
     assert result.as_numpy("SUMS").tolist() == [2, 5, 9]  # one sequence, on one instance
     assert "START flag" in result.as_numpy("AFTER")[0].decode()  # END ended it
+
+
+def test_a_new_python_sequence_waits_in_the_backlog_while_every_slot_is_taken(
+    python_server: ServerProcess,
+) -> None:
+    """As Triton's sequence batcher: py_one_slot has one slot, so B starts once A has ended."""
+
+    def step(sequence: str, value: int, start: bool = False, end: bool = False) -> int:
+        tensor = httpclient.InferInput("INPUT", [1, 1], "INT32")
+        tensor.set_data_from_numpy(np.array([[value]], dtype=np.int32))
+        result = httpclient.InferenceServerClient(python_server.http_url).infer(
+            "py_one_slot", [tensor], sequence_id=sequence, sequence_start=start, sequence_end=end
+        )
+        return int(result.as_numpy("OUTPUT")[0][0])
+
+    assert step("A", 1, start=True) == 1
+    with ThreadPoolExecutor(1) as pool:
+        b_started = pool.submit(step, "B", 10, True)
+        time.sleep(0.5)
+        assert not b_started.done()  # no slot for B while A holds the only one
+        assert step("A", 2) == 3
+        assert step("A", 3, end=True) == 6
+        assert b_started.result(timeout=10) == 10  # A's END freed the slot
+    assert step("B", 5, end=True) == 15
 
 
 TORCH_ACCUMULATOR = """

@@ -1,13 +1,16 @@
 """Sequence affinity for request-level backends (Python models with ``sequence_batching``).
 
 A Python model keeps a sequence's state in its own process, so every request of a sequence must
-reach the instance the sequence started on. Each instance gets its own request queue; a sequence is
-bound, when it starts, to the instance with the fewest open sequences, and stays there until its END
-request has run or it stays idle longer than ``max_sequence_idle_microseconds`` (default 1 s). A
-sequence has at most one request in an instance's queue at a time, so its requests run in arrival
-order and never in the same ``execute`` call; requests of different sequences on one instance go to
-``execute`` together (up to ``max_batch_size``) when the model batches. A request for an unknown
-sequence without START is refused.
+reach the instance the sequence started on. Each instance gets its own request queue and, as in
+Triton's sequence batcher, a number of sequence slots: ``max_batch_size`` (one when the model does not
+batch) for ``direct``, ``max_candidate_sequences`` for ``oldest``. A sequence takes a slot, when it
+starts, on the instance with the most free ones, and keeps it until its END request has run or it
+stays idle longer than ``max_sequence_idle_microseconds`` (default 1 s); while every slot is taken, new
+sequences wait in a backlog, in arrival order (a model written for Triton may keep one sequence's
+state per slot, so more at once would mix them). A sequence has at most one request in an instance's
+queue at a time, so its requests run in arrival order and never in the same ``execute`` call;
+requests of different sequences on one instance go to ``execute`` together (up to ``max_batch_size``)
+when the model batches. A request for an unknown sequence without START is refused.
 
 As in Triton, the ``control_input`` tensors (START, END, READY, CORRID) are added to each request's
 inputs, so ``pb_utils.get_input_tensor_by_name(request, "START")`` works in ``execute``. Implicit
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,7 +54,8 @@ DEFAULT_IDLE_US = 1_000_000
 
 @dataclass(slots=True, eq=False)
 class _Route:
-    instance: int
+    placed: asyncio.Future[int]  # the instance whose slot it holds, once it has one (the backlog)
+    instance: int = -1
     turn: asyncio.Lock = field(default_factory=asyncio.Lock)  # FIFO: the sequence's arrival order
     waiting: int = 0  # requests of the sequence not yet answered
     ended: bool = False
@@ -80,15 +85,20 @@ class SequenceRouter:
             for i, need in zip(instances, needs, strict=True)
         ]
         self._ids = IterativeIds()
-        self._open_count = [0] * len(instances)
+        settings = config.sequence_batching
+        slots = max(config.max_batch_size, 1)
+        if settings.WhichOneof("strategy_choice") == "oldest" and settings.oldest.max_candidate_sequences:
+            slots = settings.oldest.max_candidate_sequences
+        self._free_slots = [slots] * len(instances)
+        self._backlog: deque[_Route] = deque()  # sequences waiting for a slot, oldest first
         self._open: dict[int | str, _Route] = {}
         self._idle_s = (config.sequence_batching.max_sequence_idle_microseconds or DEFAULT_IDLE_US) / 1e6
         self._reaper = IdleTimer(max(self._idle_s / 4, 0.01), self._release_idle)
 
     def instance_of(self, sequence_id: int | str) -> int | None:
-        """The instance an open sequence is bound to (for tests and logs)."""
+        """The instance an open sequence is bound to (for tests and logs; None: none yet)."""
         route = self._open.get(sequence_id)
-        return None if route is None else route.instance
+        return None if route is None or route.instance < 0 else route.instance
 
     async def schedule(
         self, request: BackendRequest, batch_size: int
@@ -109,16 +119,18 @@ class SequenceRouter:
                     f"inference request for sequence {sequence_id} to model '{self._name}' must specify "
                     "the START flag on the first request of the sequence"
                 )
-            chosen = min(range(len(self._queues)), key=self._open_count.__getitem__)
-            route = self._open[sequence_id] = _Route(chosen)
-            self._open_count[chosen] += 1
+            route = self._open[sequence_id] = _Route(asyncio.get_running_loop().create_future())
+            self._backlog.append(route)
+            self._place()
         if request.flags & SEQUENCE_END:  # a later request with this id starts a new sequence
             self._end(sequence_id, route)
         route.waiting += 1
         route.last_seen = time.monotonic()
         self._reaper.arm()
-        queue = self._queues[route.instance]
         try:
+            if not route.placed.done():
+                await asyncio.shield(route.placed)  # in the backlog: every slot is taken
+            queue = self._queues[route.instance]
             async with route.turn:
                 steps = ExecutionTimes(0, 0, 0, 0)  # a rescheduled request's time is all its steps'
                 while True:
@@ -137,8 +149,8 @@ class SequenceRouter:
                 self._end(sequence_id, route)
             route.waiting -= 1
             route.last_seen = time.monotonic()
-            if route.ended and route.waiting == 0:
-                self._open_count[route.instance] -= 1
+            if route.waiting == 0 and (route.ended or not route.placed.done()):
+                self._release(sequence_id, route)  # over, or given up while in the backlog
 
     def _add_controls(self, request: BackendRequest) -> None:
         row = Row(
@@ -151,13 +163,33 @@ class SequenceRouter:
         if self._open.get(sequence_id) is route:
             del self._open[sequence_id]
 
+    def _place(self) -> None:
+        """Give the backlog's oldest sequences the free slots, on the instance with the most."""
+        while self._backlog:
+            chosen = max(range(len(self._free_slots)), key=self._free_slots.__getitem__)
+            if self._free_slots[chosen] == 0:
+                return
+            route = self._backlog.popleft()
+            self._free_slots[chosen] -= 1
+            route.instance = chosen
+            route.placed.set_result(chosen)
+
+    def _release(self, sequence_id: int | str, route: _Route) -> None:
+        """A sequence is over (or left the backlog): its slot goes to the next one waiting."""
+        self._end(sequence_id, route)
+        if route.placed.done():
+            self._free_slots[route.instance] += 1
+            self._place()
+        elif route in self._backlog:
+            self._backlog.remove(route)
+            route.placed.cancel()
+
     def _release_idle(self) -> bool:
         """Release sequences idle past ``max_sequence_idle_microseconds``; whether any remain to watch."""
         cutoff = time.monotonic() - self._idle_s
         for sequence_id, route in list(self._open.items()):
-            if route.waiting == 0 and route.last_seen <= cutoff:
-                del self._open[sequence_id]
-                self._open_count[route.instance] -= 1
+            if route.waiting == 0 and route.last_seen <= cutoff and route.placed.done():
+                self._release(sequence_id, route)
         return bool(self._open)
 
     async def close(self) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -38,7 +39,9 @@ def generate(out_dir: Path) -> list[Path]:
         f"--grpc_python_out={out_dir}",
         *(str(PROTO_DIR / name) for name in PROTO_FILES),
     ]
-    if protoc.main(args) != 0:
+    # In a process of its own: protoc is native code, and it once crashed (SIGSEGV) a test worker that
+    # had torch, grpc and their threads loaded beside it.
+    if subprocess.run([sys.executable, "-m", *args], check=False).returncode != 0:
         raise SystemExit("protoc failed")
     files = generated_files(out_dir)
     for path in files:

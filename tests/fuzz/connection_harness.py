@@ -30,6 +30,7 @@ class RecordingTransport(asyncio.Transport):
         self.closed = False
         self.paused = False  # the connection asked not to be given more bytes for now
         self.gone = False  # the client went: connection_lost was called
+        self.protocol: asyncio.BaseProtocol | None = None  # whom the loop tells (set_protocol moves it)
 
     @property
     def ended(self) -> bool:
@@ -58,6 +59,16 @@ class RecordingTransport(asyncio.Transport):
 
     def is_closing(self) -> bool:
         return self.closed or self.gone
+
+    def set_protocol(self, protocol: asyncio.BaseProtocol) -> None:
+        self.protocol = protocol
+
+    def get_protocol(self) -> asyncio.BaseProtocol:
+        assert self.protocol is not None
+        return self.protocol
+
+    def is_reading(self) -> bool:
+        return not self.paused
 
     def pause_reading(self) -> None:
         self.paused = True
@@ -91,6 +102,7 @@ async def serve(
         return bool(asyncio.all_tasks() - before)
 
     transport = RecordingTransport()
+    transport.protocol = connection
     connection.connection_made(transport)
     try:
         for index, piece in enumerate(pieces):
@@ -109,7 +121,7 @@ async def serve(
             if not still_running():
                 break
         transport.gone = True  # a real transport takes no writes once it has called connection_lost
-        connection.connection_lost(None)
+        transport.get_protocol().connection_lost(None)  # the connection's, or the one it handed over to
         deadline = loop.time() + settle_s
         while still_running():
             assert loop.time() < deadline, "work the client started still runs after it left"

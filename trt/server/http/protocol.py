@@ -31,6 +31,7 @@ import httptools
 
 from trt.server.http.heads import HEAD_END, HeadPlan, plannable
 from trt.server.http.limits import head_rejection, over_budget
+from trt.server.http.lingering import refuse
 from trt.server.http.messages import Handler, HttpRequest, HttpResponse, close_stream, response_head
 
 if TYPE_CHECKING:
@@ -251,13 +252,12 @@ class HttpProtocol(asyncio.Protocol):
     def _reject(self, status: int, message: bytes) -> None:
         """Answer a request that cannot be parsed, then close: the stream cannot be trusted."""
         assert self._transport is not None
-        if self._transport.is_closing():
+        if self._closing or self._transport.is_closing():
             return
-        body = b'{"error":"' + message.replace(b'"', b"'") + b'"}'
-        self._transport.write(
-            response_head(status, len(body), [(b"content-type", b"application/json")], False) + body
-        )
-        self._transport.close()
+        linger = self.idle  # nothing else is to be written on it
+        refuse(self._transport, status, message, linger)
+        if linger:  # the transport is handed over: this connection is done
+            self.connection_lost(None)
 
     # -- httptools callbacks ------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ import tritonclient.http as httpclient
 from onnx import TensorProto, helper
 from tritonclient.utils import InferenceServerException
 
-from tests.support import ServerProcess, save_onnx
+from tests.support import ServerProcess, save_onnx, write_python_model
 
 ONE = helper.make_tensor("one", TensorProto.INT32, [1], [1])
 
@@ -623,18 +623,13 @@ output [
 @pytest.fixture(scope="module")
 def python_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     repo = tmp_path_factory.mktemp("python_sequence_repo")
-    (repo / "py_sequence" / "1").mkdir(parents=True)
-    (repo / "py_sequence" / "1" / "model.py").write_text(PYTHON_ACCUMULATOR)
-    (repo / "py_sequence" / "config.pbtxt").write_text(PYTHON_SEQUENCE_CONFIG)
-    (repo / "py_controls" / "1").mkdir(parents=True)
-    (repo / "py_controls" / "1" / "model.py").write_text(PYTHON_CONTROLS)
-    (repo / "py_controls" / "config.pbtxt").write_text(PYTHON_CONTROLS_CONFIG)
-    (repo / "py_one_slot" / "1").mkdir(parents=True)
-    (repo / "py_one_slot" / "1" / "model.py").write_text(PYTHON_ACCUMULATOR)
-    (repo / "py_one_slot" / "config.pbtxt").write_text(ONE_SLOT_CONFIG)
-    (repo / "bls_sequence" / "1").mkdir(parents=True)
-    (repo / "bls_sequence" / "1" / "model.py").write_text(BLS_SEQUENCE)
-    (repo / "bls_sequence" / "config.pbtxt").write_text(BLS_SEQUENCE_CONFIG)
+    for name, source, config in (
+        ("py_sequence", PYTHON_ACCUMULATOR, PYTHON_SEQUENCE_CONFIG),
+        ("py_controls", PYTHON_CONTROLS, PYTHON_CONTROLS_CONFIG),
+        ("py_one_slot", PYTHON_ACCUMULATOR, ONE_SLOT_CONFIG),
+        ("bls_sequence", BLS_SEQUENCE, BLS_SEQUENCE_CONFIG),
+    ):
+        write_python_model(repo, name, source, config)
     proc = ServerProcess([repo]).start(tmp_path_factory.mktemp("logs"))
     yield proc
     proc.stop()

@@ -48,7 +48,12 @@ from trt.server.core.backends.base import (
 from trt.server.core.errors import InvalidInput, Unavailable
 from trt.server.core.extensions.statistics import ModelStatistics
 from trt.server.core.scheduling.instance_pool import InstancePool
-from trt.server.core.scheduling.sequence_controls import IterativeIds, Row, SequenceControls
+from trt.server.core.scheduling.sequence_controls import (
+    IterativeIds,
+    Row,
+    SequenceControls,
+    slots_per_instance,
+)
 from trt.server.core.scheduling.timers import DeadlineTimer, IdleTimer
 from trt.server.core.scheduling.timing import ExecutionTimes
 
@@ -127,14 +132,12 @@ class SequenceBatcher:
         self._oldest = settings.WhichOneof("strategy_choice") == "oldest"
         self._max_rows = max(config.max_batch_size, 1)
         if self._oldest:
-            slot_count = settings.oldest.max_candidate_sequences or self._max_rows
             self._delay_ns = int(settings.oldest.max_queue_delay_microseconds) * 1000
             self._preferred = sorted(
                 {s for s in settings.oldest.preferred_batch_size if 0 < s <= self._max_rows}
             )
             self._min_utilization = 0.0
         else:
-            slot_count = self._max_rows
             self._delay_ns = int(settings.direct.max_queue_delay_microseconds) * 1000
             self._preferred = []
             self._min_utilization = settings.direct.minimum_slot_utilization
@@ -143,7 +146,7 @@ class SequenceBatcher:
         self._ids = IterativeIds()
         self._runners = [_Runner(number, instance) for number, instance in enumerate(instances)]
         for runner in self._runners:
-            runner.slots = [_Slot(runner, index) for index in range(slot_count)]
+            runner.slots = [_Slot(runner, index) for index in range(slots_per_instance(config))]
         self._free = [slot for runner in self._runners for slot in runner.slots]
         self._backlog: deque[_Sequence] = deque()
         # Sequences that can still take requests: started, not yet sent their END, not released.

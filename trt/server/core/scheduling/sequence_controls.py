@@ -210,3 +210,12 @@ class IterativeIds:
             self._next += 1
         self._next += 1
         return self._next - 1
+
+
+def slots_per_instance(config: model_config_pb2.ModelConfig) -> int:
+    """Sequence slots of each instance, as Triton's sequence batcher has them: ``max_batch_size`` (one
+    when the model does not batch) for ``direct``, ``max_candidate_sequences`` for ``oldest``."""
+    settings = config.sequence_batching
+    if settings.WhichOneof("strategy_choice") == "oldest" and settings.oldest.max_candidate_sequences:
+        return settings.oldest.max_candidate_sequences
+    return max(config.max_batch_size, 1)

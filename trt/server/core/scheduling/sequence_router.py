@@ -45,7 +45,12 @@ from trt.server.core.errors import InvalidInput
 from trt.server.core.extensions.statistics import ModelStatistics
 from trt.server.core.scheduling.rate_limiter import Needs, RateLimiter
 from trt.server.core.scheduling.request_scheduler import RequestScheduler
-from trt.server.core.scheduling.sequence_controls import IterativeIds, Row, SequenceControls
+from trt.server.core.scheduling.sequence_controls import (
+    IterativeIds,
+    Row,
+    SequenceControls,
+    slots_per_instance,
+)
 from trt.server.core.scheduling.timers import IdleTimer
 from trt.server.core.scheduling.timing import ExecutionTimes
 
@@ -85,11 +90,7 @@ class SequenceRouter:
             for i, need in zip(instances, needs, strict=True)
         ]
         self._ids = IterativeIds()
-        settings = config.sequence_batching
-        slots = max(config.max_batch_size, 1)
-        if settings.WhichOneof("strategy_choice") == "oldest" and settings.oldest.max_candidate_sequences:
-            slots = settings.oldest.max_candidate_sequences
-        self._free_slots = [slots] * len(instances)
+        self._free_slots = [slots_per_instance(config)] * len(instances)
         self._backlog: deque[_Route] = deque()  # sequences waiting for a slot, oldest first
         self._open: dict[int | str, _Route] = {}
         self._idle_s = (config.sequence_batching.max_sequence_idle_microseconds or DEFAULT_IDLE_US) / 1e6

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnx
+import psutil
 from onnx import TensorProto, helper
 
 if TYPE_CHECKING:
@@ -267,12 +268,27 @@ class ServerProcess:
                 raise RuntimeError(f"trt serve exited with {self.process.returncode}:\n{self.log()}")
             try:
                 with urllib.request.urlopen(f"http://{self.http_url}/v2/health/live", timeout=1) as reply:
-                    if reply.status == 200:
+                    if reply.status == 200 and self._listens_on_http():
                         return
             except OSError:
                 pass
             time.sleep(0.1)
         raise RuntimeError(f"trt serve did not become live in {timeout}s:\n{self.log()}")
+
+    def _listens_on_http(self) -> bool:
+        """Whether the live answer came from this server: another process may have taken the port
+        between free_port() and this one's bind (it then exits, and start() retries on new ports)."""
+        assert self.process is not None
+        try:
+            ours = psutil.Process(self.process.pid)
+            processes = [ours, *ours.children(recursive=True)]  # --frontend-workers listen in children
+            return any(
+                c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == self.http_port
+                for process in processes
+                for c in process.net_connections(kind="tcp")
+            )
+        except psutil.Error:
+            return False
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path and self.log_path.exists() else ""

@@ -20,7 +20,6 @@ LINGER_S = 2.0  # how long the discarded bytes are read, at most
 
 class _Discard(asyncio.Protocol):
     def __init__(self, transport: asyncio.Transport) -> None:
-        self._transport = transport
         self._timer = asyncio.get_running_loop().call_later(LINGER_S, transport.close)
 
     def data_received(self, data: bytes) -> None:
@@ -46,5 +45,5 @@ def refuse(transport: asyncio.Transport, status: int, message: bytes, linger: bo
         return
     transport.write_eof()
     transport.set_protocol(_Discard(transport))
-    if transport.is_reading() is False:
+    if not transport.is_reading():  # paused for a backlog of pipelined requests: drain it now
         transport.resume_reading()

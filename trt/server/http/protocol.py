@@ -252,8 +252,8 @@ class HttpProtocol(asyncio.Protocol):
     def _reject(self, status: int, message: bytes) -> None:
         """Answer a request that cannot be parsed, then close: the stream cannot be trusted."""
         assert self._transport is not None
-        if self._closing or self._transport.is_closing():
-            return
+        if self._transport.is_closing() or self._transport.get_protocol() is not self:
+            return  # closed, or already handed over to linger after an earlier refusal
         linger = self.idle  # nothing else is to be written on it
         refuse(self._transport, status, message, linger)
         if linger:  # the transport is handed over: this connection is done

@@ -162,7 +162,7 @@ def _run_torch(
     """Outputs by config name, with tensors fed to ``forward()`` by the PyTorch backend's own rules."""
     import torch
 
-    from trt.server.backends.pytorch import ForwardSignature, plan_call
+    from trt.server.backends.pytorch_plan import ForwardSignature, plan_call
 
     module = torch.jit.load(str(path), map_location="cpu").eval()
     plan = plan_call(

@@ -166,7 +166,8 @@ def list_command(
     ),
     json_output: bool = typer.Option(False, "--json"),
 ) -> None:
-    """List the models in a repository: versions, backend, tensors, batching, instances."""
+    """List the models in a repository: versions, backend, tensors, batching, instances. Configs are
+    checked; the model files themselves are opened by trt repo validate."""
     locations = [_location(r) for r in repositories or [DEFAULT_REPOSITORY]]
     try:
         summaries = list_models(locations, model_namespacing)

@@ -19,13 +19,9 @@ torch = pytest.importorskip("torch")
 
 from tests.support import ROOT, ServerProcess  # noqa: E402
 from trt.protos import model_config_pb2  # noqa: E402
-from trt.server.backends.pytorch import (  # noqa: E402
-    ForwardArgument,
-    ForwardSignature,
-    PyTorchBackend,
-    TorchScriptInstance,
-    plan_call,
-)
+from trt.server.backends.pytorch import PyTorchBackend  # noqa: E402
+from trt.server.backends.pytorch_plan import ForwardArgument, ForwardSignature, plan_call  # noqa: E402
+from trt.server.backends.torchscript import TorchScriptInstance  # noqa: E402
 from trt.server.core.backends.base import InstanceSpec, ModelFiles  # noqa: E402
 from trt.server.core.errors import ModelConfigError, ModelLoadError  # noqa: E402
 

@@ -189,7 +189,8 @@ def test_validate_and_list_read_s3_and_name_remote_files(bucket: str, tmp_path: 
     assert finding["file"] == f"{uri}/broken/config.pbtxt" and finding["line"] == 5
     listed = json.loads(run_trt("repo", "list", uri, "--json").stdout)
     assert [m["name"] for m in listed] == ["broken", "simple"]
-    assert listed[1]["path"] == f"{uri}/simple" and listed[0]["error"]
+    assert listed[1]["path"] == f"{uri}/simple"
+    assert listed[0]["error"] == ""  # a config that disagrees with its model file is validate's to find
 
 
 def test_an_endpoint_in_the_path_as_triton_writes_it(

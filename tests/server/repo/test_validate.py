@@ -4,6 +4,7 @@ and line; the good model beside them clean; the exit status and JSON fit for CI.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -249,3 +250,25 @@ def test_config_lines_point_at_fields_as_written() -> None:
     assert lines.line_of("ensemble_scheduling.step[1].input_map") == 10
     assert lines.line_of("input[NOPE].dims") == 3  # the tensor is not written: its list is
     assert lines.line_of("version_policy") is None
+
+
+def test_list_reads_a_pytorch_model_without_importing_torch_and_validate_opens_its_file(
+    tmp_path: Path,
+) -> None:
+    """Listing is an inventory: importing torch alone took 3 s of every ``trt repo list``. The model
+    file itself is validate's to open, so a file torch cannot read shows there and not in the list."""
+    repo = tmp_path / "repo"
+    shutil.copytree(ROOT / "model_repository" / "torch_mlp", repo / "torch_mlp")
+    (repo / "torch_mlp" / "1" / "model.pt").write_bytes(b"not TorchScript")
+    probe = (
+        "import json, sys\n"
+        "from trt.server.repo.inventory import list_models\n"
+        "(model,) = list_models([sys.argv[1]])\n"
+        "print(json.dumps([model.error, model.backend, model.inputs, 'torch' in sys.modules]))\n"
+    )
+    listed = subprocess.run(
+        [sys.executable, "-c", probe, str(repo)], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert json.loads(listed.stdout) == ["", "pytorch", ["INPUT__0 FP32 [64]"], False], listed
+    errors = [f.message for f in validate_repository([repo]).all_findings()]
+    assert len(errors) == 1 and "torch.jit.load could not read" in errors[0], errors

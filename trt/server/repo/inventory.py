@@ -50,15 +50,16 @@ def open_repository(locations: Sequence[str | Path], namespacing: bool = False) 
 
 
 def list_models(locations: Sequence[str | Path], namespacing: bool = False) -> list[ModelSummary]:
-    """Each model as the server would load it; ``error`` is the first problem validate would report.
-    With ``namespacing`` (as ``trt serve --model-namespacing``), a name may repeat across repositories."""
+    """Each model as the server would load it; ``error`` is the first problem validate would report,
+    but for the backends' own reading of the model files, which ``trt repo validate`` does. With
+    ``namespacing`` (as ``trt serve --model-namespacing``), a name may repeat across repositories."""
     repository = open_repository(locations, namespacing)
     options = CoreOptions(model_repositories=tuple(repository.roots), model_namespacing=namespacing)
     summaries: list[ModelSummary] = []
     found = repository.scan_by_key()
     for key in sorted(found, key=ModelKey.by_name):
         name, location = key.name, found[key]
-        checked = ModelCheck(location, repository, options).run()
+        checked = ModelCheck(location, repository, options, open_model_files=False).run()
         config = checked.config or _raw_config(name, location.path)
         errors = [f.message for f in checked.report.findings if f.severity == Severity.ERROR]
         summaries.append(

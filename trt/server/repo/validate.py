@@ -142,8 +142,18 @@ def _step_configs(
 class ModelCheck:
     """Validation of one model folder."""
 
-    def __init__(self, location: ModelLocation, repository: ModelRepository, options: CoreOptions) -> None:
+    def __init__(
+        self,
+        location: ModelLocation,
+        repository: ModelRepository,
+        options: CoreOptions,
+        open_model_files: bool = True,
+    ) -> None:
         self.location = location
+        # Without it the backend's own check of each model file is left out (``trt repo list``: torch
+        # alone takes 3 s to import, and a large model file longer to read); auto-complete still reads
+        # the files of a backend that completes configs from them, as the server would.
+        self.open_model_files = open_model_files
         self.repository = repository
         self.options = options
         self.config_path = model_config_path(location.path, options.model_config_name)
@@ -274,7 +284,8 @@ class ModelCheck:
             files = ModelFiles(self.location.name, version, self.location.path, available[version])
             prefix = f"version {version}: " if len(versions) > 1 else ""
             try:
-                backend.validate(config, files)
+                if self.open_model_files:
+                    backend.validate(config, files)
             except ServerError as exc:
                 self.add_error(exc, prefix=prefix)
             if config.backend == "python":

@@ -29,10 +29,16 @@ from trt.server.core.errors import ModelConfigError
     ],
 )
 def test_a_missing_package_names_the_extra_to_install(module: str, backend: str, extra: str) -> None:
+    # Found when the backend is first asked for, or (PyTorch, which imports torch only for a model
+    # file) when a model is first checked.
     probe = (
         f"import sys; sys.modules[{module!r}] = None\n"
+        "from pathlib import Path\n"
+        "from trt.protos.model_config_pb2 import ModelConfig\n"
+        "from trt.server.core.backends.base import ModelFiles\n"
         "from trt.server.core.backends.registry import catalog, get_backend\n"
-        f"try:\n    get_backend(catalog().by_name({backend!r}))\n"
+        f"try:\n    backend = get_backend(catalog().by_name({backend!r}))\n"
+        "    backend.validate(ModelConfig(), ModelFiles('m', 1, Path('m'), Path('m/1')))\n"
         "except Exception as exc:\n    print(type(exc).__name__, exc)\n"
     )
     result = subprocess.run(

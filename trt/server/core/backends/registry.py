@@ -332,6 +332,15 @@ def _detect_from_files(
     )
 
 
+def backend_unavailable(entry: BackendEntry, missing: ModuleNotFoundError) -> BackendUnavailable:
+    """The error for a backend whose dependency is not installed, naming the extra that provides it
+    (also raised by a backend that imports its heavy half only when a model needs it)."""
+    hint = f"; install it with: pip install '{entry.install}'" if entry.install else ""
+    return BackendUnavailable(
+        f"backend '{entry.name}' is not available: {missing.name} is not installed{hint}"
+    )
+
+
 def get_backend(entry: BackendEntry) -> Backend:
     """The backend object for ``entry``, its module imported on first use (outside the lock: importing
     TensorFlow takes seconds, and other models go on loading meanwhile)."""
@@ -342,9 +351,6 @@ def get_backend(entry: BackendEntry) -> Backend:
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
-        hint = f"; install it with: pip install '{entry.install}'" if entry.install else ""
-        raise BackendUnavailable(
-            f"backend '{entry.name}' is not available: {exc.name} is not installed{hint}"
-        ) from None
+        raise backend_unavailable(entry, exc) from None
     with _lock:
         return _instances.setdefault(entry.name, getattr(module, class_name)())

@@ -720,6 +720,40 @@ def test_a_new_python_sequence_waits_in_the_backlog_while_every_slot_is_taken(
     assert step("B", 5, end=True) == 15
 
 
+def test_a_backlogged_python_sequence_is_dropped_when_its_timeout_runs_out(
+    python_server: ServerProcess,
+) -> None:
+    """As the tensor batcher (below) and Triton's: B's START waits for py_one_slot's only slot past
+    its request timeout, so B is dropped; A keeps the slot, and once A ends C starts."""
+    client = httpclient.InferenceServerClient(python_server.http_url)
+
+    def step(sequence: str, value: int, start: bool = False, end: bool = False, timeout: int = 0) -> int:
+        tensor = httpclient.InferInput("INPUT", [1, 1], "INT32")
+        tensor.set_data_from_numpy(np.array([[value]], dtype=np.int32))
+        result = client.infer(
+            "py_one_slot",
+            [tensor],
+            sequence_id=sequence,
+            sequence_start=start,
+            sequence_end=end,
+            timeout=timeout or None,
+        )
+        return int(result.as_numpy("OUTPUT")[0][0])
+
+    try:
+        assert step("A-t", 1, start=True) == 1
+        started = time.monotonic()
+        with pytest.raises(InferenceServerException, match="timeout of the corresponding sequence") as info:
+            step("B-t", 10, start=True, timeout=300_000)
+        assert info.value.status() == "503" and 0.25 < time.monotonic() - started < 3
+        with pytest.raises(InferenceServerException, match="START flag"):  # B is gone
+            step("B-t", 5)
+        assert step("A-t", 2, end=True) == 3  # the slot holder is not
+        assert step("C-t", 7, start=True, end=True, timeout=300_000) == 7  # and the slot came back
+    finally:
+        client.close()
+
+
 TORCH_ACCUMULATOR = """
 platform: "pytorch_libtorch"
 max_batch_size: 2

@@ -45,13 +45,14 @@ from trt.server.core.backends.base import (
     BackendResponse,
     ModelInstance,
 )
-from trt.server.core.errors import InvalidInput, Unavailable
+from trt.server.core.errors import InvalidInput
 from trt.server.core.extensions.statistics import ModelStatistics
 from trt.server.core.scheduling.instance_pool import InstancePool
 from trt.server.core.scheduling.sequence_controls import (
     IterativeIds,
     Row,
     SequenceControls,
+    backlog_timeout,
     slots_per_instance,
 )
 from trt.server.core.scheduling.timers import DeadlineTimer, IdleTimer
@@ -238,9 +239,7 @@ class SequenceBatcher:
         self._stats.pending -= len(sequence.queue)
         for request in sequence.queue:
             if not request.future.done():
-                request.future.set_exception(
-                    Unavailable("timeout of the corresponding sequence has been expired")
-                )
+                request.future.set_exception(backlog_timeout())
         sequence.queue.clear()
 
     def _release(self, slot: _Slot) -> None:

@@ -26,7 +26,7 @@ from trt.server.core.datatypes import (
     tensor_from_bytes,
     wire_to_numpy,
 )
-from trt.server.core.errors import InvalidInput, ModelConfigError, ServerError
+from trt.server.core.errors import InvalidInput, ModelConfigError, ServerError, Unavailable
 from trt.server.core.models.data_files import read_data_file
 
 Control = model_config_pb2.ModelSequenceBatching.Control
@@ -219,3 +219,9 @@ def slots_per_instance(config: model_config_pb2.ModelConfig) -> int:
     if settings.WhichOneof("strategy_choice") == "oldest" and settings.oldest.max_candidate_sequences:
         return settings.oldest.max_candidate_sequences
     return max(config.max_batch_size, 1)
+
+
+def backlog_timeout() -> Unavailable:
+    """What each request of a sequence dropped from the backlog gets: its ``timeout`` ran out before
+    the sequence found a slot (Triton's sequence batcher's words)."""
+    return Unavailable("timeout of the corresponding sequence has been expired")

@@ -7,7 +7,8 @@ batch) for ``direct``, ``max_candidate_sequences`` for ``oldest``. A sequence ta
 starts, on the instance with the most free ones, and keeps it until its END request has run or it
 stays idle longer than ``max_sequence_idle_microseconds`` (default 1 s); while every slot is taken, new
 sequences wait in a backlog, in arrival order (a model written for Triton may keep one sequence's
-state per slot, so more at once would mix them). A sequence has at most one request in an instance's
+state per slot, so more at once would mix them), and one whose request ``timeout`` runs out there is
+dropped with its requests. A sequence has at most one request in an instance's
 queue at a time, so its requests run in arrival order and never in the same ``execute`` call;
 requests of different sequences on one instance go to ``execute`` together (up to ``max_batch_size``)
 when the model batches. A request for an unknown sequence without START is refused.
@@ -49,6 +50,7 @@ from trt.server.core.scheduling.sequence_controls import (
     IterativeIds,
     Row,
     SequenceControls,
+    backlog_timeout,
     slots_per_instance,
 )
 from trt.server.core.scheduling.timers import IdleTimer
@@ -129,8 +131,8 @@ class SequenceRouter:
         route.last_seen = time.monotonic()
         self._reaper.arm()
         try:
-            if not route.placed.done():
-                await asyncio.shield(route.placed)  # in the backlog: every slot is taken
+            if not route.placed.done():  # in the backlog: every slot is taken
+                await self._slot_for(sequence_id, route, request.timeout_us)
             queue = self._queues[route.instance]
             async with route.turn:
                 steps = ExecutionTimes(0, 0, 0, 0)  # a rescheduled request's time is all its steps'
@@ -152,6 +154,21 @@ class SequenceRouter:
             route.last_seen = time.monotonic()
             if route.waiting == 0 and (route.ended or not route.placed.done()):
                 self._release(sequence_id, route)  # over, or given up while in the backlog
+
+    async def _slot_for(self, sequence_id: int | str, route: _Route, timeout_us: int) -> None:
+        """Wait in the backlog for a slot. As Triton's sequence batcher, a sequence whose request
+        ``timeout`` runs out first is dropped with all its waiting requests (the earliest counts)."""
+        if timeout_us <= 0:
+            await asyncio.shield(route.placed)
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(route.placed), timeout_us / 1e6)
+        except TimeoutError:
+            if not route.placed.done():
+                self._backlog.remove(route)
+                self._end(sequence_id, route)
+                route.placed.set_exception(backlog_timeout())
+            route.placed.result()  # placed in the same instant, or dropped
 
     def _add_controls(self, request: BackendRequest) -> None:
         row = Row(
@@ -178,7 +195,7 @@ class SequenceRouter:
     def _release(self, sequence_id: int | str, route: _Route) -> None:
         """A sequence is over (or left the backlog): its slot goes to the next one waiting."""
         self._end(sequence_id, route)
-        if route.placed.done():
+        if route.instance >= 0:
             self._free_slots[route.instance] += 1
             self._place()
         elif route in self._backlog:
@@ -189,7 +206,7 @@ class SequenceRouter:
         """Release sequences idle past ``max_sequence_idle_microseconds``; whether any remain to watch."""
         cutoff = time.monotonic() - self._idle_s
         for sequence_id, route in list(self._open.items()):
-            if route.waiting == 0 and route.last_seen <= cutoff and route.placed.done():
+            if route.waiting == 0 and route.last_seen <= cutoff and route.instance >= 0:
                 self._release(sequence_id, route)
         return bool(self._open)
 

@@ -40,8 +40,7 @@ EXIT_FINDINGS = 1
 EXIT_USAGE = 2
 DEFAULT_REPOSITORY = "model_repository"
 
-repo_app = typer.Typer(
-    help="Create, fill, inspect and check model repositories (folders or s3:// paths).",
+repo_app = typer.Typer(  # its help is cli.main's, which lists it without importing this module
     no_args_is_help=True,
 )
 _REPOSITORY_OPTION = typer.Option(DEFAULT_REPOSITORY, "--repository", "-r", help="Repository folder.")

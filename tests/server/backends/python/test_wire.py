@@ -76,6 +76,10 @@ def test_arrays_cross_with_their_dtype_and_shape_and_arrive_writable(array: np.n
         [b""] * 4,
         [b"q"],
         [b"a", b"bc", b"", b"def\x00"],  # lengths that differ (cut one by one)
+        # Either side of where lengths stop being read by struct and start being read by numpy.
+        [b"x" * (n % 7) for n in range(64)],
+        [b"x" * (n % 7) for n in range(65)],
+        [b"ab\x00", b"\x00\x00\x00", b"xyz"] * 30,  # many of one length: cut in C
     ],
 )
 def test_bytes_tensors_arrive_element_for_element_as_bytes(elements: list[bytes]) -> None:
@@ -129,6 +133,14 @@ def _mark(spec: list[Any]) -> str:
         ),
         (
             _message(_mark(["B", [1], 0]), struct.pack("<q", 2**62) + b"ab"),
+            "a BYTES tensor whose lengths do not fit its blob",
+        ),
+        (  # the same two checks on a tensor too long for the few-items path
+            _message(_mark(["B", [65], 0]), struct.pack("<65q", *[1] * 64, -1) + b"a" * 64),
+            "a BYTES tensor whose lengths do not fit its blob",
+        ),
+        (
+            _message(_mark(["B", [65], 0]), struct.pack("<65q", *[1] * 64, 2**62) + b"a" * 64),
             "a BYTES tensor whose lengths do not fit its blob",
         ),
         (_message(_mark(["B", [2**40], 0]), bytes(16)), "a blob mark past the message's end"),

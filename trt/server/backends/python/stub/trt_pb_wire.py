@@ -41,6 +41,11 @@ from typing import Any
 import numpy as np
 
 _HEAD = struct.Struct("<II")
+# A BYTES tensor of up to this many items has its lengths written and read by struct, and is cut in
+# Python: numpy's reductions cost about 5 us each, so one item (an LLM's text, a prompt) took 23 us to
+# read against 2.4, and 16 items 27 us against 4.5.
+_FEW_ITEMS = 64
+_ITEM_LENGTHS = [struct.Struct(f"<{count}q") for count in range(_FEW_ITEMS + 1)]
 _MAX_DIMS = 32
 _DTYPE = re.compile(r"[<>|][biufc][1-9][0-9]?|[<>|][SU][0-9]{1,6}")
 _DTYPES: dict[str, np.dtype[Any]] = {}  # the dtypes built so far, by name (a small, fixed set)
@@ -237,8 +242,11 @@ def _array_mark(array: np.ndarray, mark_bytes: Callable[[bytes | memoryview], li
     if array.dtype.kind == "O":
         items = array.ravel().tolist()
         if set(map(type, items)) <= {bytes}:  # a BYTES tensor: the lengths, then the bytes
-            lengths = np.fromiter(map(len, items), dtype="<i8", count=len(items))
-            start = mark_bytes(lengths.tobytes() + b"".join(items))[1]
+            if len(items) <= _FEW_ITEMS:
+                lengths = _ITEM_LENGTHS[len(items)].pack(*map(len, items))
+            else:
+                lengths = np.fromiter(map(len, items), dtype="<i8", count=len(items)).tobytes()
+            start = mark_bytes(lengths + b"".join(items))[1]
             return ["B", shape, start]
         return ["o", shape, items]
     name = _BFLOAT16_NAME if is_bfloat16(array.dtype) else array.dtype.str
@@ -313,6 +321,8 @@ class _BlobReader:
         if not count:
             return np.empty(shape, dtype=np.object_)
         data = self._data
+        if count <= _FEW_ITEMS:
+            return self._few_bytes(shape, count, begin, end)
         lengths = np.frombuffer(data, "<i8", count, begin)  # all there: checked above
         shortest, longest, room = int(lengths.min()), int(lengths.max()), len(data) - end
         # Where every length fits but gigabytes of them might pass int64's range, Python's integers
@@ -328,6 +338,19 @@ class _BlobReader:
             bounds = [end, *(stops + end).tolist()]
             array = np.empty(count, dtype=np.object_)
             array[:] = [data[a:b] for a, b in itertools.pairwise(bounds)]
+        return array.reshape(shape)
+
+    def _few_bytes(self, shape: tuple[int, ...], count: int, begin: int, end: int) -> np.ndarray:
+        data = self._data
+        items = []
+        for length in _ITEM_LENGTHS[count].unpack_from(data, begin):  # all there: checked by the caller
+            stop = end + length
+            if length < 0 or stop > len(data):
+                raise WireError("a BYTES tensor whose lengths do not fit its blob")
+            items.append(data[end:stop])
+            end = stop
+        array = np.empty(count, dtype=np.object_)
+        array[:] = items
         return array.reshape(shape)
 
 

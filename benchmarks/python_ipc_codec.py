@@ -3,8 +3,9 @@ process: ``trt_pb_wire`` (JSON and blobs; every message since 2026-11-28) agains
 (the rings carried pickles until then, read by an unpickler that admitted plain data's globals).
 
 The messages are the ones one add_sub request sends (an ``execute`` with two arena tensors, its
-``result``), a BYTES tensor of 1,000 elements inline (all of one length, and of lengths 1-64), and a
-spill-sized BYTES tensor of 200,000.
+``result``), one streamed token of a generative model (a decoupled ``response``), a BYTES tensor of
+1,000 elements inline (all of one length, and of lengths 1-64), and a spill-sized BYTES tensor of
+200,000.
 Each is encoded and decoded ``--repeat`` times per round, pickle and wire alternating in the same
 process (so other load on the machine hits both alike); the table shows the median of the rounds
 and the ratio wire / pickle.
@@ -46,6 +47,23 @@ MESSAGES: dict[str, tuple[Any, int]] = {  # name: (message, repeat divisor)
             "result",
             12345,
             {"responses": [{"error": None, "outputs": OUTPUTS, "parameters": {}}], "started_ns": 2**60},
+        ),
+        1,
+    ),
+    "response, one token (a BYTES x1 and a UINT32)": (
+        (
+            "response",
+            7,
+            0,
+            {
+                "error": None,
+                "outputs": {
+                    "text_output": np.array([b" token"], dtype=np.object_),
+                    "num_output_tokens": np.array([1], dtype=np.uint32),
+                },
+                "parameters": {},
+            },
+            False,
         ),
         1,
     ),

@@ -31,7 +31,7 @@ from trt.server.core.extensions.latency_distributions import (
 from trt.server.core.extensions.statistics import ModelStatistics
 from trt.server.core.extensions.tracing import Trace
 from trt.server.core.models.answer_queue import DEFAULT_LIMIT as DEFAULT_UNREAD_LIMIT
-from trt.server.core.models.answer_queue import AnswerQueue
+from trt.server.core.models.answer_queue import EXECUTION_ENDED, AnswerQueue
 from trt.server.core.models.signature import ModelSignature
 from trt.server.core.scheduling.rate_limiter import Needs, RateLimiter
 from trt.server.core.scheduling.response_cache import ResponseCache
@@ -201,26 +201,18 @@ class ModelVersion:
         self._in_flight += 1
         input_done = time.perf_counter_ns()
         execution = asyncio.ensure_future(self._scheduler.schedule(backend_request, batch_size))
+        execution.add_done_callback(answers.execution_ended)
         finished = False
         responded = False
-        instance_free = False  # execute() returned; the answers go on arriving through the stream
         try:
             while True:
-                if instance_free:
-                    answer, final = await answers.get()
-                else:
-                    waiting = asyncio.ensure_future(answers.get())
-                    await asyncio.wait({waiting, execution}, return_when=asyncio.FIRST_COMPLETED)
-                    if not waiting.done():
-                        waiting.cancel()
-                        if answers.empty():
-                            ended, _ = execution.result()  # raises if the model process failed
-                            if ended.error is not None:  # execute() raised: the request ends with it
-                                yield StreamItem(None, ended.error, True)
-                                break
-                            instance_free = True
-                        continue
-                    answer, final = waiting.result()
+                answer, final = await answers.get()
+                if answer is EXECUTION_ENDED:  # the answers go on arriving through the stream
+                    ended, _ = execution.result()  # raises if the model process failed
+                    if ended.error is not None:  # execute() raised: the request ends with it
+                        yield StreamItem(None, ended.error, True)
+                        break
+                    continue
                 if answer is not None and answer.error is not None:
                     yield StreamItem(None, answer.error, final)
                 elif answer is not None:

@@ -180,6 +180,7 @@ def _flag(values: dict[str, str], key: str, default: bool) -> bool:
 
 
 def incomplete(config: model_config_pb2.ModelConfig) -> list[str]:
+    """What the config lacks that a TorchScript file cannot supply (empty: it is complete)."""
     problems = [f"no {kind}s listed" for kind in ("input", "output") if not getattr(config, kind)]
     for kind, tensors in (("input", config.input), ("output", config.output)):
         for tensor in tensors:
@@ -197,6 +198,7 @@ def incomplete(config: model_config_pb2.ModelConfig) -> list[str]:
 
 
 def example_names(signature: ForwardSignature) -> str:
+    """A hint naming the inputs and outputs ``forward()`` implies, for an incomplete config's error."""
     if signature.arguments is None:
         return ""
     names = [a.name for a in signature.arguments if not a.has_default]
@@ -209,6 +211,7 @@ def example_names(signature: ForwardSignature) -> str:
 
 
 def config_plan(config: model_config_pb2.ModelConfig, signature: ForwardSignature) -> CallPlan:
+    """``plan_call`` for a model's config, its sequence controls and state included."""
     # A sequence model's control and state tensors are fed and read by the sequence batcher.
     sequence = config.sequence_batching
     inputs = [t.name for t in config.input]

@@ -270,7 +270,7 @@ class PythonModelInstance:
         self.state = State.RESTARTING
         self._executions.open = False
         try:
-            self._process.read_messages()  # what it sent before it died still counts
+            self._process.read_all_messages()  # what it sent before it died still counts
         except Exception:
             logger.exception("reading the last messages of %s's process failed", self.args["model_name"])
         self._process.disconnect()

@@ -36,6 +36,7 @@ EXECUTION_SLOTS = 8  # executions an instance holds at once (see core.scheduling
 RING_BYTES = 1 << 20  # per direction; a message over a quarter of it goes through the ring's spill
 START_TIMEOUT_S = 120.0
 REAP_TIMEOUT_S = 5.0
+MESSAGES_PER_TURN = 32  # read from the ring in one turn of the event loop (read_messages)
 
 Message = tuple[Any, ...]  # what crosses the rings: a kind, then its fields (see trt_python_stub)
 # Answers a call the model makes from initialize(), on the loader thread that starts it.
@@ -214,17 +215,36 @@ class ModelProcess:
                 self._colocation.add(self._popen.pid, loop)
 
     def read_messages(self) -> None:
-        """Hand on what the process has sent through its ring (its eventfd is readable)."""
+        """Hand on what the process has sent through its ring (its eventfd is readable), at most
+        ``MESSAGES_PER_TURN`` at a time: the rest in a later turn of the event loop, after the work
+        these woke (a model that sends hundreds of answers from ``execute()`` had its reader's first
+        answer, and every other client of the loop, wait until all were decoded)."""
+        if self._loop is None:
+            return  # let go since this turn was scheduled
+        if self._read(MESSAGES_PER_TURN):
+            self._loop.call_soon(self.read_messages)
+
+    def read_all_messages(self) -> None:
+        """Everything in the ring now (the process has ended, or is ending)."""
+        self._read(None)
+
+    def _read(self, limit: int | None) -> bool:
+        """Hand on up to ``limit`` messages; whether more may be waiting."""
         try:
             os.eventfd_read(self._to_server)
         except BlockingIOError:
             pass
         inbox, empty, on_message = self._inbox, _ipc.EMPTY, self._on_message
+        taken = 0
         try:
             while (message := inbox.get()) is not empty:
                 on_message(message)
+                taken += 1
+                if taken == limit:
+                    return True
         except Exception as exc:
             self._stop_for(exc)
+        return False
 
     def _stop_for(self, exc: Exception) -> None:
         """A message that could not be read or acted on (the process no longer speaks our
@@ -331,7 +351,7 @@ class ModelProcess:
                 self._popen.kill()
                 await asyncio.to_thread(self._popen.wait)
         if self._loop is not None and self._to_server >= 0:
-            self.read_messages()  # the last log lines of finalize()
+            self.read_all_messages()  # the last log lines of finalize()
         self.disconnect()
         self.release()
 

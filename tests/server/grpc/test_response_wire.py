@@ -85,3 +85,27 @@ def test_bytes_outputs_match_their_wire_form() -> None:
     response = InferenceResponse("m", "1", "", [_output("O", array, "BYTES")])
     parsed = pb.ModelInferResponse.FromString(codec.encode_infer_parts(response)[0])
     assert parsed.raw_output_contents[0] == serialize_bytes_tensor(array)
+
+
+def _stream_protobufs(response: InferenceResponse, final: bool) -> bytes:
+    reply = pb.ModelStreamInferResponse()
+    codec.encode_infer_response(response, reply.infer_response)
+    reply.infer_response.parameters["triton_final_response"].bool_param = final
+    return reply.SerializeToString()
+
+
+@pytest.mark.parametrize("final", [False, True])
+@pytest.mark.parametrize("response", RESPONSES.values(), ids=RESPONSES.keys())
+def test_a_stream_answer_is_protobufs_bytes_with_its_final_flag(
+    response: InferenceResponse, final: bool
+) -> None:
+    serialized = response_wire.stream_response(response, final)
+    assert serialized == _stream_protobufs(response, final)
+    parsed = pb.ModelStreamInferResponse.FromString(serialized)
+    assert parsed.infer_response.parameters["triton_final_response"].bool_param is final
+
+
+def test_a_stream_answer_with_parameters_of_its_own_is_left_to_protobuf() -> None:
+    response = InferenceResponse("m", "1", "", [_output("O", np.arange(2, dtype=np.int32), "INT32")])
+    response.parameters = {"sequence_id": 5}
+    assert response_wire.stream_response(response, True) is None

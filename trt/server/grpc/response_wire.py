@@ -5,7 +5,8 @@ Protobuf writes a message's fields in field-number order: ``model_name`` (1), ``
 parameters, the bytes before ``id`` and those of ``outputs`` depend only on the model, its version and
 the outputs' names, datatypes and shapes, the same for every request of a model: they are serialized
 once by protobuf and kept (a bounded cache), and each response joins them with its own id and raw
-outputs. The result is byte for byte what ``encode_infer_response(...).SerializeToString()`` gives.
+outputs. The result is byte for byte what ``encode_infer_response(...).SerializeToString()`` gives;
+``stream_response`` wraps the same pieces, with the final flag, as a stream's answer.
 """
 
 from __future__ import annotations
@@ -37,9 +38,12 @@ def _heads_for(response: InferenceResponse, key: _Key) -> tuple[bytes, bytes]:
     return before_id, outputs
 
 
-def plain_response_parts(response: InferenceResponse) -> tuple[list[bytes | memoryview], int] | None:
+def plain_response_parts(
+    response: InferenceResponse, parameters_field: bytes = b""
+) -> tuple[list[bytes | memoryview], int] | None:
     """The serialized response in pieces (its raw outputs as views of the output arrays) and its
-    size; None when it or an output carries parameters (then protobuf serializes it)."""
+    size; None when it or an output carries parameters (then protobuf serializes it).
+    ``parameters_field``: the serialized ``parameters`` field (4) to carry, the server's own."""
     if response.parameters:
         return None
     signature = []
@@ -54,6 +58,8 @@ def plain_response_parts(response: InferenceResponse) -> tuple[list[bytes | memo
     if response.id:
         identifier = response.id.encode()
         parts.append(_ID_TAG + varint(len(identifier)) + identifier)
+    if parameters_field:
+        parts.append(parameters_field)
     parts.append(outputs)
     size = 0
     for output in response.outputs:
@@ -63,3 +69,25 @@ def plain_response_parts(response: InferenceResponse) -> tuple[list[bytes | memo
         parts.append(data)
         size += length
     return parts, size
+
+
+# ModelStreamInfer's answers: a ModelStreamInferResponse whose only field is infer_response (2),
+# with the final flag in its parameters (4) as Triton sets it.
+_STREAM_FIELD = pb.ModelStreamInferResponse.DESCRIPTOR.fields_by_name["infer_response"].number
+_STREAM_RESPONSE_TAG = bytes([_STREAM_FIELD << 3 | 2])
+_FINAL_FLAG_FIELD = {
+    final: pb.ModelInferResponse(
+        parameters={"triton_final_response": pb.InferParameter(bool_param=final)}
+    ).SerializeToString()
+    for final in (False, True)
+}
+
+
+def stream_response(response: InferenceResponse, final: bool) -> bytes | None:
+    """A serialized ``ModelStreamInferResponse`` carrying ``response`` and its final flag, as protobuf
+    writes it; None when the response carries parameters of its own (then protobuf serializes it)."""
+    plain = plain_response_parts(response, _FINAL_FLAG_FIELD[final])
+    if plain is None:
+        return None
+    body = b"".join(plain[0])
+    return _STREAM_RESPONSE_TAG + varint(len(body)) + body

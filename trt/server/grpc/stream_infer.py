@@ -17,6 +17,7 @@ from trt.server.core.server import InferenceServer
 from trt.server.grpc import codec
 from trt.server.grpc.call import GrpcCall
 from trt.server.grpc.errors import status_of
+from trt.server.grpc.response_wire import stream_response
 from trt.server.header_forwarding import HeaderForwarding
 
 logger = logging.getLogger("trt.grpc")
@@ -61,11 +62,15 @@ class StreamInfer:
                     _, error_message = status_of(item.error, "ModelStreamInfer")
                     await self._send(call, _reply(request, error_message, item.final))
                     continue
-                reply = pb.ModelStreamInferResponse()
                 assert item.response is not None
-                codec.encode_infer_response(item.response, reply.infer_response)
-                reply.infer_response.parameters["triton_final_response"].bool_param = item.final
-                await self._send(call, reply)
+                serialized = stream_response(item.response, item.final)
+                if serialized is None:  # parameters of its own: protobuf writes it
+                    reply = pb.ModelStreamInferResponse()
+                    codec.encode_infer_response(item.response, reply.infer_response)
+                    reply.infer_response.parameters["triton_final_response"].bool_param = item.final
+                    serialized = reply.SerializeToString()
+                await call.writable()
+                call.send_message(serialized)
         except asyncio.CancelledError:
             raise
         except Exception as exc:

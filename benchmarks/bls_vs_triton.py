@@ -1,0 +1,197 @@
+"""Business logic scripting, trt against NVIDIA Triton 2.51: a Python model that calls another
+Python model ``--calls`` times per request (``pb_utils.InferenceRequest(...).exec()``, each call's
+output the next call's input), one request at a time over HTTP.
+
+Per run: BLS calls per second and CPU time per call, for the server's own process and for each
+model process (the caller and the called), so that where each server spends a call shows. Rounds
+alternate the servers' order; the table gives each round's trt / Triton ratio and their median.
+One run on one machine: compare the ratios.
+
+    flock /tmp/trt-bench.lock python benchmarks/bls_vs_triton.py --peers /tmp/trt-peers
+        [--calls 50] [--requests 20] [--rounds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+import tritonclient.http as httpclient
+from rich.console import Console
+from rich.table import Table
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from _common import wait_model_ready  # noqa: E402
+from generative_vs_triton import distinct_ports, genai_venv, start_triton, start_trt  # noqa: E402
+
+CALLED_CONFIG = """
+backend: "python"
+max_batch_size: 0
+input [ { name: "X" data_type: TYPE_INT32 dims: [ 4 ] } ]
+output [ { name: "Y" data_type: TYPE_INT32 dims: [ 4 ] } ]
+instance_group [ { kind: KIND_CPU count: 1 } ]
+"""
+CALLED_PY = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [
+            pb_utils.InferenceResponse(
+                [pb_utils.Tensor("Y", pb_utils.get_input_tensor_by_name(request, "X").as_numpy() + 1)]
+            )
+            for request in requests
+        ]
+"""
+CALLER_CONFIG = """
+backend: "python"
+max_batch_size: 0
+input [ { name: "CALLS" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "Y" data_type: TYPE_INT32 dims: [ 4 ] } ]
+instance_group [ { kind: KIND_CPU count: 1 } ]
+"""
+CALLER_PY = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            calls = int(pb_utils.get_input_tensor_by_name(request, "CALLS").as_numpy()[0])
+            x = np.zeros(4, np.int32)
+            for _ in range(calls):
+                answer = pb_utils.InferenceRequest(
+                    model_name="called", inputs=[pb_utils.Tensor("X", x)], requested_output_names=["Y"]
+                ).exec()
+                if answer.has_error():
+                    raise pb_utils.TritonModelException(answer.error().message())
+                x = pb_utils.get_output_tensor_by_name(answer, "Y").as_numpy()
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("Y", x)]))
+        return responses
+"""
+
+
+def write_models(repository: Path) -> None:
+    for name, config, source in (("called", CALLED_CONFIG, CALLED_PY), ("caller", CALLER_CONFIG, CALLER_PY)):
+        (repository / name / "1").mkdir(parents=True)
+        (repository / name / "config.pbtxt").write_text(config)
+        (repository / name / "1" / "model.py").write_text(source)
+
+
+def cpu_by_process(pid: int) -> dict[int, float]:
+    root = psutil.Process(pid)
+    seconds = {}
+    for process in [root, *root.children(recursive=True)]:
+        try:
+            times = process.cpu_times()
+            seconds[process.pid] = times.user + times.system
+        except psutil.NoSuchProcess:
+            pass
+    return seconds
+
+
+def measure(
+    client: httpclient.InferenceServerClient, pid: int, calls: int, requests: int
+) -> dict[str, float]:
+    tensor = httpclient.InferInput("CALLS", [1], "INT32")
+    tensor.set_data_from_numpy(np.array([calls], np.int32))
+    before, started = cpu_by_process(pid), time.perf_counter()
+    for _ in range(requests):
+        result = client.infer("caller", [tensor])
+    wall = time.perf_counter() - started
+    after = cpu_by_process(pid)
+    if result.as_numpy("Y").tolist() != [calls] * 4:
+        raise RuntimeError(f"caller answered {result.as_numpy('Y')}")
+    total = calls * requests
+    server = (after[pid] - before[pid]) / total * 1e6
+    models = sorted((after[p] - before.get(p, 0.0)) / total * 1e6 for p in after if p != pid)
+    busy = [us for us in models if us > 1.0]  # the caller's and the called model's processes
+    return {
+        "calls_per_s": total / wall,
+        "cpu_us_per_call": server + sum(busy),
+        "server_us_per_call": server,
+        "model_processes_us_per_call": sum(busy),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--peers", type=Path, default=Path("/tmp/trt-peers"))
+    parser.add_argument("--venv", type=Path, default=Path(tempfile.gettempdir()) / "trt-triton-genai-venv")
+    parser.add_argument("--calls", type=int, default=50, help="BLS calls per request")
+    parser.add_argument("--requests", type=int, default=20, help="requests per run")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--output", type=Path, default=ROOT / "reports" / "benchmarks" / "bls_vs_triton")
+    args = parser.parse_args()
+    if not (args.peers / "triton" / "bin" / "tritonserver").exists():
+        raise SystemExit(f"Triton not found under {args.peers}: run ../shared/peers/setup.sh first")
+    venv = genai_venv(args.peers, args.venv)
+    console = Console()
+    rows: list[dict[str, object]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        repository = Path(tmp) / "repo"
+        write_models(repository)
+        ports = distinct_ports(7)
+        servers = {
+            "triton": start_triton(
+                args.peers, venv, repository, (ports[0], ports[1], ports[2]), Path(tmp) / "t"
+            ),
+            "trt": start_trt(repository, (ports[3], ports[4], ports[5]), ports[6], [], Path(tmp) / "trt"),
+        }
+        http_ports = {"triton": ports[0], "trt": ports[3]}
+        try:
+            for name, process in servers.items():
+                wait_model_ready(http_ports[name], process, "caller", 180)
+            clients = {
+                name: httpclient.InferenceServerClient(f"127.0.0.1:{http_ports[name]}") for name in servers
+            }
+            for name in servers:
+                measure(clients[name], servers[name].pid, args.calls, 2)  # warm-up
+            for round_index in range(args.rounds):
+                order = list(servers) if round_index % 2 == 0 else list(reversed(servers))
+                for name in order:
+                    console.log(f"round {round_index + 1}/{args.rounds} {name}")
+                    result = measure(clients[name], servers[name].pid, args.calls, args.requests)
+                    rows.append({"round": round_index, "server": name, **result})
+        finally:
+            servers["triton"].kill()  # it waits on kept-alive connections otherwise
+            servers["trt"].terminate()
+            for process in servers.values():
+                process.wait(30)
+    table = Table(
+        title=f"BLS, {args.calls} calls per request, one request at a time: trt / Triton 2.51 per round"
+    )
+    for column in ("measure", "Triton (median)", "trt (median)", "trt / Triton, each round", "median"):
+        table.add_column(column, justify="left" if column == "measure" else "right")
+    summary = []
+    for key in ("calls_per_s", "cpu_us_per_call", "server_us_per_call", "model_processes_us_per_call"):
+        ours = [float(r[key]) for r in rows if r["server"] == "trt"]
+        theirs = [float(r[key]) for r in rows if r["server"] == "triton"]
+        ratios = [a / b for a, b in zip(ours, theirs, strict=True)]
+        summary.append({"measure": key, "ratios": ratios, "median": statistics.median(ratios)})
+        table.add_row(
+            key, f"{statistics.median(theirs):,.0f}", f"{statistics.median(ours):,.0f}",
+            " / ".join(f"{r:.2f}" for r in ratios), f"{statistics.median(ratios):.2f}",
+        )  # fmt: skip
+    console.print(table)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.with_suffix(".json").write_text(json.dumps({"runs": rows, "summary": summary}, indent=2))
+    console.print(f"wrote {args.output.with_suffix('.json')}")
+
+
+if __name__ == "__main__":
+    main()

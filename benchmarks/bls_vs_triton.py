@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import tempfile
 import time
@@ -25,13 +24,11 @@ import numpy as np
 import psutil
 import tritonclient.http as httpclient
 from rich.console import Console
-from rich.table import Table
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from _common import wait_model_ready  # noqa: E402
-from generative_vs_triton import distinct_ports, genai_venv, start_triton, start_trt  # noqa: E402
+from _side_by_side import ratio_table, rounds_in_turn, triton_and_trt  # noqa: E402
 
 CALLED_CONFIG = """
 backend: "python"
@@ -137,56 +134,26 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--output", type=Path, default=ROOT / "reports" / "benchmarks" / "bls_vs_triton")
     args = parser.parse_args()
-    if not (args.peers / "triton" / "bin" / "tritonserver").exists():
-        raise SystemExit(f"Triton not found under {args.peers}: run ../shared/peers/setup.sh first")
-    venv = genai_venv(args.peers, args.venv)
     console = Console()
     rows: list[dict[str, object]] = []
     with tempfile.TemporaryDirectory() as tmp:
         repository = Path(tmp) / "repo"
         write_models(repository)
-        ports = distinct_ports(7)
-        servers = {
-            "triton": start_triton(
-                args.peers, venv, repository, (ports[0], ports[1], ports[2]), Path(tmp) / "t"
-            ),
-            "trt": start_trt(repository, (ports[3], ports[4], ports[5]), ports[6], [], Path(tmp) / "trt"),
-        }
-        http_ports = {"triton": ports[0], "trt": ports[3]}
-        try:
-            for name, process in servers.items():
-                wait_model_ready(http_ports[name], process, "caller", 180)
+        with triton_and_trt(args.peers, args.venv, repository, "caller") as servers:
             clients = {
-                name: httpclient.InferenceServerClient(f"127.0.0.1:{http_ports[name]}") for name in servers
+                name: httpclient.InferenceServerClient(f"127.0.0.1:{served.http_port}")
+                for name, served in servers.items()
             }
-            for name in servers:
-                measure(clients[name], servers[name].pid, args.calls, 2)  # warm-up
-            for round_index in range(args.rounds):
-                order = list(servers) if round_index % 2 == 0 else list(reversed(servers))
+            for name, served in servers.items():
+                measure(clients[name], served.process.pid, args.calls, 2)  # warm-up
+            for round_index, order in rounds_in_turn(args.rounds):
                 for name in order:
                     console.log(f"round {round_index + 1}/{args.rounds} {name}")
-                    result = measure(clients[name], servers[name].pid, args.calls, args.requests)
+                    result = measure(clients[name], servers[name].process.pid, args.calls, args.requests)
                     rows.append({"round": round_index, "server": name, **result})
-        finally:
-            servers["triton"].kill()  # it waits on kept-alive connections otherwise
-            servers["trt"].terminate()
-            for process in servers.values():
-                process.wait(30)
-    table = Table(
-        title=f"BLS, {args.calls} calls per request, one request at a time: trt / Triton 2.51 per round"
-    )
-    for column in ("measure", "Triton (median)", "trt (median)", "trt / Triton, each round", "median"):
-        table.add_column(column, justify="left" if column == "measure" else "right")
-    summary = []
-    for key in ("calls_per_s", "cpu_us_per_call", "server_us_per_call", "model_processes_us_per_call"):
-        ours = [float(r[key]) for r in rows if r["server"] == "trt"]
-        theirs = [float(r[key]) for r in rows if r["server"] == "triton"]
-        ratios = [a / b for a, b in zip(ours, theirs, strict=True)]
-        summary.append({"measure": key, "ratios": ratios, "median": statistics.median(ratios)})
-        table.add_row(
-            key, f"{statistics.median(theirs):,.0f}", f"{statistics.median(ours):,.0f}",
-            " / ".join(f"{r:.2f}" for r in ratios), f"{statistics.median(ratios):.2f}",
-        )  # fmt: skip
+    measures = ["calls_per_s", "cpu_us_per_call", "server_us_per_call", "model_processes_us_per_call"]
+    title = f"BLS, {args.calls} calls per request, one request at a time: trt / Triton 2.51 per round"
+    table, summary = ratio_table(title, rows, {"BLS": measures})
     console.print(table)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.with_suffix(".json").write_text(json.dumps({"runs": rows, "summary": summary}, indent=2))

@@ -34,13 +34,12 @@ from pathlib import Path
 
 import numpy as np
 from rich.console import Console
-from rich.table import Table
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from _common import process_tree_cpu, wait_model_ready  # noqa: E402
-from generative_vs_triton import distinct_ports, genai_venv, start_triton, start_trt  # noqa: E402
+from _common import process_tree_cpu  # noqa: E402
+from _side_by_side import Served, ratio_table, rounds_in_turn, triton_and_trt  # noqa: E402
 
 MODEL = "burst"
 CONFIG = """
@@ -172,77 +171,39 @@ def main() -> None:
         "--output", type=Path, default=ROOT / "reports" / "benchmarks" / "decoupled_vs_triton"
     )
     args = parser.parse_args()
-    if not (args.peers / "triton" / "bin" / "tritonserver").exists():
-        raise SystemExit(f"Triton not found under {args.peers}: run ../shared/peers/setup.sh first")
-    venv = genai_venv(args.peers, args.venv)
     console = Console()
     rows: list[dict[str, object]] = []
     with tempfile.TemporaryDirectory() as tmp:
         repository = Path(tmp) / "repo"
         write_model(repository)
-        ports = distinct_ports(7)
-        servers = {
-            "triton": start_triton(
-                args.peers, venv, repository, (ports[0], ports[1], ports[2]), Path(tmp) / "t.log"
-            ),
-            "trt": start_trt(repository, (ports[3], ports[4], ports[5]), ports[6], [], Path(tmp) / "trt.log"),
-        }
-        http_ports = {"triton": ports[0], "trt": ports[3]}
-        grpc_ports = {"triton": ports[1], "trt": ports[4]}
-        clients: dict[tuple[str, str], GrpcStream | GenerateStream] = {}
-        try:
-            for name, process in servers.items():
-                wait_model_ready(http_ports[name], process, MODEL, 180)
-            makers: dict[str, Callable[[str], GrpcStream | GenerateStream]] = {
-                "grpc stream": lambda name: GrpcStream(f"127.0.0.1:{grpc_ports[name]}", args.answers),
-                "generate_stream": lambda name: GenerateStream(http_ports[name], args.answers),
+        with triton_and_trt(args.peers, args.venv, repository, MODEL) as servers:
+            makers: dict[str, Callable[[Served], GrpcStream | GenerateStream]] = {
+                "grpc stream": lambda served: GrpcStream(f"127.0.0.1:{served.grpc_port}", args.answers),
+                "generate_stream": lambda served: GenerateStream(served.http_port, args.answers),
             }
-            for route, make in makers.items():
-                for name in servers:
-                    clients[route, name] = client = make(name)
-                    measure(client, servers[name].pid, 5)  # warm-up
-            for round_index in range(args.rounds):
-                order = list(servers) if round_index % 2 == 0 else list(reversed(servers))
-                for route in makers:
-                    for name in order:
-                        console.log(f"round {round_index + 1}/{args.rounds} {route} {name}")
-                        result = measure(clients[route, name], servers[name].pid, args.requests)
-                        rows.append({"round": round_index, "route": route, "server": name, **result})
-        finally:
-            for client in clients.values():
-                client.close()
-            servers["triton"].kill()  # it waits on kept-alive connections otherwise
-            servers["trt"].terminate()
-            for process in servers.values():
-                process.wait(30)
-    table = Table(
-        title=f"{args.answers} answers per request, one request at a time: trt / Triton 2.51 per round"
-    )
-    for column in (
-        "route",
-        "measure",
-        "Triton (median)",
-        "trt (median)",
-        "trt / Triton, each round",
-        "median",
-    ):
-        table.add_column(column, justify="left" if column in ("route", "measure") else "right")
-    summary: list[dict[str, object]] = []
-    for route in ("grpc stream", "generate_stream"):
-        measures = ["answers_per_s", "server_cpu_us_per_answer"] + (
-            ["first_answer_ms"] if route == "generate_stream" else []
-        )
-        for key in measures:
-            ours = [r[key] for r in rows if r["route"] == route and r["server"] == "trt"]
-            theirs = [r[key] for r in rows if r["route"] == route and r["server"] == "triton"]
-            ratios = [float(a) / float(b) for a, b in zip(ours, theirs, strict=True)]
-            summary.append(
-                {"route": route, "measure": key, "ratios": ratios, "median": statistics.median(ratios)}
-            )
-            table.add_row(
-                route, key, f"{statistics.median(theirs):,.1f}", f"{statistics.median(ours):,.1f}",
-                " / ".join(f"{r:.2f}" for r in ratios), f"{statistics.median(ratios):.2f}",
-            )  # fmt: skip
+            clients = {
+                (route, name): make(served)
+                for route, make in makers.items()
+                for name, served in servers.items()
+            }
+            try:
+                for (_, name), client in clients.items():
+                    measure(client, servers[name].process.pid, 5)  # warm-up
+                for round_index, order in rounds_in_turn(args.rounds):
+                    for route in makers:
+                        for name in order:
+                            console.log(f"round {round_index + 1}/{args.rounds} {route} {name}")
+                            result = measure(clients[route, name], servers[name].process.pid, args.requests)
+                            rows.append({"round": round_index, "route": route, "server": name, **result})
+            finally:
+                for client in clients.values():
+                    client.close()
+    title = f"{args.answers} answers per request, one request at a time: trt / Triton 2.51 per round"
+    groups = {
+        "grpc stream": ["answers_per_s", "server_cpu_us_per_answer"],
+        "generate_stream": ["answers_per_s", "server_cpu_us_per_answer", "first_answer_ms"],
+    }
+    table, summary = ratio_table(title, rows, groups, group_key="route")
     console.print(table)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.with_suffix(".json").write_text(json.dumps({"runs": rows, "summary": summary}, indent=2))

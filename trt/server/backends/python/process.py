@@ -217,8 +217,8 @@ class ModelProcess:
     def read_messages(self) -> None:
         """Hand on what the process has sent through its ring (its eventfd is readable), at most
         ``MESSAGES_PER_TURN`` at a time: the rest in a later turn of the event loop, after the work
-        these woke (a model that sends hundreds of answers from ``execute()`` had its reader's first
-        answer, and every other client of the loop, wait until all were decoded)."""
+        these woke (a model that sent thousands of answers from one ``execute()`` held every other
+        client of the loop until all of them were decoded: up to 300 ms for 4,000)."""
         if self._loop is None:
             return  # let go since this turn was scheduled
         if self._read(MESSAGES_PER_TURN):

@@ -3,6 +3,7 @@ both in alternating rounds, and the table of each round's trt / Triton ratio the
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import subprocess
 import tempfile
@@ -16,6 +17,17 @@ from generative_vs_triton import distinct_ports, genai_venv, start_triton, start
 from rich.table import Table
 
 SERVERS = ("triton", "trt")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def add_options(parser: argparse.ArgumentParser, name: str, requests: int) -> None:
+    """The options every side-by-side benchmark takes: where Triton is, its Python environment, the
+    requests per run, the rounds and where the results go (``reports/benchmarks/<name>``)."""
+    parser.add_argument("--peers", type=Path, default=Path("/tmp/trt-peers"))
+    parser.add_argument("--venv", type=Path, default=Path(tempfile.gettempdir()) / "trt-triton-genai-venv")
+    parser.add_argument("--requests", type=int, default=requests, help="requests per run")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--output", type=Path, default=ROOT / "reports" / "benchmarks" / name)
 
 
 @dataclass(frozen=True)
@@ -89,7 +101,7 @@ def ratio_table(
         for measure in measures:
             ours = [float(r[measure]) for r in mine if r["server"] == "trt"]
             theirs = [float(r[measure]) for r in mine if r["server"] == "triton"]
-            ratios = [a / b for a, b in zip(ours, theirs, strict=True)]
+            ratios = [a / b if b else float("nan") for a, b in zip(ours, theirs, strict=True)]
             summary.append(
                 {"group": group, "measure": measure, "ratios": ratios, "median": statistics.median(ratios)}
             )

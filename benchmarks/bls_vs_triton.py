@@ -28,7 +28,7 @@ from rich.console import Console
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from _side_by_side import ratio_table, rounds_in_turn, triton_and_trt  # noqa: E402
+from _side_by_side import add_options, ratio_table, rounds_in_turn, triton_and_trt  # noqa: E402
 
 CALLED_CONFIG = """
 backend: "python"
@@ -127,12 +127,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--peers", type=Path, default=Path("/tmp/trt-peers"))
-    parser.add_argument("--venv", type=Path, default=Path(tempfile.gettempdir()) / "trt-triton-genai-venv")
     parser.add_argument("--calls", type=int, default=50, help="BLS calls per request")
-    parser.add_argument("--requests", type=int, default=20, help="requests per run")
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--output", type=Path, default=ROOT / "reports" / "benchmarks" / "bls_vs_triton")
+    add_options(parser, "bls_vs_triton", requests=20)
     args = parser.parse_args()
     console = Console()
     rows: list[dict[str, object]] = []

@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from _common import process_tree_cpu  # noqa: E402
-from _side_by_side import Served, ratio_table, rounds_in_turn, triton_and_trt  # noqa: E402
+from _side_by_side import Served, add_options, ratio_table, rounds_in_turn, triton_and_trt  # noqa: E402
 
 MODEL = "burst"
 CONFIG = """
@@ -162,14 +162,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--peers", type=Path, default=Path("/tmp/trt-peers"))
-    parser.add_argument("--venv", type=Path, default=Path(tempfile.gettempdir()) / "trt-triton-genai-venv")
     parser.add_argument("--answers", type=int, default=64, help="answers per request")
-    parser.add_argument("--requests", type=int, default=60, help="requests per run")
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument(
-        "--output", type=Path, default=ROOT / "reports" / "benchmarks" / "decoupled_vs_triton"
-    )
+    add_options(parser, "decoupled_vs_triton", requests=60)
     args = parser.parse_args()
     console = Console()
     rows: list[dict[str, object]] = []

@@ -131,10 +131,13 @@ def _step(
     sequence: int | str,
     start: bool = False,
     end: bool = False,
+    timeout: int | None = None,  # microseconds
 ) -> int:
     tensor = module.InferInput("INPUT", [1, 1], "INT32")
     tensor.set_data_from_numpy(np.array([[value]], dtype=np.int32))
-    result = client.infer(model, [tensor], sequence_id=sequence, sequence_start=start, sequence_end=end)
+    result = client.infer(
+        model, [tensor], sequence_id=sequence, sequence_start=start, sequence_end=end, timeout=timeout
+    )
     return int(result.as_numpy("OUTPUT")[0][0])
 
 
@@ -727,18 +730,10 @@ def test_a_backlogged_python_sequence_is_dropped_when_its_timeout_runs_out(
     its request timeout, so B is dropped; A keeps the slot, and once A ends C starts."""
     client = httpclient.InferenceServerClient(python_server.http_url)
 
-    def step(sequence: str, value: int, start: bool = False, end: bool = False, timeout: int = 0) -> int:
-        tensor = httpclient.InferInput("INPUT", [1, 1], "INT32")
-        tensor.set_data_from_numpy(np.array([[value]], dtype=np.int32))
-        result = client.infer(
-            "py_one_slot",
-            [tensor],
-            sequence_id=sequence,
-            sequence_start=start,
-            sequence_end=end,
-            timeout=timeout or None,
-        )
-        return int(result.as_numpy("OUTPUT")[0][0])
+    def step(
+        sequence: str, value: int, start: bool = False, end: bool = False, timeout: int | None = None
+    ) -> int:
+        return _step(httpclient, client, "py_one_slot", value, sequence, start, end, timeout)
 
     try:
         assert step("A-t", 1, start=True) == 1

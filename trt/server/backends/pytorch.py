@@ -73,11 +73,8 @@ class PyTorchBackend:
         )
 
     def _signature(self, config: model_config_pb2.ModelConfig, files: ModelFiles) -> ForwardSignature:
-        torchscript = _torchscript()  # a missing torch is named before a missing file, as by other backends
-        signature: ForwardSignature = torchscript.forward_signature(
-            files.require_artifact(config, self.default_filename)
-        )
-        return signature
+        _torchscript()  # a missing torch is named before a missing file, as by other backends
+        return forward_signature(files.require_artifact(config, self.default_filename))
 
     def validate(self, config: model_config_pb2.ModelConfig, files: ModelFiles) -> None:
         """The config's types fit TorchScript, the file loads, and its forward() fits the config.

@@ -14,6 +14,7 @@ import logging
 
 from trt.protos import grpc_service_pb2 as pb
 from trt.server.core.server import InferenceServer
+from trt.server.core.types import InferenceResponse
 from trt.server.grpc import codec
 from trt.server.grpc.call import GrpcCall
 from trt.server.grpc.errors import status_of
@@ -56,32 +57,36 @@ class StreamInfer:
             async for item in self.core.infer_stream(inference):
                 if item.response is None and item.error is None:
                     if empty_final:  # the model ended the request without a last response
-                        await self._send(call, _reply(request, None, final=True))
+                        await self._send(call, _reply(request, None, final=True).SerializeToString())
                     continue
                 if item.error is not None:
                     _, error_message = status_of(item.error, "ModelStreamInfer")
-                    await self._send(call, _reply(request, error_message, item.final))
+                    await self._send(call, _reply(request, error_message, item.final).SerializeToString())
                     continue
                 assert item.response is not None
-                serialized = stream_response(item.response, item.final)
-                if serialized is None:  # parameters of its own: protobuf writes it
-                    reply = pb.ModelStreamInferResponse()
-                    codec.encode_infer_response(item.response, reply.infer_response)
-                    reply.infer_response.parameters["triton_final_response"].bool_param = item.final
-                    serialized = reply.SerializeToString()
-                await call.writable()
-                call.send_message(serialized)
+                await self._send(call, _answer(item.response, item.final))
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             _, error_message = status_of(exc, "ModelStreamInfer")
             exc.__traceback__ = None  # drop the frames (and the tensors they hold) now
-            await self._send(call, _reply(request, error_message, final=True))
+            await self._send(call, _reply(request, error_message, final=True).SerializeToString())
 
     @staticmethod
-    async def _send(call: GrpcCall, reply: pb.ModelStreamInferResponse) -> None:
+    async def _send(call: GrpcCall, reply: bytes) -> None:
         await call.writable()
-        call.send_message(reply.SerializeToString())
+        call.send_message(reply)
+
+
+def _answer(response: InferenceResponse, final: bool) -> bytes:
+    """A serialized stream response carrying ``response`` and its final flag."""
+    serialized = stream_response(response, final)
+    if serialized is None:  # parameters of its own: protobuf writes it
+        reply = pb.ModelStreamInferResponse()
+        codec.encode_infer_response(response, reply.infer_response)
+        reply.infer_response.parameters["triton_final_response"].bool_param = final
+        serialized = reply.SerializeToString()
+    return serialized
 
 
 def _reply(

@@ -8,10 +8,10 @@ starts, on the instance with the most free ones, and keeps it until its END requ
 stays idle longer than ``max_sequence_idle_microseconds`` (default 1 s); while every slot is taken, new
 sequences wait in a backlog, in arrival order (a model written for Triton may keep one sequence's
 state per slot, so more at once would mix them), and one whose request ``timeout`` runs out there is
-dropped with its requests. A sequence has at most one request in an instance's
-queue at a time, so its requests run in arrival order and never in the same ``execute`` call;
-requests of different sequences on one instance go to ``execute`` together (up to ``max_batch_size``)
-when the model batches. A request for an unknown sequence without START is refused.
+dropped with its requests. A sequence has at most one request in an instance's queue at a time, so
+its requests run in arrival order and never in the same ``execute`` call; requests of different
+sequences on one instance go to ``execute`` together (up to ``max_batch_size``) when the model
+batches. A request for an unknown sequence without START is refused.
 
 As in Triton, the ``control_input`` tensors (START, END, READY, CORRID) are added to each request's
 inputs, so ``pb_utils.get_input_tensor_by_name(request, "START")`` works in ``execute``. Implicit

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncGenerator, Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -226,7 +226,7 @@ class InferenceServer:
 
         return reply, sent
 
-    async def infer_stream(self, request: InferenceRequest) -> AsyncIterator[StreamItem]:
+    async def infer_stream(self, request: InferenceRequest) -> AsyncGenerator[StreamItem, None]:
         """Every answer to ``request``: one for ordinary models, as many as a decoupled model sends."""
         model = self._model_for(request)
         if not model.decoupled:

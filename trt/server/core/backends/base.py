@@ -14,7 +14,7 @@ batched by the core) or a ``RequestLevelInstance`` (whole requests). It is regis
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
@@ -54,7 +54,7 @@ class ServerServices(Protocol):
 
     async def infer(self, request: InferenceRequest) -> InferenceResponse: ...
 
-    def infer_stream(self, request: InferenceRequest) -> AsyncIterator[StreamItem]: ...
+    def infer_stream(self, request: InferenceRequest) -> AsyncGenerator[StreamItem, None]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,7 +162,7 @@ class BackendRequest:
     cancelled: bool = False
     # Set by an instance that holds the request before it starts it (an execution slot): told at
     # ``cancel()``, so that a request cancelled while it waits is never executed.
-    on_cancel: Callable[[], None] | None = None
+    on_cancel: Callable[[], object] | None = None
 
     def cancel(self) -> None:
         self.cancelled = True

@@ -11,8 +11,9 @@ tensor that nothing produces.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 
 import numpy as np
 
@@ -26,10 +27,14 @@ from trt.server.core.backends.base import (
 )
 from trt.server.core.datatypes import numpy_to_wire
 from trt.server.core.errors import ModelConfigError, ServerError, Unavailable
+from trt.server.core.scheduling.ordered_streams import in_order
 from trt.server.core.types import InferenceRequest, InputTensor, OutputTensor, RequestedOutput
 
 # Ensemble requests are independent: the scheduler may run this many at once.
 CONCURRENT_REQUESTS = 256
+# Answers of a decoupled step whose later steps run at once, per request (see ordered_streams): a
+# bound on the tensors one request holds, whatever max_inflight_requests allows.
+BRANCHES_IN_FLIGHT = 32
 
 
 def step_order(config: model_config_pb2.ModelConfig) -> list[int]:
@@ -116,6 +121,10 @@ class EnsembleInstance:
         # Each decoupled step, upstream first, with the steps that need what it produces.
         self._downstream = _decoupled_steps(self._steps, services)
         self._decoupled = list(self._downstream)
+        # max_inflight_requests: each step's requests in flight, over every request of the
+        # ensemble (for a decoupled step, until its last answer), as Triton bounds them.
+        limit = config.ensemble_scheduling.max_inflight_requests
+        self._step_slots = [asyncio.Semaphore(limit) for _ in self._steps] if limit else None
         if self._decoupled:
             # As in Triton, an ensemble over a decoupled model is decoupled: one response of the
             # ensemble for each response of its last decoupled step, each run through the steps
@@ -138,7 +147,7 @@ class EnsembleInstance:
     async def _run(self, request: BackendRequest) -> BackendResponse:
         tensors: dict[str, np.ndarray] = dict(request.inputs)
         try:
-            await self._run_steps(self._steps, tensors, request)
+            await self._run_steps(range(len(self._steps)), tensors, request)
         except ServerError as exc:
             return BackendResponse({}, error=type(exc)(f"in ensemble step: {exc.message}"))
         return BackendResponse({name: tensors[name] for name in request.requested_outputs or self._outputs})
@@ -147,12 +156,29 @@ class EnsembleInstance:
         self, request: BackendRequest, respond: Callable[[BackendResponse | None, bool], None]
     ) -> None:
         """Each set of tensors the steps produce (one per response of the last decoupled step) goes
-        out as a response of the ensemble."""
+        out as a response of the ensemble. A cancelled request stops at once: the steps still
+        running for its answers are cancelled, as nobody reads them."""
+        work = asyncio.ensure_future(self._respond_each(request, respond))
+        request.on_cancel = work.cancel
+        try:
+            await work
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # this execution itself is cancelled (the server stops)
+            respond(None, True)  # the request was: its stream ends, though nobody may read it
+        finally:
+            request.on_cancel = None
+
+    async def _respond_each(
+        self, request: BackendRequest, respond: Callable[[BackendResponse | None, bool], None]
+    ) -> None:
         names = request.requested_outputs or self._outputs
         try:
             branches = self._branches(list(range(len(self._steps))), dict(request.inputs), request)
-            async for tensors in branches:
-                respond(BackendResponse({name: tensors[name] for name in names}), False)
+            async with contextlib.aclosing(branches):
+                async for tensors in branches:
+                    respond(BackendResponse({name: tensors[name] for name in names}), False)
         except ServerError as exc:
             respond(BackendResponse({}, error=type(exc)(f"in ensemble step: {exc.message}")), True)
             return
@@ -160,50 +186,69 @@ class EnsembleInstance:
 
     async def _branches(
         self, steps: list[int], tensors: dict[str, np.ndarray], request: BackendRequest
-    ) -> AsyncIterator[dict[str, np.ndarray]]:
+    ) -> AsyncGenerator[dict[str, np.ndarray], None]:
         """Run ``steps`` over ``tensors``. The steps before the first decoupled one run once; each
         response of that step then runs the steps after it on a copy of the tensors (recursively:
         they may hold the next decoupled step). Yields the tensors of every branch that ends."""
         first = next((index for index in self._decoupled if index in steps), None)  # upstream first
         if first is None:
-            await self._run_steps([self._steps[index] for index in steps], tensors, request)
+            await self._run_steps(steps, tensors, request)
             yield tensors
             return
         after = self._downstream[first] & set(steps)
         before = [index for index in steps if index not in after and index != first]
-        await self._run_steps([self._steps[index] for index in before], tensors, request)
+        await self._run_steps(before, tensors, request)
+        async with self._slot(first):
+            answers = self._answer_branches(first, sorted(after), tensors, request)
+            async for done in in_order(answers, BRANCHES_IN_FLIGHT):
+                yield done
+
+    async def _answer_branches(
+        self, first: int, after: list[int], tensors: dict[str, np.ndarray], request: BackendRequest
+    ) -> AsyncGenerator[AsyncGenerator[dict[str, np.ndarray], None], None]:
+        """For each answer of decoupled step ``first``, the run of the steps ``after`` it over a
+        copy of ``tensors`` with that answer's outputs (``in_order`` runs them side by side)."""
         step = self._steps[first]
         # Not traced: streamed requests are not (the steps after it are, one trace per response).
         step_request = _step_request(step, tensors, request, self._namespace)
-        async for item in self._services.infer_stream(step_request):
-            if request.cancelled:
-                break  # nobody reads on; leaving the loop closes the stream, which tells the step
-            if item.error is not None:
-                raise item.error if isinstance(item.error, ServerError) else ServerError(str(item.error))
-            if item.response is None:
-                continue
-            branch = dict(tensors)
-            _take_outputs(step, item.response.outputs, branch)
-            async for done in self._branches(sorted(after), branch, request):
-                yield done
+        async with contextlib.aclosing(self._services.infer_stream(step_request)) as answers:
+            async for item in answers:
+                if request.cancelled:
+                    break  # nobody reads on; closing the stream tells the step
+                if item.error is not None:
+                    raise item.error if isinstance(item.error, ServerError) else ServerError(str(item.error))
+                if item.response is None:
+                    continue
+                branch = dict(tensors)
+                _take_outputs(step, item.response.outputs, branch)
+                yield self._branches(after, branch, request)
+
+    def _slot(self, step: int) -> contextlib.AbstractAsyncContextManager[object]:
+        """One of the step's ``max_inflight_requests``, held while its request runs."""
+        if self._step_slots is None:
+            return contextlib.nullcontext()
+        return self._step_slots[step]
 
     async def _run_steps(
         self,
-        steps: Sequence[model_config_pb2.ModelEnsembling.Step],
+        steps: Sequence[int],
         tensors: dict[str, np.ndarray],
         request: BackendRequest,
     ) -> None:
-        """Run ``steps`` as a graph over ``tensors`` (which they add to): each once its inputs exist."""
-        produced = {name: asyncio.Event() for step in steps for name in step.output_map.values()}
+        """Run ``steps`` (indices) as a graph over ``tensors`` (which they add to): each once its
+        inputs exist."""
+        produced = {name: asyncio.Event() for i in steps for name in self._steps[i].output_map.values()}
         for name in tensors:
             produced.setdefault(name, asyncio.Event()).set()
 
-        async def run_step(step: model_config_pb2.ModelEnsembling.Step) -> None:
+        async def run_step(index: int) -> None:
+            step = self._steps[index]
             for tensor in step.input_map.values():
                 await produced[tensor].wait()
             step_request = self._traced_step_request(step, tensors, request)
             try:
-                response = await self._services.infer(step_request)
+                async with self._slot(index):
+                    response = await self._services.infer(step_request)
             finally:
                 if step_request.trace is not None:
                     self._services.tracer.finish(step_request.trace)

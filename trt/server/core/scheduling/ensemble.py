@@ -237,22 +237,16 @@ class EnsembleInstance:
     ) -> None:
         """Run ``steps`` (indices) as a graph over ``tensors`` (which they add to): each once its
         inputs exist."""
+        if len(steps) == 1:  # a branch after a decoupled step, mostly: nothing to wait for
+            await self._run_step(steps[0], tensors, request)
+            return
         produced = {name: asyncio.Event() for i in steps for name in self._steps[i].output_map.values()}
-        for name in tensors:
-            produced.setdefault(name, asyncio.Event()).set()
 
         async def run_step(index: int) -> None:
-            step = self._steps[index]
-            for tensor in step.input_map.values():
-                await produced[tensor].wait()
-            step_request = self._traced_step_request(step, tensors, request)
-            try:
-                async with self._slot(index):
-                    response = await self._services.infer(step_request)
-            finally:
-                if step_request.trace is not None:
-                    self._services.tracer.finish(step_request.trace)
-            for tensor in _take_outputs(step, response.outputs, tensors):
+            for tensor in self._steps[index].input_map.values():
+                if tensor not in tensors:  # another of these steps produces it
+                    await produced[tensor].wait()
+            for tensor in await self._run_step(index, tensors, request):
                 produced[tensor].set()
 
         tasks = [asyncio.ensure_future(run_step(step)) for step in steps]
@@ -262,6 +256,20 @@ class EnsembleInstance:
             for task in tasks:
                 task.cancel()
             raise
+
+    async def _run_step(
+        self, index: int, tensors: dict[str, np.ndarray], request: BackendRequest
+    ) -> list[str]:
+        """Run step ``index`` on ``tensors``, add its outputs to them; the names it added."""
+        step = self._steps[index]
+        step_request = self._traced_step_request(step, tensors, request)
+        try:
+            async with self._slot(index):
+                response = await self._services.infer(step_request)
+        finally:
+            if step_request.trace is not None:
+                self._services.tracer.finish(step_request.trace)
+        return _take_outputs(step, response.outputs, tensors)
 
     def _traced_step_request(
         self,

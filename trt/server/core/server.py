@@ -8,6 +8,7 @@ own schema). Tests and the analyzer can drive it without sockets.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import AsyncGenerator, Callable, Coroutine
@@ -237,8 +238,9 @@ class InferenceServer:
         held = request_bytes(request)
         self.queued_bytes.admit(held)
         try:
-            async for item in model.infer_decoupled(request):
-                yield item
+            async with contextlib.aclosing(model.infer_decoupled(request, self.queued_bytes)) as items:
+                async for item in items:
+                    yield item
         finally:
             self.queued_bytes.release(held)
 

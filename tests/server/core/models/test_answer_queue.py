@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
 
 from tests.support import ServerProcess, write_python_model
 
@@ -197,3 +198,103 @@ def test_a_model_that_reads_its_bls_stream_slowly_is_a_slow_reader_too(
     assert int(sent.read_text()) < 2_000  # not all 20,000 (320 MB) taken while the caller slept
     assert 1 < int(result.as_numpy("READ")[0]) < 2_000
     assert "--max-unread-response-bytes" in result.as_numpy("ERROR")[0].decode()
+
+
+# Takes any number of bytes and says how many.
+SINK = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [
+            pb_utils.InferenceResponse([pb_utils.Tensor(
+                "SIZE", np.array([pb_utils.get_input_tensor_by_name(r, "DATA").as_numpy().size], np.int64)
+            )])
+            for r in requests
+        ]
+"""
+
+SINK_CONFIG = """
+backend: "python"
+input [ { name: "DATA" data_type: TYPE_UINT8 dims: [ -1 ] } ]
+output [ { name: "SIZE" data_type: TYPE_INT64 dims: [ 1 ] } ]
+"""
+
+SERVER_LIMIT = 32 << 20
+BIG_REQUEST = 24 << 20  # three quarters of the bound
+
+
+@pytest.fixture(scope="module")
+def bounded_server(tmp_path_factory: pytest.TempPathFactory, marks: Path) -> Iterator[ServerProcess]:
+    """No bound per request: only the server's one bound, --max-queued-bytes, holds the answers."""
+    repo = tmp_path_factory.mktemp("bounded_repo")
+    write_python_model(repo, "flood", FLOOD, CONFIG)
+    write_python_model(repo, "sink", SINK, SINK_CONFIG)
+    args = [
+        "--max-unread-response-bytes=0",
+        f"--max-queued-bytes={SERVER_LIMIT}",
+        "--grpc-max-response-pool-size=16",
+    ]
+    proc = ServerProcess([repo], args, env={"MARKS": str(marks)}).start(tmp_path_factory.mktemp("logs"))
+    yield proc
+    proc.stop()
+
+
+def test_unread_answers_count_against_the_server_s_bound_and_are_given_back(
+    bounded_server: ServerProcess, marks: Path
+) -> None:
+    sent = marks / "sent"
+    sent.unlink(missing_ok=True)
+    stall = threading.Event()
+    client, arrived, ended = _stream(bounded_server, 20_000, stall)
+    for _ in range(300):
+        if sent.exists():
+            break
+        threading.Event().wait(0.1)
+    assert sent.exists(), "the model was never told to stop"
+    assert int(sent.read_text()) < 4_000  # about 32 MiB held, not 320 MB
+    stall.set()
+    assert ended.wait(30)
+    errors = [item for item in arrived if isinstance(item, Exception)]
+    assert len(errors) == 1 and "--max-queued-bytes" in str(errors[0])
+    client.stop_stream()
+    # What the stream held was given back: a request needing three quarters of the bound is taken.
+    assert _sink(bounded_server) == BIG_REQUEST
+
+
+def test_a_stream_left_unread_gives_back_its_share_when_the_client_goes(
+    bounded_server: ServerProcess, marks: Path
+) -> None:
+    sent = marks / "sent"
+    sent.unlink(missing_ok=True)
+    stall = threading.Event()
+    # 24 MB, under the bound: the client's and the kernel's buffers take a few MB, the server holds
+    # the rest unread.
+    client, _, _ = _stream(bounded_server, 1_500, stall)
+    for _ in range(300):
+        if sent.exists():
+            break
+        threading.Event().wait(0.1)
+    assert int(sent.read_text()) == 1_500
+    with pytest.raises(InferenceServerException, match="--max-queued-bytes"):
+        _sink(bounded_server)  # no room while the stream holds its answers
+    client.stop_stream(cancel_requests=True)
+    stall.set()
+    for _ in range(50):  # the server sees the stream end a moment after the client ends it
+        try:
+            assert _sink(bounded_server) == BIG_REQUEST
+            return
+        except InferenceServerException as exc:
+            assert "--max-queued-bytes" in str(exc)
+            threading.Event().wait(0.1)
+    raise AssertionError("the unread answers' bytes were never given back")
+
+
+def _sink(server: ServerProcess) -> int:
+    """Send ``sink`` a request of BIG_REQUEST bytes; the size it saw."""
+    http = httpclient.InferenceServerClient(server.http_url, network_timeout=60)
+    data = httpclient.InferInput("DATA", [BIG_REQUEST], "UINT8")
+    data.set_data_from_numpy(np.zeros(BIG_REQUEST, np.uint8), binary_data=True)
+    return int(http.infer("sink", [data]).as_numpy("SIZE")[0])

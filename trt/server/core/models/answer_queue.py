@@ -9,6 +9,11 @@ the objects around them) the request is cancelled, so that a model that asks (``
 stops, the answers after it are dropped, and the reader gets an ``OverLimit`` error once it has
 taken the answers held before it.
 
+Every request's unread answers count against the server's one bound as well
+(``--max-queued-bytes``, shared with the requests themselves): many streams whose readers lag
+would otherwise hold ``limit`` bytes each. Past it the request is cancelled the same way. The
+reader ``close()``s the queue when it stops, giving back what it still held.
+
 The end of the ``execute()`` that received the request comes through the same queue
 (``EXECUTION_ENDED``, after the answers sent before it), so the reader awaits one queue rather than
 the queue and the execution together (that took a task and an ``asyncio.wait`` for each answer
@@ -22,6 +27,7 @@ from collections.abc import Callable
 
 from trt.server.core.backends.base import BackendResponse
 from trt.server.core.errors import OverLimit
+from trt.server.core.scheduling.queued_bytes import QueuedBytes
 
 EXECUTION_ENDED = BackendResponse({})  # the item that says execute() has returned (or failed)
 ANSWER_OVERHEAD = 1024  # bytes an answer counts for at least: its response, dict and array objects
@@ -29,9 +35,16 @@ DEFAULT_LIMIT = 64 << 20  # --max-unread-response-bytes
 
 
 class AnswerQueue:
-    def __init__(self, limit: int, model_name: str, on_overflow: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        limit: int,
+        model_name: str,
+        on_overflow: Callable[[], None],
+        budget: QueuedBytes | None = None,
+    ) -> None:
         self._queue: asyncio.Queue[tuple[BackendResponse | None, bool, int]] = asyncio.Queue()
         self._limit = limit  # 0: no bound
+        self._budget = budget  # the server's bound on everything requests hold (None: none)
         self._model_name = model_name
         self._on_overflow = on_overflow
         self._held = 0
@@ -43,17 +56,27 @@ class AnswerQueue:
             return
         size = _size(answer)
         if self._limit and self._held + size > self._limit:
-            self._overflowed = True
-            self._on_overflow()
-            error = OverLimit(
+            self._overflow(
                 f"the responses of model '{self._model_name}' to this request were not read as fast as "
                 f"they came: {self._held} bytes of them were held unread, and the request was cancelled "
                 "(--max-unread-response-bytes)"
             )
-            self._queue.put_nowait((BackendResponse({}, error=error), True, 0))
+            return
+        budget = self._budget
+        if budget is not None and not budget.reserve(size):
+            self._overflow(
+                f"the responses of model '{self._model_name}' to this request were not read as fast as "
+                f"they came, and the server holds {budget.held} bytes of requests and unread responses, "
+                f"past the limit of {budget.limit} (--max-queued-bytes): the request was cancelled"
+            )
             return
         self._held += size
         self._queue.put_nowait((answer, final, size))
+
+    def _overflow(self, message: str) -> None:
+        self._overflowed = True
+        self._on_overflow()
+        self._queue.put_nowait((BackendResponse({}, error=OverLimit(message)), True, 0))
 
     def execution_ended(self, _: object = None) -> None:
         """``execute()`` returned: the answers it sent before are queued ahead of this (a done
@@ -63,7 +86,18 @@ class AnswerQueue:
     async def get(self) -> tuple[BackendResponse | None, bool]:
         answer, final, size = await self._queue.get()
         self._held -= size
+        if self._budget is not None:
+            self._budget.release(size)
         return answer, final
+
+    def close(self) -> None:
+        """The reader is done: what it left unread is given back, and later answers are dropped."""
+        self._overflowed = True  # nothing more is taken
+        if self._budget is not None:
+            self._budget.release(self._held)
+        self._held = 0
+        while not self._queue.empty():
+            self._queue.get_nowait()
 
 
 def _size(answer: BackendResponse | None) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Collection, Sequence
+from collections.abc import AsyncGenerator, Collection, Sequence
 from typing import Any, TypeAlias
 
 import numpy as np
@@ -33,6 +33,7 @@ from trt.server.core.extensions.tracing import Trace
 from trt.server.core.models.answer_queue import DEFAULT_LIMIT as DEFAULT_UNREAD_LIMIT
 from trt.server.core.models.answer_queue import EXECUTION_ENDED, AnswerQueue
 from trt.server.core.models.signature import ModelSignature
+from trt.server.core.scheduling.queued_bytes import QueuedBytes
 from trt.server.core.scheduling.rate_limiter import Needs, RateLimiter
 from trt.server.core.scheduling.response_cache import ResponseCache
 from trt.server.core.scheduling.scheduler import create_scheduler
@@ -188,15 +189,18 @@ class ModelVersion:
         for name, ns in points:
             trace.stamp(name, ns)
 
-    async def infer_decoupled(self, request: InferenceRequest) -> AsyncIterator[StreamItem]:
-        """Every answer a decoupled model sends for ``request``, as it sends them."""
+    async def infer_decoupled(
+        self, request: InferenceRequest, budget: QueuedBytes | None = None
+    ) -> AsyncGenerator[StreamItem, None]:
+        """Every answer a decoupled model sends for ``request``, as it sends them; those not read
+        yet count against ``budget`` (the server's ``--max-queued-bytes``) too."""
         if self._closing:
             raise ModelNotReady(f"model '{self.name}' version {self.version} is not serving")
         received = time.perf_counter_ns()
         batch_size, output_names = self._check(request)
         feeds = self._feeds(request.inputs)
         backend_request = _backend_request(request, feeds, output_names)
-        answers = AnswerQueue(self._max_unread_bytes, self.name, backend_request.cancel)
+        answers = AnswerQueue(self._max_unread_bytes, self.name, backend_request.cancel, budget)
         backend_request.on_response = answers.put
         self._in_flight += 1
         input_done = time.perf_counter_ns()
@@ -244,6 +248,7 @@ class ModelVersion:
                 backend_request.cancel()
                 execution.cancel()
                 self.stats.record_failure(time.perf_counter_ns() - received, "CANCELED")
+            answers.close()
             self._in_flight -= 1
             if self._in_flight == 0 and self._drained is not None:
                 self._drained.set()

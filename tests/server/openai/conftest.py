@@ -81,6 +81,107 @@ output [ { name: "text_output" data_type: TYPE_STRING dims: [ 1 ] } ]
 """
 
 
+# The shape of TensorRT-LLM's ensemble (pre-process -> decoupled generator -> post-process) with
+# Python models: `split_words` splits the prompt, `cycle_words` streams max_tokens of its words (a
+# request parameter), `shout` upper-cases each on two instances, slower for earlier words so that
+# later ones finish first.
+SPLIT_WORDS = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            prompt = pb_utils.get_input_tensor_by_name(request, "text_input").as_numpy().reshape(-1)[0]
+            words = np.array(prompt.split(), dtype=np.object_)
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("WORDS", words)]))
+        return responses
+"""
+CYCLE_WORDS = """
+import json
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            sender = request.get_response_sender()
+            words = pb_utils.get_input_tensor_by_name(request, "WORDS").as_numpy()
+            count = json.loads(request.parameters()).get("max_tokens", 16)
+            for index in range(count):
+                sender.send(pb_utils.InferenceResponse([
+                    pb_utils.Tensor("WORD", words[index % len(words):][:1]),
+                    pb_utils.Tensor("INDEX", np.array([index], np.int32)),
+                ]))
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+"""
+SHOUT = """
+import time
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            word = pb_utils.get_input_tensor_by_name(request, "WORD").as_numpy()[0].decode()
+            index = int(pb_utils.get_input_tensor_by_name(request, "INDEX").as_numpy()[0])
+            time.sleep(0.02 * (2 - index % 2))
+            text = (" " if index else "") + word.upper()
+            responses.append(pb_utils.InferenceResponse([
+                pb_utils.Tensor("text_output", np.array([text.encode()], dtype=np.object_))
+            ]))
+        return responses
+"""
+WORD_PIPELINE_MODELS = {
+    "split_words": (
+        SPLIT_WORDS,
+        """
+backend: "python"
+input [ { name: "text_input" data_type: TYPE_STRING dims: [ 1 ] } ]
+output [ { name: "WORDS" data_type: TYPE_STRING dims: [ -1 ] } ]
+""",
+    ),
+    "cycle_words": (
+        CYCLE_WORDS,
+        """
+backend: "python"
+model_transaction_policy { decoupled: true }
+input [ { name: "WORDS" data_type: TYPE_STRING dims: [ -1 ] } ]
+output [
+  { name: "WORD" data_type: TYPE_STRING dims: [ 1 ] }, { name: "INDEX" data_type: TYPE_INT32 dims: [ 1 ] }
+]
+""",
+    ),
+    "shout": (
+        SHOUT,
+        """
+backend: "python"
+input [
+  { name: "WORD" data_type: TYPE_STRING dims: [ 1 ] }, { name: "INDEX" data_type: TYPE_INT32 dims: [ 1 ] }
+]
+output [ { name: "text_output" data_type: TYPE_STRING dims: [ 1 ] } ]
+instance_group [ { kind: KIND_CPU count: 2 } ]
+""",
+    ),
+}
+WORD_PIPELINE_CONFIG = """
+platform: "ensemble"
+input [ { name: "text_input" data_type: TYPE_STRING dims: [ 1 ] } ]
+output [ { name: "text_output" data_type: TYPE_STRING dims: [ 1 ] } ]
+ensemble_scheduling { step [
+  { model_name: "split_words" model_version: -1 input_map { key: "text_input" value: "text_input" }
+    output_map { key: "WORDS" value: "words" } },
+  { model_name: "cycle_words" model_version: -1 input_map { key: "WORDS" value: "words" }
+    output_map { key: "WORD" value: "word" } output_map { key: "INDEX" value: "index" } },
+  { model_name: "shout" model_version: -1 input_map { key: "WORD" value: "word" }
+    input_map { key: "INDEX" value: "index" } output_map { key: "text_output" value: "text_output" } }
+] }
+"""
+
+
 @dataclass
 class OpenAIServer:
     process: ServerProcess
@@ -100,12 +201,16 @@ class OpenAIServer:
 @pytest.fixture(scope="session")
 def openai_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpenAIServer]:
     """The example repository's tiny_llm, tiny_embedding and simple, two word_echo models (one with
-    tiny_llm's tokenizer.json beside it: the front end counts its tokens; one with none) and
-    embedding_echo."""
+    tiny_llm's tokenizer.json beside it: the front end counts its tokens; one with none),
+    embedding_echo and the word_pipeline ensemble."""
     echoes = tmp_path_factory.mktemp("echo_repo")
     for name in ("word_echo", "word_echo_untokenized"):
         write_python_model(echoes, name, WORD_ECHO, WORD_ECHO_CONFIG)
     write_python_model(echoes, "embedding_echo", EMBEDDING_ECHO, EMBEDDING_ECHO_CONFIG)
+    for name, (source, config) in WORD_PIPELINE_MODELS.items():
+        write_python_model(echoes, name, source, config)
+    (echoes / "word_pipeline" / "1").mkdir(parents=True)
+    (echoes / "word_pipeline" / "config.pbtxt").write_text(WORD_PIPELINE_CONFIG)
     shutil.copyfile(TOKENIZER, echoes / "word_echo" / "1" / "tokenizer.json")
     port = free_port()
     process = ServerProcess(
@@ -118,6 +223,7 @@ def openai_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpenAISe
             "--load-model=embedding_echo",
             "--load-model=word_echo",
             "--load-model=word_echo_untokenized",
+            "--load-model=word_pipeline",
             "--allow-openai=true",
             "--openai-address=127.0.0.1",
             f"--openai-port={port}",

@@ -41,6 +41,11 @@ def test_models_lists_every_ready_model_once(client: openai.OpenAI) -> None:
         "word_echo_untokenized",
         "tiny_embedding",
         "embedding_echo",
+        # the word_pipeline ensemble and the models its steps run, loaded with it
+        "word_pipeline",
+        "split_words",
+        "cycle_words",
+        "shout",
     }
     assert models[MODEL].object == "model" and models[MODEL].owned_by == "triton"
     assert client.models.retrieve(MODEL).id == MODEL

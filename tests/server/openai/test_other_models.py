@@ -1,6 +1,7 @@
 """A model with less of the vLLM backend's contract than tiny_llm: settings arrive as request
 parameters, token counts come from its tokenizer.json (or are left out, with none), and a stream the
-model ends without a reason ends with "stop"."""
+model ends without a reason ends with "stop". And an ensemble in TensorRT-LLM's shape, whose
+post-process step runs for several tokens at once."""
 
 from __future__ import annotations
 
@@ -57,3 +58,13 @@ def test_a_stream_the_model_ends_without_a_reason_ends_with_stop(client: openai.
 def test_a_list_setting_cannot_go_to_a_model_without_sampling_parameters(client: openai.OpenAI) -> None:
     with pytest.raises(openai.BadRequestError, match="no sampling_parameters input"):
         client.completions.create(model="word_echo", prompt=PROMPT, stop=["a", "b"])
+
+
+def test_an_ensemble_in_tensorrt_llm_s_shape_streams_its_tokens_in_order(client: openai.OpenAI) -> None:
+    # `shout` finishes every second word first on its two instances; the stream keeps the order.
+    chunks = list(client.completions.create(model="word_pipeline", prompt=PROMPT, max_tokens=6, stream=True))
+    texts = [chunk.choices[0].text for chunk in chunks if chunk.choices]
+    assert "".join(texts) == "ALPHA BETA GAMMA ALPHA BETA GAMMA"
+    assert len([text for text in texts if text]) == 6
+    whole = client.completions.create(model="word_pipeline", prompt=PROMPT, max_tokens=4)
+    assert whole.choices[0].text == "ALPHA BETA GAMMA ALPHA"

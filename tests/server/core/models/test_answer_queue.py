@@ -135,6 +135,15 @@ def _stream(
     return client, arrived, ended
 
 
+def _wait_for(sent: Path) -> None:
+    """Until the model has written how many answers it sent (it stopped, or sent them all)."""
+    for _ in range(300):
+        if sent.exists():
+            return
+        threading.Event().wait(0.1)
+    raise AssertionError("the model was never told to stop")
+
+
 def test_a_reader_that_stops_reading_has_its_request_cancelled_instead_of_held_without_bound(
     server: ServerProcess, marks: Path
 ) -> None:
@@ -142,11 +151,7 @@ def test_a_reader_that_stops_reading_has_its_request_cancelled_instead_of_held_w
     sent.unlink(missing_ok=True)
     stall = threading.Event()
     client, arrived, ended = _stream(server, 20_000, stall)
-    for _ in range(300):  # the model stops once it sees the request cancelled
-        if sent.exists():
-            break
-        threading.Event().wait(0.1)
-    assert sent.exists(), "the model was never told to stop"
+    _wait_for(sent)  # the model stops once it sees the request cancelled
     assert int(sent.read_text()) < 2_000  # about 2 MiB held (unsent and unread), not 320 MB
     stall.set()
     assert ended.wait(30)
@@ -176,11 +181,7 @@ def test_an_http_stream_whose_client_stops_reading_is_bounded_too(server: Server
             + f"Content-Length: {len(body)}\r\n\r\n".encode()
             + body
         )  # and never reads
-        for _ in range(300):
-            if sent.exists():
-                break
-            threading.Event().wait(0.1)
-    assert sent.exists(), "the model was never told to stop"
+        _wait_for(sent)
     assert int(sent.read_text()) < 2_000
 
 
@@ -249,11 +250,7 @@ def test_unread_answers_count_against_the_server_s_bound_and_are_given_back(
     sent.unlink(missing_ok=True)
     stall = threading.Event()
     client, arrived, ended = _stream(bounded_server, 20_000, stall)
-    for _ in range(300):
-        if sent.exists():
-            break
-        threading.Event().wait(0.1)
-    assert sent.exists(), "the model was never told to stop"
+    _wait_for(sent)
     assert int(sent.read_text()) < 4_000  # about 32 MiB held, not 320 MB
     stall.set()
     assert ended.wait(30)
@@ -273,10 +270,7 @@ def test_a_stream_left_unread_gives_back_its_share_when_the_client_goes(
     # 24 MB, under the bound: the client's and the kernel's buffers take a few MB, the server holds
     # the rest unread.
     client, _, _ = _stream(bounded_server, 1_500, stall)
-    for _ in range(300):
-        if sent.exists():
-            break
-        threading.Event().wait(0.1)
+    _wait_for(sent)
     assert int(sent.read_text()) == 1_500
     with pytest.raises(InferenceServerException, match="--max-queued-bytes"):
         _sink(bounded_server)  # no room while the stream holds its answers

@@ -48,11 +48,11 @@ class AnswerQueue:
         self._model_name = model_name
         self._on_overflow = on_overflow
         self._held = 0
-        self._overflowed = False
+        self._stopped = False  # over a bound, or closed: later answers are dropped
 
     def put(self, answer: BackendResponse | None, final: bool) -> None:
         """An answer the model sent (``final``: its last); called on the event loop."""
-        if self._overflowed:
+        if self._stopped:
             return
         size = _size(answer)
         if self._limit and self._held + size > self._limit:
@@ -74,7 +74,7 @@ class AnswerQueue:
         self._queue.put_nowait((answer, final, size))
 
     def _overflow(self, message: str) -> None:
-        self._overflowed = True
+        self._stopped = True
         self._on_overflow()
         self._queue.put_nowait((BackendResponse({}, error=OverLimit(message)), True, 0))
 
@@ -92,7 +92,7 @@ class AnswerQueue:
 
     def close(self) -> None:
         """The reader is done: what it left unread is given back, and later answers are dropped."""
-        self._overflowed = True  # nothing more is taken
+        self._stopped = True
         if self._budget is not None:
             self._budget.release(self._held)
         self._held = 0

@@ -18,7 +18,10 @@ from typing import Generic, TypeVar, cast
 
 T = TypeVar("T")
 
-ITEMS_AHEAD = 64  # items a stream may produce ahead of its reader before it waits
+# Items a stream may produce ahead of its reader before it waits. Small: a stream that is itself fed
+# by a decoupled step (an ensemble's second one) leaves the rest in that step's answer queue, which
+# counts their bytes against --max-unread-response-bytes and --max-queued-bytes; here they would not.
+ITEMS_AHEAD = 4
 
 
 @dataclass(frozen=True, slots=True)

@@ -169,6 +169,7 @@ class ControlFrames:
                     raise ConnectionFailure(ErrorCode.PROTOCOL_ERROR, "SETTINGS_MAX_FRAME_SIZE out of range")
                 out.peer_max_frame = value
         out.control(frame_head(0, _SETTINGS, ACK, 0))
+        out.flush_blocked()  # after the ACK (see Outbound.initial_window)
 
     def _rst_stream(self, data: bytes, start: int, length: int, stream_id: int) -> None:
         if stream_id == 0:

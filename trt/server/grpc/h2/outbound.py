@@ -296,13 +296,16 @@ class Outbound:
             self._drain(stream)
 
     def initial_window(self, value: int, streams: list[H2Stream]) -> None:
+        """The peer's SETTINGS_INITIAL_WINDOW_SIZE changed: every open stream's window moves with it.
+        What the larger windows let out is sent by the caller once the SETTINGS are acknowledged
+        (``flush_blocked``): grpc-core checks DATA against the settings it has seen acknowledged, and
+        reset the stream (PROTOCOL_ERROR) when the data came first."""
         delta = value - self.initial_send_window
         self.initial_send_window = value
         for stream in streams:
             stream.send_window += delta
             if stream.send_window > MAX_WINDOW:
                 raise ConnectionFailure(ErrorCode.FLOW_CONTROL_ERROR, "a stream window passed 2^31-1")
-        self.flush_blocked()
 
     def pause(self) -> None:
         self.paused = True

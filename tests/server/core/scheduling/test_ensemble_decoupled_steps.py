@@ -181,3 +181,113 @@ def test_a_cancelled_stream_stops_the_steps_still_waiting_for_its_answers(server
     assert executions() - before == ran  # nothing more runs later
     # The ensemble still serves.
     assert [index for index, _, _ in _stream(server, "stamped", 2)] == [0, 1]
+
+
+# Decoupled: IN = n -> n answers of 2 MiB each, sent at once.
+BIG_BURST = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            count = int(pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()[0])
+            sender = request.get_response_sender()
+            for index in range(count):
+                block = np.full(2 << 20, index % 256, np.uint8)
+                sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("BLOCK", block)]))
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+"""
+
+# After it, slowly (0.2 s an answer, one instance): what the block held, as one number.
+SLOW_SUM = """
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        time.sleep(0.2)
+        return [
+            pb_utils.InferenceResponse([pb_utils.Tensor(
+                "FIRST", pb_utils.get_input_tensor_by_name(r, "BLOCK").as_numpy()[:1].astype(np.int32)
+            )])
+            for r in requests
+        ]
+"""
+
+BIG_PIPELINE = """
+platform: "ensemble"
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "FIRST" data_type: TYPE_INT32 dims: [ 1 ] } ]
+ensemble_scheduling { step [
+  { model_name: "big_burst" model_version: -1 input_map { key: "IN" value: "IN" }
+    output_map { key: "BLOCK" value: "block" } },
+  { model_name: "slow_sum" model_version: -1 input_map { key: "BLOCK" value: "block" }
+    output_map { key: "FIRST" value: "FIRST" } }
+] }
+"""
+
+
+@pytest.fixture(scope="module")
+def bounded_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """A server that holds at most 16 MiB of requests and unread answers, with no bound per request."""
+    repo = tmp_path_factory.mktemp("ensemble_bytes")
+    write_python_model(repo, "big_burst", BIG_BURST, BURST_CONFIG.replace(
+        'output [ { name: "IDX" data_type: TYPE_INT32 dims: [ 1 ] } ]',
+        'output [ { name: "BLOCK" data_type: TYPE_UINT8 dims: [ -1 ] } ]',
+    ))  # fmt: skip
+    write_python_model(repo, "slow_sum", SLOW_SUM, """
+backend: "python"
+input [ { name: "BLOCK" data_type: TYPE_UINT8 dims: [ -1 ] } ]
+output [ { name: "FIRST" data_type: TYPE_INT32 dims: [ 1 ] } ]
+instance_group [ { kind: KIND_CPU count: 1 } ]
+""")  # fmt: skip
+    (repo / "big_pipeline" / "1").mkdir(parents=True)
+    (repo / "big_pipeline" / "config.pbtxt").write_text(BIG_PIPELINE)
+    args = [f"--max-queued-bytes={16 << 20}", "--max-unread-response-bytes=0"]
+    proc = ServerProcess([repo], args).start(tmp_path_factory.mktemp("logs"))
+    yield proc
+    proc.stop()
+
+
+def _firsts(server: ServerProcess, count: int) -> tuple[list[int], list[str]]:
+    """FIRST of each answer to one streamed request IN = count, and the errors, until the stream ends."""
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    received = collect_stream(client)
+    firsts: list[int] = []
+    errors: list[str] = []
+    try:
+        tensor = grpcclient.InferInput("IN", [1], "INT32")
+        tensor.set_data_from_numpy(np.array([count], dtype=np.int32))
+        client.async_stream_infer("big_pipeline", [tensor], enable_empty_final_response=True)
+        while True:
+            result, error = received.get(timeout=30)
+            if error is not None:
+                errors.append(str(error))
+                break
+            response = result.get_response()
+            if response.outputs:
+                firsts.append(int(result.as_numpy("FIRST")[0]))
+            if response.parameters["triton_final_response"].bool_param:
+                break
+    finally:
+        client.stop_stream(cancel_requests=True)
+    return firsts, errors
+
+
+def test_the_answers_held_by_the_steps_after_a_decoupled_step_count_against_the_server_s_bound(
+    bounded_server: ServerProcess,
+) -> None:
+    # 33 answers of 2 MiB: the ensemble takes up to 32 of them into its later steps at once, and
+    # each counts against the server's 16 MiB bound there, as its later step's request.
+    firsts, errors = _firsts(bounded_server, 33)
+    assert len(errors) == 1 and "--max-queued-bytes" in errors[0], (firsts, errors)
+    assert len(firsts) < 8
+    # And given back once those runs ended: a stream that fits is served whole.
+    time.sleep(1)
+    assert _firsts(bounded_server, 4) == ([0, 1, 2, 3], [])

@@ -9,11 +9,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 
-import numpy as np
 import pytest
-import tritonclient.grpc as grpcclient
 
-from tests.server.core.models.test_answer_queue import CONFIG, FLOOD
+from tests.server.core.models.test_answer_queue import CONFIG, FLOOD, _stream
 from tests.support import ServerProcess, write_python_model
 
 ANSWERS = 3_000  # of 16 KiB: 48 MB, under every bound
@@ -31,23 +29,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 
 @pytest.mark.parametrize("pause_s", [0.5, 2.0])
 def test_a_client_that_pauses_then_reads_on_gets_every_answer(server: ServerProcess, pause_s: float) -> None:
-    arrived: list[object] = []
-    ended = threading.Event()
     paused = threading.Event()
-
-    def callback(result: object, error: object) -> None:
-        arrived.append(error if error is not None else result)
-        if error is not None or result.get_response().parameters["triton_final_response"].bool_param:  # type: ignore[attr-defined]
-            ended.set()
-        if len(arrived) == 1:
-            paused.wait(30)  # the client reads nothing more meanwhile
-
-    client = grpcclient.InferenceServerClient(server.grpc_url)
-    client.start_stream(callback=callback)
+    client, arrived, ended = _stream(server, ANSWERS, paused)  # reads nothing after the first meanwhile
     try:
-        count = grpcclient.InferInput("IN", [1], "INT32")
-        count.set_data_from_numpy(np.array([ANSWERS], np.int32))
-        client.async_stream_infer("flood", [count], enable_empty_final_response=True)
         threading.Event().wait(pause_s)
         paused.set()
         assert ended.wait(30), f"{len(arrived)} answers arrived, then none"

@@ -4,6 +4,7 @@ both in alternating rounds, and the table of each round's trt / Triton ratio the
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import subprocess
 import tempfile
@@ -14,6 +15,7 @@ from pathlib import Path
 
 from _common import wait_model_ready
 from generative_vs_triton import distinct_ports, genai_venv, start_triton, start_trt
+from rich.console import Console
 from rich.table import Table
 
 SERVERS = ("triton", "trt")
@@ -110,3 +112,13 @@ def ratio_table(
                 " / ".join(f"{r:.2f}" for r in ratios), f"{statistics.median(ratios):.2f}",
             )  # fmt: skip
     return table, summary
+
+
+def write_results(
+    output: Path, rows: list[dict[str, object]], summary: list[dict[str, object]], console: Console
+) -> None:
+    """Every run and the per-measure summary as ``<output>.json``, and say where."""
+    path = output.with_suffix(".json")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"runs": rows, "summary": summary}, indent=2))
+    console.print(f"wrote {path}")

@@ -14,7 +14,6 @@ One run on one machine: compare the ratios.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
@@ -28,7 +27,7 @@ from rich.console import Console
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from _side_by_side import add_options, ratio_table, rounds_in_turn, triton_and_trt  # noqa: E402
+from _side_by_side import add_options, ratio_table, rounds_in_turn, triton_and_trt, write_results  # noqa: E402
 
 CALLED_CONFIG = """
 backend: "python"
@@ -151,9 +150,7 @@ def main() -> None:
     title = f"BLS, {args.calls} calls per request, one request at a time: trt / Triton 2.51 per round"
     table, summary = ratio_table(title, rows, {"BLS": measures})
     console.print(table)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.with_suffix(".json").write_text(json.dumps({"runs": rows, "summary": summary}, indent=2))
-    console.print(f"wrote {args.output.with_suffix('.json')}")
+    write_results(args.output, rows, summary, console)
 
 
 if __name__ == "__main__":

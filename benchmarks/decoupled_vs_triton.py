@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from _common import process_tree_cpu  # noqa: E402
-from _side_by_side import Served, add_options, ratio_table, rounds_in_turn, triton_and_trt  # noqa: E402
+from _side_by_side import Served, add_options, ratio_table, rounds_in_turn, triton_and_trt, write_results  # noqa: E402
 
 MODEL = "burst"
 CONFIG = """
@@ -199,9 +199,7 @@ def main() -> None:
     }
     table, summary = ratio_table(title, rows, groups, group_key="route")
     console.print(table)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.with_suffix(".json").write_text(json.dumps({"runs": rows, "summary": summary}, indent=2))
-    console.print(f"wrote {args.output.with_suffix('.json')}")
+    write_results(args.output, rows, summary, console)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import queue
 import statistics
 import sys
@@ -33,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from _common import process_tree_cpu  # noqa: E402
-from _side_by_side import add_options, ratio_table, rounds_in_turn, triton_and_trt  # noqa: E402
+from _side_by_side import add_options, ratio_table, rounds_in_turn, triton_and_trt, write_results  # noqa: E402
 
 TOKENS_CONFIG = """
 backend: "python"
@@ -206,9 +205,7 @@ def main() -> None:
     for name in ("triton", "trt"):
         reordered = sum(float(r["out_of_order_answers"]) for r in rows if r["server"] == name)  # type: ignore[arg-type]
         console.print(f"{name}: {reordered:.0f} answers came before one sent earlier")
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.with_suffix(".json").write_text(json.dumps({"runs": rows, "summary": summary}, indent=2))
-    console.print(f"wrote {args.output.with_suffix('.json')}")
+    write_results(args.output, rows, summary, console)
 
 
 if __name__ == "__main__":

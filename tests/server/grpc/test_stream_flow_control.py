@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.server.core.models.test_answer_queue import CONFIG, FLOOD, _stream
+from tests.server.core.models.test_answer_queue import CONFIG, FLOOD, flood_stream
 from tests.support import ServerProcess, write_python_model
 
 ANSWERS = 3_000  # of 16 KiB: 48 MB, under every bound
@@ -30,7 +30,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 @pytest.mark.parametrize("pause_s", [0.5, 2.0])
 def test_a_client_that_pauses_then_reads_on_gets_every_answer(server: ServerProcess, pause_s: float) -> None:
     paused = threading.Event()
-    client, arrived, ended = _stream(server, ANSWERS, paused)  # reads nothing after the first meanwhile
+    client, arrived, ended = flood_stream(server, ANSWERS, paused)  # reads nothing after the first meanwhile
     try:
         threading.Event().wait(pause_s)
         paused.set()

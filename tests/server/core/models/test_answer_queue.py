@@ -111,7 +111,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, marks: Path) -> Iterator[Se
     proc.stop()
 
 
-def _stream(
+def flood_stream(
     server: ServerProcess, count: int, stall: threading.Event
 ) -> tuple[grpcclient.InferenceServerClient, list[object], threading.Event]:
     """Ask ``flood`` for ``count`` answers; the client stops reading after the first until ``stall``
@@ -150,7 +150,7 @@ def test_a_reader_that_stops_reading_has_its_request_cancelled_instead_of_held_w
     sent = marks / "sent"
     sent.unlink(missing_ok=True)
     stall = threading.Event()
-    client, arrived, ended = _stream(server, 20_000, stall)
+    client, arrived, ended = flood_stream(server, 20_000, stall)
     _wait_for(sent)  # the model stops once it sees the request cancelled
     assert int(sent.read_text()) < 2_000  # about 2 MiB held (unsent and unread), not 320 MB
     stall.set()
@@ -164,7 +164,8 @@ def test_a_reader_that_stops_reading_has_its_request_cancelled_instead_of_held_w
 def test_a_reader_that_keeps_up_gets_every_answer(server: ServerProcess, marks: Path) -> None:
     stall = threading.Event()
     stall.set()  # reads as they come
-    client, arrived, ended = _stream(server, 400, stall)  # 6.4 MB, over the limit were it all held at once
+    # 6.4 MB, over the limit were it all held at once
+    client, arrived, ended = flood_stream(server, 400, stall)
     assert ended.wait(60)
     assert not [item for item in arrived if isinstance(item, Exception)]
     assert len(arrived) == 401  # and the empty final response
@@ -249,7 +250,7 @@ def test_unread_answers_count_against_the_server_s_bound_and_are_given_back(
     sent = marks / "sent"
     sent.unlink(missing_ok=True)
     stall = threading.Event()
-    client, arrived, ended = _stream(bounded_server, 20_000, stall)
+    client, arrived, ended = flood_stream(bounded_server, 20_000, stall)
     _wait_for(sent)
     assert int(sent.read_text()) < 4_000  # about 32 MiB held, not 320 MB
     stall.set()
@@ -269,7 +270,7 @@ def test_a_stream_left_unread_gives_back_its_share_when_the_client_goes(
     stall = threading.Event()
     # 24 MB, under the bound: the client's and the kernel's buffers take a few MB, the server holds
     # the rest unread.
-    client, _, _ = _stream(bounded_server, 1_500, stall)
+    client, _, _ = flood_stream(bounded_server, 1_500, stall)
     _wait_for(sent)
     assert int(sent.read_text()) == 1_500
     with pytest.raises(InferenceServerException, match="--max-queued-bytes"):

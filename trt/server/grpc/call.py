@@ -393,13 +393,19 @@ class GrpcCall(H2Stream):
             self.send_data(body)
 
     async def writable(self) -> None:
-        """Wait while the client leaves too much of the response unread (responses or bytes)."""
+        """Wait while the client leaves too much of the response unread (responses or bytes).
+
+        The requests of one ``ModelStreamInfer`` stream wait here together: they share one future,
+        so that a drain wakes them all (each waiter making its own future left all but the last
+        waiting for good)."""
         app = self.app
         while (
             len(self.outbox) >= app.max_response_pool_size or self.outbox_bytes >= app.max_unsent_bytes
         ) and not self.closed:
-            self._drained = app.loop.create_future()
-            await self._drained
+            drained = self._drained
+            if drained is None or drained.done():
+                drained = self._drained = app.loop.create_future()
+            await drained
 
     def on_drained(self) -> None:
         drained = self._drained

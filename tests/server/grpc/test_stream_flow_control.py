@@ -4,7 +4,8 @@ tritonclient (grpc-core underneath). Two ways this hung for good:
 - grpc-core raises its receive window with a SETTINGS frame when the client reads on, and reset the
   stream (PROTOCOL_ERROR, which tritonclient never reported) when the data the larger window let out
   reached it before trt's SETTINGS ACK. The frame order itself is pinned in test_h2_conformance.py.
-- Two requests on the stream both waited for it to drain, and only the later waiter was woken.
+- Two requests on the stream both waited for it to drain (or, the stream in a front-end worker, for
+  room in the core's window for it), and only the later waiter was woken.
 """
 
 from __future__ import annotations
@@ -22,12 +23,27 @@ from tests.support import ServerProcess, write_python_model
 ANSWERS = 3_000  # of 16 KiB: 48 MB, under every bound
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def _serve(tmp_path_factory: pytest.TempPathFactory, args: list[str]) -> ServerProcess:
     repo = tmp_path_factory.mktemp("flow_repo")
     write_python_model(repo, "flood", FLOOD, CONFIG)
     marks = tmp_path_factory.mktemp("flow_marks")
-    proc = ServerProcess([repo], env={"MARKS": str(marks)}).start(tmp_path_factory.mktemp("logs"))
+    return ServerProcess([repo], args, env={"MARKS": str(marks)}).start(tmp_path_factory.mktemp("logs"))
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    proc = _serve(tmp_path_factory, [])
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture(scope="module", params=[0, 2], ids=["in-process", "frontend-workers"])
+def either_server(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[ServerProcess]:
+    """The gRPC stream in the server's process, or in a front-end worker (whose answers wait for
+    room in the core's window for the worker instead)."""
+    proc = _serve(tmp_path_factory, [f"--frontend-workers={request.param}"])
     yield proc
     proc.stop()
 
@@ -48,7 +64,7 @@ def test_a_client_that_pauses_then_reads_on_gets_every_answer(server: ServerProc
     assert len(received) == ANSWERS + 1  # and the empty final response
 
 
-def test_requests_sharing_a_paused_stream_all_finish_when_it_reads_on(server: ServerProcess) -> None:
+def test_requests_sharing_a_paused_stream_all_finish_when_it_reads_on(either_server: ServerProcess) -> None:
     """Both requests' answers wait for room in the one stream at once: each waiter must be woken
     when it drains (a second waiter used to replace the first's wake-up, which then waited for good)."""
     paused = threading.Event()
@@ -71,7 +87,7 @@ def test_requests_sharing_a_paused_stream_all_finish_when_it_reads_on(server: Se
             counts[response.id] = counts.get(response.id, 0) + 1
         paused.wait(30)
 
-    client = grpcclient.InferenceServerClient(server.grpc_url)
+    client = grpcclient.InferenceServerClient(either_server.grpc_url)
     client.start_stream(callback=callback)
     try:
         for name in ("first", "second"):

@@ -32,7 +32,9 @@ _INTERNAL = HttpResponse(500, b'{"error":"internal error"}', [(b"content-type", 
 
 
 class _Window:
-    """Streamed pieces sent and not yet written by the worker."""
+    """Streamed pieces sent and not yet written by the worker. The requests of one
+    ``ModelStreamInfer`` stream wait for room together: they share one future, which a written
+    piece resolves for them all (a future for each left all but the last waiting for good)."""
 
     def __init__(self) -> None:
         self.unwritten = 0
@@ -40,8 +42,10 @@ class _Window:
 
     async def wait(self) -> None:
         while self.unwritten >= STREAM_WINDOW:
-            self._room = asyncio.get_running_loop().create_future()
-            await self._room
+            room = self._room
+            if room is None or room.done():
+                room = self._room = asyncio.get_running_loop().create_future()
+            await room
         self.unwritten += 1
 
     def written(self) -> None:

@@ -227,9 +227,19 @@ class InferenceServer:
 
         return reply, sent
 
-    async def infer_stream(self, request: InferenceRequest) -> AsyncGenerator[StreamItem, None]:
+    def infer_stream(self, request: InferenceRequest) -> AsyncGenerator[StreamItem, None]:
         """Every answer to ``request``: one for ordinary models, as many as a decoupled model sends."""
-        model = self._model_for(request)
+        return self._stream_on(None, request)
+
+    def hold_model(self, name: str, version: str = "", namespace: str = "") -> HeldVersion:
+        return HeldVersion(self, self.models.table.resolve(name, version, namespace))
+
+    async def _stream_on(
+        self, model: ModelVersion | None, request: InferenceRequest
+    ) -> AsyncGenerator[StreamItem, None]:
+        """``infer_stream`` on ``model`` (None: the one the request names, picked as it starts)."""
+        if model is None:
+            model = self._model_for(request)
         if not model.decoupled:
             yield StreamItem(await self._infer_on(model, request), None, True)
             return
@@ -344,3 +354,24 @@ def _shared_memory_use(request: InferenceRequest) -> tuple[bool, bool]:
             if "shared_memory_region" in output.parameters:
                 outputs = True
     return inputs, outputs
+
+
+class HeldVersion:
+    """A version an ensemble's request runs a step on, held until ``release`` (``ModelVersion.hold``):
+    its step requests go to it rather than to whatever version the model's name finds then."""
+
+    __slots__ = ("_server", "model")
+
+    def __init__(self, server: InferenceServer, model: ModelVersion) -> None:
+        self._server = server
+        self.model = model
+        model.hold()
+
+    def infer(self, request: InferenceRequest) -> Coroutine[Any, Any, InferenceResponse]:
+        return self._server._infer_on(self.model, request)
+
+    def infer_stream(self, request: InferenceRequest) -> AsyncGenerator[StreamItem, None]:
+        return self._server._stream_on(self.model, request)
+
+    def release(self) -> None:
+        self.model.let_go()

@@ -14,7 +14,7 @@ batched by the core) or a ``RequestLevelInstance`` (whole requests). It is regis
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
@@ -31,6 +31,18 @@ if TYPE_CHECKING:
     from trt.server.core.extensions.tracing import Trace, Tracer
     from trt.server.core.scheduling.cpu_colocation import CpuColocation
     from trt.server.core.types import InferenceRequest, InferenceResponse, StreamItem
+
+
+class HeldModel(Protocol):
+    """The version of a model a request of an ensemble runs a step on: it takes the request's step
+    requests until ``release``, even once unloaded or reloaded (as Triton's ensemble holds its
+    steps' models for the request's lifetime)."""
+
+    def infer(self, request: InferenceRequest) -> Awaitable[InferenceResponse]: ...
+
+    def infer_stream(self, request: InferenceRequest) -> AsyncGenerator[StreamItem, None]: ...
+
+    def release(self) -> None: ...
 
 
 class ServerServices(Protocol):
@@ -55,6 +67,11 @@ class ServerServices(Protocol):
     async def infer(self, request: InferenceRequest) -> InferenceResponse: ...
 
     def infer_stream(self, request: InferenceRequest) -> AsyncGenerator[StreamItem, None]: ...
+
+    def hold_model(self, name: str, version: str = "", namespace: str = "") -> HeldModel:
+        """The version a request for ``name`` would run now (``namespace``'s model of that name
+        preferred), held until the ``HeldModel`` is released."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)

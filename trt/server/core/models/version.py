@@ -95,7 +95,8 @@ class ModelVersion:
         )  # fmt: skip
         # A decoupled request's answers its reader has not taken: past this many bytes it is cancelled.
         self._max_unread_bytes = max_unread_bytes
-        self._in_flight = 0
+        self._in_flight = 0  # requests, and holds
+        self._holds = 0  # ensemble requests that run steps on this version (``hold``)
         self._drained: asyncio.Event | None = None
         self._closing = False
         # What checking each request layout seen gave: its batch size and the outputs to answer.
@@ -112,8 +113,22 @@ class ModelVersion:
     def batching(self) -> bool:
         return self.signature.max_batch_size > 0
 
+    def hold(self) -> None:
+        """A request of an ensemble will run steps on this version: it takes them until ``let_go``,
+        even once unloading (retiring waits for it as for a request in flight). Triton's ensemble
+        holds its steps' models for the request's lifetime: a request finishes on the versions it
+        started with when one of them is unloaded or reloaded meanwhile."""
+        self._holds += 1
+        self._in_flight += 1
+
+    def let_go(self) -> None:
+        self._holds -= 1
+        self._in_flight -= 1
+        if self._in_flight == 0 and self._drained is not None:
+            self._drained.set()
+
     async def infer(self, request: InferenceRequest) -> InferenceResponse:
-        if self._closing:
+        if self._closing and not self._holds:
             raise ModelNotReady(f"model '{self.name}' version {self.version} is unloading")
         received = time.perf_counter_ns()
         self._in_flight += 1
@@ -194,7 +209,7 @@ class ModelVersion:
     ) -> AsyncGenerator[StreamItem, None]:
         """Every answer a decoupled model sends for ``request``, as it sends them; those not read
         yet count against ``budget`` (the server's ``--max-queued-bytes``) too."""
-        if self._closing:
+        if self._closing and not self._holds:
             raise ModelNotReady(f"model '{self.name}' version {self.version} is not serving")
         received = time.perf_counter_ns()
         batch_size, output_names = self._check(request)
@@ -335,7 +350,8 @@ class ModelVersion:
         """Stop taking requests, let in-flight ones finish, then release the instances."""
         self._closing = True
         if self._in_flight:
-            self._drained = asyncio.Event()
+            if self._drained is None:  # one event for every caller (an unload, and the server stopping)
+                self._drained = asyncio.Event()
             await self._drained.wait()
         await self._scheduler.close()
         for instance in self._instances:

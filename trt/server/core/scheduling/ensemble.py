@@ -21,6 +21,7 @@ from trt.protos import model_config_pb2
 from trt.server.core.backends.base import (
     BackendRequest,
     BackendResponse,
+    HeldModel,
     InstanceSpec,
     ModelFiles,
     ServerServices,
@@ -135,30 +136,59 @@ class EnsembleInstance:
         return list(await asyncio.gather(*(self._answer(request) for request in requests)))
 
     async def _answer(self, request: BackendRequest) -> BackendResponse:
-        if request.on_response is None:
-            return await self._run(request)
-        if not self._decoupled:  # a decoupled ensemble without a decoupled step: one response
-            response = await self._run(request)
-            request.on_response(response, True)
+        try:
+            models = self._hold_models()
+        except ServerError as exc:
+            if request.on_response is None:
+                return _failed(exc)
+            request.on_response(_failed(exc), True)
             return BackendResponse({})
-        await self._stream(request, request.on_response)
-        return BackendResponse({})
+        try:
+            if request.on_response is None:
+                return await self._run(request, models)
+            if not self._decoupled:  # a decoupled ensemble without a decoupled step: one response
+                response = await self._run(request, models)
+                request.on_response(response, True)
+                return BackendResponse({})
+            await self._stream(request, request.on_response, models)
+            return BackendResponse({})
+        finally:
+            for model in dict.fromkeys(models):
+                model.release()
 
-    async def _run(self, request: BackendRequest) -> BackendResponse:
+    def _hold_models(self) -> list[HeldModel]:
+        """The version of each step's model this request runs, held until it ends: as in Triton,
+        unloading or reloading one of them meanwhile lets the request finish on what it began with."""
+        held: dict[tuple[str, str], HeldModel] = {}
+        try:
+            for step in self._steps:
+                key = (step.model_name, _version(step))
+                if key not in held:
+                    held[key] = self._services.hold_model(key[0], key[1], self._namespace)
+        except BaseException:
+            for model in held.values():
+                model.release()
+            raise
+        return [held[step.model_name, _version(step)] for step in self._steps]
+
+    async def _run(self, request: BackendRequest, models: Sequence[HeldModel]) -> BackendResponse:
         tensors: dict[str, np.ndarray] = dict(request.inputs)
         try:
-            await self._run_steps(range(len(self._steps)), tensors, request)
+            await self._run_steps(range(len(self._steps)), tensors, request, models)
         except ServerError as exc:
-            return BackendResponse({}, error=type(exc)(f"in ensemble step: {exc.message}"))
+            return _failed(exc)
         return BackendResponse({name: tensors[name] for name in request.requested_outputs or self._outputs})
 
     async def _stream(
-        self, request: BackendRequest, respond: Callable[[BackendResponse | None, bool], None]
+        self,
+        request: BackendRequest,
+        respond: Callable[[BackendResponse | None, bool], None],
+        models: Sequence[HeldModel],
     ) -> None:
         """Each set of tensors the steps produce (one per response of the last decoupled step) goes
         out as a response of the ensemble. A cancelled request stops at once: the steps still
         running for its answers are cancelled, as nobody reads them."""
-        work = asyncio.ensure_future(self._respond_each(request, respond))
+        work = asyncio.ensure_future(self._respond_each(request, respond, models))
         request.on_cancel = work.cancel
         try:
             await work
@@ -171,47 +201,59 @@ class EnsembleInstance:
             request.on_cancel = None
 
     async def _respond_each(
-        self, request: BackendRequest, respond: Callable[[BackendResponse | None, bool], None]
+        self,
+        request: BackendRequest,
+        respond: Callable[[BackendResponse | None, bool], None],
+        models: Sequence[HeldModel],
     ) -> None:
         names = request.requested_outputs or self._outputs
         try:
-            branches = self._branches(list(range(len(self._steps))), dict(request.inputs), request)
+            branches = self._branches(list(range(len(self._steps))), dict(request.inputs), request, models)
             async with contextlib.aclosing(branches):
                 async for tensors in branches:
                     respond(BackendResponse({name: tensors[name] for name in names}), False)
         except ServerError as exc:
-            respond(BackendResponse({}, error=type(exc)(f"in ensemble step: {exc.message}")), True)
+            respond(_failed(exc), True)
             return
         respond(None, True)
 
     async def _branches(
-        self, steps: list[int], tensors: dict[str, np.ndarray], request: BackendRequest
+        self,
+        steps: list[int],
+        tensors: dict[str, np.ndarray],
+        request: BackendRequest,
+        models: Sequence[HeldModel],
     ) -> AsyncGenerator[dict[str, np.ndarray], None]:
         """Run ``steps`` over ``tensors``. The steps before the first decoupled one run once; each
         response of that step then runs the steps after it on a copy of the tensors (recursively:
         they may hold the next decoupled step). Yields the tensors of every branch that ends."""
         first = next((index for index in self._decoupled if index in steps), None)  # upstream first
         if first is None:
-            await self._run_steps(steps, tensors, request)
+            await self._run_steps(steps, tensors, request, models)
             yield tensors
             return
         after = self._downstream[first] & set(steps)
         before = [index for index in steps if index not in after and index != first]
-        await self._run_steps(before, tensors, request)
+        await self._run_steps(before, tensors, request, models)
         async with self._slot(first):
-            answers = self._answer_branches(first, sorted(after), tensors, request)
+            answers = self._answer_branches(first, sorted(after), tensors, request, models)
             async for done in in_order(answers, BRANCHES_IN_FLIGHT):
                 yield done
 
     async def _answer_branches(
-        self, first: int, after: list[int], tensors: dict[str, np.ndarray], request: BackendRequest
+        self,
+        first: int,
+        after: list[int],
+        tensors: dict[str, np.ndarray],
+        request: BackendRequest,
+        models: Sequence[HeldModel],
     ) -> AsyncGenerator[AsyncGenerator[dict[str, np.ndarray], None], None]:
         """For each answer of decoupled step ``first``, the run of the steps ``after`` it over a
         copy of ``tensors`` with that answer's outputs (``in_order`` runs them side by side)."""
         step = self._steps[first]
         # Not traced: streamed requests are not (the steps after it are, one trace per response).
         step_request = _step_request(step, tensors, request, self._namespace)
-        async with contextlib.aclosing(self._services.infer_stream(step_request)) as answers:
+        async with contextlib.aclosing(models[first].infer_stream(step_request)) as answers:
             async for item in answers:
                 if request.cancelled:
                     break  # nobody reads on; closing the stream tells the step
@@ -221,7 +263,7 @@ class EnsembleInstance:
                     continue
                 branch = dict(tensors)
                 _take_outputs(step, item.response.outputs, branch)
-                yield self._branches(after, branch, request)
+                yield self._branches(after, branch, request, models)
 
     def _slot(self, step: int) -> contextlib.AbstractAsyncContextManager[object]:
         """One of the step's ``max_inflight_requests``, held while its request runs."""
@@ -234,11 +276,12 @@ class EnsembleInstance:
         steps: Sequence[int],
         tensors: dict[str, np.ndarray],
         request: BackendRequest,
+        models: Sequence[HeldModel],
     ) -> None:
         """Run ``steps`` (indices) as a graph over ``tensors`` (which they add to): each once its
         inputs exist."""
         if len(steps) == 1:  # a branch after a decoupled step, mostly: nothing to wait for
-            await self._run_step(steps[0], tensors, request)
+            await self._run_step(steps[0], tensors, request, models)
             return
         produced = {name: asyncio.Event() for i in steps for name in self._steps[i].output_map.values()}
 
@@ -246,7 +289,7 @@ class EnsembleInstance:
             for tensor in self._steps[index].input_map.values():
                 if tensor not in tensors:  # another of these steps produces it
                     await produced[tensor].wait()
-            for tensor in await self._run_step(index, tensors, request):
+            for tensor in await self._run_step(index, tensors, request, models):
                 produced[tensor].set()
 
         tasks = [asyncio.ensure_future(run_step(step)) for step in steps]
@@ -258,14 +301,14 @@ class EnsembleInstance:
             raise
 
     async def _run_step(
-        self, index: int, tensors: dict[str, np.ndarray], request: BackendRequest
+        self, index: int, tensors: dict[str, np.ndarray], request: BackendRequest, models: Sequence[HeldModel]
     ) -> list[str]:
         """Run step ``index`` on ``tensors``, add its outputs to them; the names it added."""
         step = self._steps[index]
         step_request = self._traced_step_request(step, tensors, request)
         try:
             async with self._slot(index):
-                response = await self._services.infer(step_request)
+                response = await models[index].infer(step_request)
         finally:
             if step_request.trace is not None:
                 self._services.tracer.finish(step_request.trace)
@@ -289,6 +332,10 @@ class EnsembleInstance:
 
     def close(self) -> None:
         pass
+
+
+def _failed(exc: ServerError) -> BackendResponse:
+    return BackendResponse({}, error=type(exc)(f"in ensemble step: {exc.message}"))
 
 
 def _step_request(

@@ -25,7 +25,8 @@ fixed, each with a test): a gRPC stream whose requests waited together for the c
 an ensemble failed mid-stream when a step's model was unloaded.
 
     python benchmarks/chaos_drill.py [--seconds 90] [--seed 1] [--churn] [--frontend-workers 2]
-        [--perf-analyzer /tmp/trt-peers/perf/perf_analyzer] [--json]
+        [--perf-analyzer /tmp/trt-peers/perf/perf_analyzer] [--serve-arg=--rate-limit=execution_count]
+        [--json]
 """
 
 from __future__ import annotations
@@ -580,6 +581,7 @@ def main() -> None:
     parser.add_argument("--churn", action="store_true", help="explicit model control; unload and load models")
     parser.add_argument("--frontend-workers", type=int, default=0)
     parser.add_argument("--perf-analyzer", help="path to NVIDIA's perf_analyzer, to run it among the clients")
+    parser.add_argument("--serve-arg", action="append", default=[], help="a `trt serve` flag to add (repeat)")
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
     args = parser.parse_args()
     console = Console(stderr=args.json)
@@ -602,6 +604,7 @@ def main() -> None:
             "--frontend-workers", str(args.frontend_workers),
             *(["--allow-openai", "true", "--openai-port", str(drill.openai_port)] if with_llm else []),
             *(["--model-control-mode", "explicit", "--load-model", "*"] if args.churn else []),
+            *args.serve_arg,
         ]  # fmt: skip
         log = Path(tmp) / "server.log"
         with log.open("w") as log_file:
@@ -652,7 +655,7 @@ def main() -> None:
     health_ms = sorted(s * 1000 for s in drill.health_s) or [0.0]
     summary = {
         "seconds": args.seconds, "seed": args.seed, "churn": args.churn,
-        "frontend_workers": args.frontend_workers,
+        "frontend_workers": args.frontend_workers, "serve_args": args.serve_arg,
         "outcomes": {f"{client}: {outcome}": n for (client, outcome), n in sorted(drill.counts.items())},
         "problems": drill.problems, "health_p99_ms": round(health_ms[int(len(health_ms) * 0.99)], 1),
         "health_worst_ms": round(health_ms[-1], 1), "rss_mib_before": round(rss_before / 2**20),

@@ -18,9 +18,10 @@ Real clients in threads, each checking what it gets back (`_chaos_models.py` has
   some loads with a config override;
 - a health check every 100 ms, whose latency is reported.
 
-Afterwards: every model must answer again, no request may be pending, the client threads must have
-finished, and the server must stop on SIGTERM. Any of that failing, or an answer that is wrong, or an
-error a client should not get, is a problem: listed, and the exit status is 1. Found this way (and
+Afterwards: every model must answer again, no request may be pending and no byte held against
+``--max-queued-bytes``, the client threads must have finished, and the server must stop on SIGTERM.
+Any of that failing, or an answer that is wrong, or an error a client should not get, is a problem:
+listed, and the exit status is 1. Found this way (and
 fixed, each with a test): a gRPC stream whose requests waited together for the client to read hung;
 an ensemble failed mid-stream when a step's model was unloaded.
 
@@ -544,19 +545,16 @@ def _tree_rss(pid: int) -> int:
     return sum(p.memory_info().rss for p in [root, *root.children(recursive=True)])
 
 
-def _pending(drill: Drill) -> float:
+def _metric(drill: Drill, family: str) -> float:
+    """The sum of a family's samples (a family without labels: its one sample)."""
     url = f"http://127.0.0.1:{drill.metrics_port}/metrics"
     with urllib.request.urlopen(url, timeout=10) as reply:
         lines = reply.read().decode().splitlines()
-    return sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in lines
-        if line.startswith("nv_inference_pending_request_count")
-    )
+    return sum(float(line.rsplit(" ", 1)[1]) for line in lines if line.split("{")[0].split(" ")[0] == family)
 
 
 def _check_after(drill: Drill, models: list[str]) -> None:
-    """Every model answers again, and nothing is left pending."""
+    """Every model answers again, and nothing is left pending or held."""
     client = grpcclient.InferenceServerClient(drill.grpc_url)
     inputs, expected = _add_inputs(grpcclient, 0)
     if not np.array_equal(client.infer("slow_add", inputs).as_numpy("OUTPUT0"), expected):
@@ -567,8 +565,10 @@ def _check_after(drill: Drill, models: list[str]) -> None:
         if not client.is_model_ready(model):
             drill.problem("after", f"{model} is not ready")
     time.sleep(3)  # requests cancelled at the end finish being counted
-    if (pending := _pending(drill)) != 0:
+    if (pending := _metric(drill, "nv_inference_pending_request_count")) != 0:
         drill.problem("after", f"{pending:.0f} requests still pending")
+    if (held := _metric(drill, "trt_queued_bytes")) != 0:
+        drill.problem("after", f"{held:.0f} bytes still counted against --max-queued-bytes")
     client.close()
 
 

@@ -252,6 +252,7 @@ class TritonMetricsCollector:
         if durations:
             yield from (request_duration, queue, compute_input, compute_infer, compute_output)
         yield pending
+        yield from _queued_bytes(self.core)
         for family in (cache_hits, cache_misses, *((cache_hit_us, cache_miss_us) if durations else ())):
             if family.samples:  # only when some model uses the response cache, as Triton
                 yield family
@@ -259,6 +260,21 @@ class TritonMetricsCollector:
             yield from self.gpu.collect()
         if self.cpu is not None:
             yield from self.cpu.collect()
+
+
+def _queued_bytes(core: InferenceServer) -> Iterator[MetricFamily]:
+    """trt's own: what the server's one memory bound holds now, and the bound (not in Triton)."""
+    held = _gauge(
+        "trt_queued_bytes",
+        "Bytes held by requests taken and not yet answered and by streamed responses not yet read",
+        labels=[],
+    )
+    held.add_metric([], core.queued_bytes.held)
+    limit = _gauge(
+        "trt_queued_bytes_limit", "--max-queued-bytes: the bound on trt_queued_bytes (0: none)", labels=[]
+    )
+    limit.add_metric([], core.queued_bytes.limit)
+    yield from (held, limit)
 
 
 class CpuMetrics:

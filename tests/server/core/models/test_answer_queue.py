@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -275,16 +276,29 @@ def test_a_stream_left_unread_gives_back_its_share_when_the_client_goes(
     assert int(sent.read_text()) == 1_500
     with pytest.raises(InferenceServerException, match="--max-queued-bytes"):
         _sink(bounded_server)  # no room while the stream holds its answers
+    held, limit = _queued_bytes(bounded_server)  # the metrics say what holds the bound
+    assert limit == SERVER_LIMIT and SERVER_LIMIT - BIG_REQUEST < held <= SERVER_LIMIT
     client.stop_stream(cancel_requests=True)
     stall.set()
     for _ in range(50):  # the server sees the stream end a moment after the client ends it
         try:
             assert _sink(bounded_server) == BIG_REQUEST
+            assert _queued_bytes(bounded_server)[0] == 0
             return
         except InferenceServerException as exc:
             assert "--max-queued-bytes" in str(exc)
             threading.Event().wait(0.1)
     raise AssertionError("the unread answers' bytes were never given back")
+
+
+def _queued_bytes(server: ServerProcess) -> tuple[float, float]:
+    """The trt_queued_bytes and trt_queued_bytes_limit gauges."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10) as reply:
+        text = reply.read().decode()
+    values = {
+        line.split()[0]: float(line.split()[1]) for line in text.splitlines() if line.startswith("trt_queued")
+    }
+    return values["trt_queued_bytes"], values["trt_queued_bytes_limit"]
 
 
 def _sink(server: ServerProcess) -> int:

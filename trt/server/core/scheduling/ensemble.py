@@ -115,6 +115,8 @@ class EnsembleInstance:
         self, config: model_config_pb2.ModelConfig, services: ServerServices, namespace: str = ""
     ) -> None:
         self._steps = list(config.ensemble_scheduling.step)
+        # (model name, version) of each step: the model a request holds for it (``_hold_models``).
+        self._step_models = [(step.model_name, _version(step)) for step in self._steps]
         self._namespace = namespace  # where a step's model is looked for first
         self._outputs = [output.name for output in config.output]
         self._services = services
@@ -161,15 +163,14 @@ class EnsembleInstance:
         unloading or reloading one of them meanwhile lets the request finish on what it began with."""
         held: dict[tuple[str, str], HeldModel] = {}
         try:
-            for step in self._steps:
-                key = (step.model_name, _version(step))
-                if key not in held:
-                    held[key] = self._services.hold_model(key[0], key[1], self._namespace)
+            for name, version in self._step_models:
+                if (name, version) not in held:
+                    held[name, version] = self._services.hold_model(name, version, self._namespace)
         except BaseException:
             for model in held.values():
                 model.release()
             raise
-        return [held[step.model_name, _version(step)] for step in self._steps]
+        return [held[key] for key in self._step_models]
 
     async def _run(self, request: BackendRequest, models: Sequence[HeldModel]) -> BackendResponse:
         tensors: dict[str, np.ndarray] = dict(request.inputs)

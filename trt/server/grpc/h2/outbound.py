@@ -240,6 +240,7 @@ class Outbound:
         """Send what credit allows from the stream's outbox; the trailers once it is empty."""
         parts: list[bytes | memoryview] = []
         batch = 0
+        wrote = False
         outbox = stream.outbox
         while outbox and not self.paused:
             view = outbox[0]
@@ -261,9 +262,12 @@ class Outbound:
                 self.data_frames += 1
                 self._write_all(parts)
                 parts, batch = [], 0
+                wrote = True
         if parts:
             self.data_frames += 1
             self._write_all(parts)
+            wrote = True
+        if wrote:  # even when the last batch emptied the outbox: no later drain would say so
             stream.on_drained()
         if outbox:
             self.blocked[stream.id] = stream

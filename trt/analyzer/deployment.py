@@ -23,6 +23,7 @@ from trt.analyzer.errors import AnalyzeError
 from trt.analyzer.precision import copy_model_file
 
 _STARTUP_S = 120.0
+_UNLOAD_S = 60.0  # how long an unloaded model may take to release its instances before we go on
 
 
 def free_port() -> int:
@@ -41,7 +42,8 @@ class Deployment:
 
     # -- the repository extension ------------------------------------------------------------------
 
-    def _post(self, path: str, body: dict[str, Any], timeout: float = 300.0) -> None:
+    def _post(self, path: str, body: dict[str, Any], timeout: float = 300.0) -> Any:
+        """POST ``body`` as JSON; the answer's JSON (None when it has no body)."""
         request = urllib.request.Request(
             f"http://{self.http_url}{path}",
             data=json.dumps(body).encode(),
@@ -49,8 +51,9 @@ class Deployment:
             method="POST",
         )
         try:
-            with urllib.request.urlopen(request, timeout=timeout):
-                return
+            with urllib.request.urlopen(request, timeout=timeout) as response:
+                answer = response.read()
+                return json.loads(answer) if answer else None
         except urllib.error.HTTPError as exc:
             detail = exc.read().decode(errors="replace")
             with contextlib.suppress(ValueError):
@@ -73,8 +76,21 @@ class Deployment:
         self._post(f"/v2/repository/models/{model}/load", body)
 
     def unload(self, model: str) -> None:
+        """Unload ``model`` and wait (up to a minute) until its instances are released: the unload call
+        returns before that, as Triton's does, and a candidate measured meanwhile would share the CPU
+        and memory with them."""
         with contextlib.suppress(AnalyzeError):
             self._post(f"/v2/repository/models/{model}/unload", {})
+        deadline = time.monotonic() + _UNLOAD_S
+        while self._unloading(model) and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    def _unloading(self, model: str) -> bool:
+        try:
+            rows = self._post("/v2/repository/index", {})
+        except AnalyzeError:
+            return False
+        return any(row.get("name") == model and row.get("state") == "UNLOADING" for row in rows or [])
 
     def model_config(self, model: str) -> dict[str, Any]:
         config: dict[str, Any] = self.get_json(f"/v2/models/{model}/config")

@@ -79,7 +79,9 @@ def test_loading_an_ensemble_loads_its_steps_model_and_unload_dependents_unloads
     a, b = int_inputs()
     assert (_run(client, "pipeline") == a + b).all()
     client.unload_model("pipeline", unload_dependents=True)
-    assert _states(client)["simple"] == ("UNAVAILABLE", "unloaded")
+    assert not client.is_model_ready("simple")
+    # UNLOADING until its instances are released in the background, as in Triton.
+    wait_until(lambda: _states(client)["simple"] == ("UNAVAILABLE", "unloaded"))
     # A model loaded by name stays when the ensemble goes, with or without unload_dependents.
     client.load_model("simple")
     client.load_model("pipeline")
@@ -163,9 +165,10 @@ def test_unloading_a_steps_model_unloads_the_ensemble_until_it_is_back(tmp_path:
         client = httpclient.InferenceServerClient(server.http_url)
         assert _states(client)["simple"][0] == "READY"
         client.unload_model("simple")
-        assert _states(client)["pipeline"] == (
-            "UNAVAILABLE",
-            "ensemble 'pipeline' depends on 'simple' which has no loaded version.",
+        assert not client.is_model_ready("pipeline")
+        wait_until(
+            lambda: _states(client)["pipeline"]
+            == ("UNAVAILABLE", "ensemble 'pipeline' depends on 'simple' which has no loaded version.")
         )
         with pytest.raises(InferenceServerException, match="no available versions"):
             _run(client, "pipeline")

@@ -12,7 +12,14 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tests.support import ServerProcess, int_inputs, write_autocomplete, write_broken, write_simple
+from tests.support import (
+    ServerProcess,
+    int_inputs,
+    wait_until,
+    write_autocomplete,
+    write_broken,
+    write_simple,
+)
 
 
 def _infer_simple(
@@ -86,8 +93,17 @@ def test_explicit_mode_loads_only_what_it_is_told(repo: Path, tmp_path: Path) ->
         assert client.is_model_ready("autocomplete_fp32")
         client.unload_model("simple")
         assert not client.is_model_ready("simple")
-        index = {row["name"]: row for row in client.get_model_repository_index()}
-        assert index["simple"]["state"] == "UNAVAILABLE" and index["simple"]["reason"] == "unloaded"
+
+        def simple_row() -> dict[str, str]:
+            return next(row for row in client.get_model_repository_index() if row["name"] == "simple")
+
+        # UNLOADING until its instances are released in the background, as in Triton.
+        wait_until(
+            lambda: (
+                simple_row()
+                == {"name": "simple", "version": "1", "state": "UNAVAILABLE", "reason": "unloaded"}
+            )
+        )
         # Unloaded models do not count against strict readiness.
         assert client.is_server_ready()
 

@@ -2,8 +2,9 @@
 
 Loads run in worker threads (backends block while reading files); the swap from old versions to new
 ones happens on the event loop in one step, so a request sees either the old model or the new one.
-Old versions retire after their in-flight requests finish, so a reload drops nothing. A reload that
-fails leaves the loaded versions serving, as Triton does.
+Old versions retire after their in-flight requests finish, so a reload drops nothing; an unload returns
+once the model takes no more requests and lets them finish in the background (``retirement``), as
+Triton's does. A reload that fails leaves the loaded versions serving, as Triton does.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from trt.server.core.models.dependencies import (
 )
 from trt.server.core.models.loader import LoadResult, close_instances, load_model, read_model_config
 from trt.server.core.models.repository import ModelRepository, fingerprint
+from trt.server.core.models.retirement import Retirements
 from trt.server.core.models.table import (
     LOADING,
     READY,
@@ -60,7 +62,7 @@ class ModelManager:
         self.table = ModelTable()  # the models, and which of them a request means
         self._load_slots = asyncio.Semaphore(max(1, options.model_load_thread_count))
         self._poller: asyncio.Task[None] | None = None
-        self._retiring: set[asyncio.Task[None]] = set()  # the loop keeps only weak references
+        self._retirements = Retirements()
         # Set by InferenceServer: what backends call back into (BLS from Python models).
         self.services: ServerServices | None = None
         self.response_cache = (
@@ -224,6 +226,7 @@ class ModelManager:
             was_serving = bool(entry.versions)
             if not was_serving:
                 entry.state, entry.reason = LOADING, ""
+                entry.unloading.clear()  # the copies unloaded before still retire, unlisted
             # Remembered even when the load fails, so polling retries only after the files change.
             entry.fingerprint = fingerprint(model_dir)
             try:
@@ -360,12 +363,11 @@ class ModelManager:
         old_versions = entry.versions
         entry.versions = new_versions
         entry.unavailable = dict(result.failed)
+        entry.unloading.clear()  # what retires from before is no longer what the index shows
         entry.config = result.config
         entry.state, entry.reason = READY, ""
-        for model in old_versions.values():
-            task = asyncio.create_task(model.retire(), name=f"trt-retire-{model.name}-{model.version}")
-            self._retiring.add(task)
-            task.add_done_callback(self._retiring.discard)
+        for number, model in old_versions.items():
+            self._retirements.start(entry, number, model, listed=False)
 
     async def unload(self, name: str, unload_dependents: bool = False) -> None:
         """Unload the model (in every namespace that holds it); with ``unload_dependents``, an
@@ -412,18 +414,19 @@ class ModelManager:
         async with entry.lock:
             await self._withdraw(entry, UNLOADED)
         self.table.release(entry.key)
-        logger.info("unloaded '%s'", entry.key)
+        logger.info("unloading '%s': it takes no more requests", entry.key)
         await self._withdraw_broken_ensembles()
 
     async def _withdraw(self, entry: ModelEntry, reason: str) -> None:
-        """Stop serving ``entry`` (its lock held), keeping ``reason`` as its state's."""
+        """Stop serving ``entry`` (its lock held), keeping ``reason`` as its state's; its versions
+        finish what they hold in the background, listed UNLOADING until they are gone."""
         old_versions = entry.versions
         entry.versions = {}
         entry.unavailable = {version: reason for version in old_versions}
         entry.state, entry.reason = UNAVAILABLE, reason
         entry.canary = None
-        for model in old_versions.values():
-            await model.retire()
+        for number, model in old_versions.items():
+            self._retirements.start(entry, number, model, listed=True)
 
     async def _withdraw_broken_ensembles(self) -> None:
         """Unload the serving ensembles whose steps' models no longer serve (or no longer fit), as
@@ -452,6 +455,7 @@ class ModelManager:
             for model in list(entry.versions.values()):
                 await model.retire()
             entry.versions = {}
+        await self._retirements.finish()
 
     # -- polling ------------------------------------------------------------------------------
 

@@ -58,6 +58,8 @@ class ModelEntry:
     for_ensemble: bool = False
     # An ensemble's steps whose models kept it from loading: it is loaded again when one of them loads.
     awaits: frozenset[str] = frozenset()
+    # Versions unloaded whose in-flight requests are still finishing: listed UNLOADING meanwhile.
+    unloading: dict[int, ModelVersion] = field(default_factory=dict)
 
 
 class ModelTable:
@@ -200,7 +202,11 @@ class ModelTable:
             for version in sorted(set(entry.versions) | set(entry.unavailable)):
                 if version in entry.versions:
                     rows.append(RepositoryIndexEntry(name, str(version), READY, namespace=key.namespace))
-                elif not ready_only:
+                elif ready_only:
+                    continue
+                elif version in entry.unloading:  # no reason while unloading, as in Triton
+                    rows.append(RepositoryIndexEntry(name, str(version), UNLOADING, namespace=key.namespace))
+                else:
                     rows.append(
                         RepositoryIndexEntry(
                             name, str(version), UNAVAILABLE, entry.unavailable[version], key.namespace

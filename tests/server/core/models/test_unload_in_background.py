@@ -116,6 +116,8 @@ def test_an_unload_returns_while_a_stream_runs_and_the_stream_finishes(
     assert not stream.ended()  # before: the unload waited for the stream's last answer
     assert not control.is_model_ready("paced")
     assert _paced_state(control) == ("UNLOADING", "")
+    control.unload_model("paced")  # again: nothing changes
+    assert _paced_state(control) == ("UNLOADING", "")
     with pytest.raises(InferenceServerException, match="paced"):
         control.infer("paced", _in(1))
     assert not (repo.parent / "finalized").exists()  # the stream holds it

@@ -409,8 +409,8 @@ class ModelManager:
         )
 
     async def _unload_entry(self, entry: ModelEntry) -> None:
-        if not entry.versions and entry.state != UNAVAILABLE:
-            return
+        if not entry.versions and (entry.state != UNAVAILABLE or entry.reason == UNLOADED):
+            return  # never loaded, or unloaded already (its rows, UNLOADING ones too, stay as they are)
         async with entry.lock:
             await self._withdraw(entry, UNLOADED)
         self.table.release(entry.key)

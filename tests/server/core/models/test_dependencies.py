@@ -167,8 +167,10 @@ def test_unloading_a_steps_model_unloads_the_ensemble_until_it_is_back(tmp_path:
         client.unload_model("simple")
         assert not client.is_model_ready("pipeline")
         wait_until(
-            lambda: _states(client)["pipeline"]
-            == ("UNAVAILABLE", "ensemble 'pipeline' depends on 'simple' which has no loaded version.")
+            lambda: (
+                _states(client)["pipeline"]
+                == ("UNAVAILABLE", "ensemble 'pipeline' depends on 'simple' which has no loaded version.")
+            )
         )
         with pytest.raises(InferenceServerException, match="no available versions"):
             _run(client, "pipeline")

@@ -33,25 +33,25 @@ _INTERNAL = HttpResponse(500, b'{"error":"internal error"}', [(b"content-type", 
 
 class _Window:
     """Streamed pieces sent and not yet written by the worker. The requests of one
-    ``ModelStreamInfer`` stream wait for room together: they share one future, which a written
-    piece resolves for them all (a future for each left all but the last waiting for good)."""
+    ``ModelStreamInfer`` stream wait for room together, on one event, as in ``GrpcCall.writable``:
+    a written piece wakes them all, and one of them cancelled leaves the others waiting."""
 
     def __init__(self) -> None:
         self.unwritten = 0
-        self._room: asyncio.Future[None] | None = None
+        self._room: asyncio.Event | None = None  # made when a piece first waits for room
 
     async def wait(self) -> None:
         while self.unwritten >= STREAM_WINDOW:
-            room = self._room
-            if room is None or room.done():
-                room = self._room = asyncio.get_running_loop().create_future()
-            await room
+            if self._room is None:
+                self._room = asyncio.Event()
+            self._room.clear()
+            await self._room.wait()
         self.unwritten += 1
 
     def written(self) -> None:
         self.unwritten -= 1
-        if self._room is not None and not self._room.done():
-            self._room.set_result(None)
+        if self._room is not None:
+            self._room.set()
 
 
 class RemoteCall:

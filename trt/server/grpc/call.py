@@ -174,7 +174,7 @@ class GrpcCall(H2Stream):
         self._queue: deque[bytes | memoryview] = deque()
         self._waiter: asyncio.Future[None] | None = None
         self._done_reading = False
-        self._drained: asyncio.Future[None] | None = None
+        self._drained: asyncio.Event | None = None  # made when a writer first waits for room
 
     # -- the request --------------------------------------------------------------------------------
 
@@ -395,22 +395,22 @@ class GrpcCall(H2Stream):
     async def writable(self) -> None:
         """Wait while the client leaves too much of the response unread (responses or bytes).
 
-        The requests of one ``ModelStreamInfer`` stream wait here together: they share one future,
-        so that a drain wakes them all (each waiter making its own future left all but the last
-        waiting for good)."""
+        The requests of one ``ModelStreamInfer`` stream wait here together, on one event: a drain
+        wakes them all, and one of them cancelled leaves the others waiting. (A future kept for each
+        waiter in one attribute left all but the last waiting for good; one future shared by all
+        would be cancelled with the first waiter cancelled, failing the others.)"""
         app = self.app
         while (
             len(self.outbox) >= app.max_response_pool_size or self.outbox_bytes >= app.max_unsent_bytes
         ) and not self.closed:
-            drained = self._drained
-            if drained is None or drained.done():
-                drained = self._drained = app.loop.create_future()
-            await drained
+            if self._drained is None:
+                self._drained = asyncio.Event()
+            self._drained.clear()  # nothing awaits between the check above and the wait
+            await self._drained.wait()
 
     def on_drained(self) -> None:
-        drained = self._drained
-        if drained is not None and not drained.done():
-            drained.set_result(None)
+        if self._drained is not None:
+            self._drained.set()
 
     def finish(self, code: StatusCode, message: str = "") -> None:
         """End the call with a status (OK after a streamed response, or an error at any time)."""

@@ -18,6 +18,10 @@ Real clients in threads, each checking what it gets back (`_chaos_models.py` has
   some loads with a config override;
 - a health check every 100 ms, whose latency is reported.
 
+With ``--tls`` the server is started with HTTPS and gRPC over TLS, under certificates made for this run,
+and every client above speaks TLS (the metrics port has no TLS to speak); half
+of the raw sockets do too, the other half send their bytes in the clear at the TLS ports.
+
 Afterwards: every model must answer again, no request may be pending and no byte held against
 ``--max-queued-bytes``, the client threads must have finished, and the server must stop on SIGTERM.
 Any of that failing, or an answer that is wrong, or an error a client should not get, is a problem:
@@ -27,7 +31,7 @@ an ensemble failed mid-stream when a step's model was unloaded.
 
     python benchmarks/chaos_drill.py [--seconds 90] [--seed 1] [--churn] [--frontend-workers 2]
         [--perf-analyzer /tmp/trt-peers/perf/perf_analyzer] [--serve-arg=--rate-limit=execution_count]
-        [--json]
+        [--tls] [--json]
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ import json
 import os
 import random
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -63,7 +68,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from _chaos_models import build_repository  # noqa: E402
-from _common import free_port, wait_model_ready  # noqa: E402
+from _common import free_port  # noqa: E402
 
 # What a client is told while the model it asked for is unloaded (--churn): not a problem.
 AWAY = (
@@ -86,11 +91,23 @@ class Drill:
     metrics_port: int
     openai_port: int
     churn: bool = False  # models are unloaded and loaded again under the clients
+    ca: str | None = None  # --tls: the CA file that signed the server's certificate
     stop: threading.Event = field(default_factory=threading.Event)
     counts: Counter[tuple[str, str]] = field(default_factory=Counter)
     problems: list[str] = field(default_factory=list)
     health_s: list[float] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _contexts: dict[int, ssl.SSLContext] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.ca is not None:  # one context per port: the gRPC one must offer h2, as gRPC clients do
+            for port, alpn in ((self.http_port, "http/1.1"), (self.grpc_port, "h2")):
+                self._contexts[port] = ssl.create_default_context(cafile=self.ca)
+                self._contexts[port].set_alpn_protocols([alpn])
+
+    @property
+    def tls(self) -> bool:
+        return self.ca is not None
 
     @property
     def grpc_url(self) -> str:
@@ -99,6 +116,44 @@ class Drill:
     @property
     def http_url(self) -> str:
         return f"127.0.0.1:{self.http_port}"
+
+    # Every client reaches the server through these, so that --tls is decided here alone.
+
+    def grpc_client(self) -> grpcclient.InferenceServerClient:
+        if self.ca is None:
+            return grpcclient.InferenceServerClient(self.grpc_url)
+        return grpcclient.InferenceServerClient(self.grpc_url, ssl=True, root_certificates=self.ca)
+
+    def http_client(self, **options: Any) -> httpclient.InferenceServerClient:
+        if self.ca is not None:
+            options |= {"ssl": True, "ssl_options": {"ca_certs": self.ca}}
+        return httpclient.InferenceServerClient(self.http_url, **options)
+
+    def urlopen(self, path: str, timeout: float) -> Any:
+        """A GET on the HTTP port (HTTPS with --tls)."""
+        url = f"{'https' if self.tls else 'http'}://{self.http_url}{path}"
+        return urllib.request.urlopen(url, timeout=timeout, context=self._contexts.get(self.http_port))
+
+    def connect(self, port: int, timeout: float, tls: bool = True) -> socket.socket:
+        """A socket to ``port``, its TLS handshake done with --tls (``tls=False``: in the clear)."""
+        sock = socket.create_connection(("127.0.0.1", port), timeout)
+        if self.ca is None or not tls:
+            return sock
+        try:
+            return self._contexts[port].wrap_socket(sock, server_hostname="127.0.0.1")
+        except BaseException:
+            sock.close()
+            raise
+
+    def perf_analyzer_flags(self, protocol: str) -> list[str]:
+        """perf_analyzer's URL for ``protocol`` and, with --tls, its flags to trust our CA."""
+        if self.ca is None:
+            return ["-u", self.grpc_url if protocol == "grpc" else self.http_url]
+        if protocol == "grpc":
+            return ["-u", self.grpc_url, "--ssl-grpc-use-ssl", "true",
+                    "--ssl-grpc-root-certifications-file", self.ca]  # fmt: skip
+        return ["-u", f"https://{self.http_url}", "--ssl-https-verify-peer", "1",
+                "--ssl-https-verify-host", "2", "--ssl-https-ca-certificates-file", self.ca]  # fmt: skip
 
     def ok(self, client: str, outcome: str) -> None:
         with self._lock:
@@ -122,7 +177,7 @@ def grpc_streams(drill: Drill, rng: random.Random) -> None:
 def _one_stream(drill: Drill, rng: random.Random) -> None:
     """One stream of 1-4 requests; a quarter of the streams cancelled early."""
     name = "grpc stream"
-    client = grpcclient.InferenceServerClient(drill.grpc_url)
+    client = drill.grpc_client()
     model = rng.choice(["burst", "pipeline"])
     pause = rng.choice([0, 0, 0, 0.001, 0.2, 1.0])
     plan = {f"r{n}": (rng.choice([1, 10, 200, 2000]), rng.choice([4, 100, 16384, 262144]),
@@ -189,7 +244,7 @@ def _one_stream(drill: Drill, rng: random.Random) -> None:
 
 def grpc_unary(drill: Drill, rng: random.Random) -> None:
     name = "grpc unary"
-    client = grpcclient.InferenceServerClient(drill.grpc_url)
+    client = drill.grpc_client()
     while not drill.stop.is_set():
         delay = rng.choice([0, 0, 0, 5, 50, 300])
         inputs, expected = _add_inputs(grpcclient, delay)
@@ -226,9 +281,7 @@ def http_clients(drill: Drill, rng: random.Random) -> None:
     name = "http"
     while not drill.stop.is_set():
         timeout = rng.choice([60.0, 60.0, 0.05])
-        client = httpclient.InferenceServerClient(
-            drill.http_url, network_timeout=timeout, connection_timeout=10
-        )
+        client = drill.http_client(network_timeout=timeout, connection_timeout=10)
         try:
             for _ in range(rng.randint(1, 30)):
                 if rng.random() < 0.5:
@@ -262,7 +315,7 @@ def http_clients(drill: Drill, rng: random.Random) -> None:
 
 def crashing_model(drill: Drill, rng: random.Random) -> None:
     name = "crashy"
-    client = grpcclient.InferenceServerClient(drill.grpc_url)
+    client = drill.grpc_client()
     while not drill.stop.is_set():
         mode = rng.choice([0, 0, 0, 0, 2, 1])  # 1: the model process exits; 2: execute() raises
         started = time.monotonic()
@@ -293,7 +346,7 @@ def generate_stream_readers(drill: Drill, rng: random.Random) -> None:
         leave_after = rng.choice([None, 1, 4096, 100000])
         got, tail = 0, b""
         try:
-            with socket.create_connection(("127.0.0.1", drill.http_port), timeout=120) as sock:
+            with drill.connect(drill.http_port, timeout=120) as sock:
                 sock.sendall(
                     "POST /v2/models/burst/generate_stream HTTP/1.1\r\nHost: x\r\n"
                     f"Content-Type: application/json"
@@ -324,20 +377,31 @@ def raw_sockets(drill: Drill, rng: random.Random) -> None:
         lambda: b"GET /v2/health/ready HTTP/1.1\r\nHost: x\r\n\r\n",
     ]
     while not drill.stop.is_set():
+        port = rng.choice([drill.http_port, drill.grpc_port])
+        # --tls: half of them send their bytes after a handshake, half in the clear at the TLS
+        # ports (a handshake that never happens).
+        tls = drill.tls and rng.random() < 0.5
+        how = (" over TLS" if tls else " in the clear") if drill.tls else ""
         try:
-            with socket.create_connection(
-                ("127.0.0.1", rng.choice([drill.http_port, drill.grpc_port])), 5
-            ) as sock:
+            sock = drill.connect(port, 5, tls)
+        except ssl.SSLError as error:  # the server offers a certificate our CA signed: it must work
+            drill.problem(name, f"the TLS handshake with port {port} failed: {error}")
+            continue
+        except OSError:
+            drill.ok(name, "refused or reset" + how)
+            continue
+        try:
+            with sock:
                 sock.sendall(rng.choice(garbage)())
                 time.sleep(rng.random() * 0.2)
-            drill.ok(name, "sent and closed")
+            drill.ok(name, "sent and closed" + how)
         except OSError:
-            drill.ok(name, "refused or reset")
+            drill.ok(name, "refused or reset" + how)
 
 
 def sequences(drill: Drill, rng: random.Random) -> None:
     name = "sequence"
-    client = grpcclient.InferenceServerClient(drill.grpc_url)
+    client = drill.grpc_client()
     while not drill.stop.is_set():
         sequence = rng.randrange(1, 2**63)
         values = [rng.randint(-100, 100) for _ in range(rng.randint(1, 12))]
@@ -370,7 +434,7 @@ def sequences(drill: Drill, rng: random.Random) -> None:
 
 def shared_memory(drill: Drill, rng: random.Random) -> None:
     name = "shared memory"
-    client = httpclient.InferenceServerClient(drill.http_url)
+    client = drill.http_client()
     for n in range(1_000_000):
         if drill.stop.is_set():
             break
@@ -410,10 +474,9 @@ def perf_analyzer(binary: str) -> Callable[[Drill, random.Random], None]:
     def run(drill: Drill, rng: random.Random) -> None:
         while not drill.stop.is_set():
             protocol = rng.choice(["http", "grpc"])
-            port = drill.http_port if protocol == "http" else drill.grpc_port
             concurrency = str(rng.choice([1, 8, 32]))
-            command = [binary, "-m", "simple", "-u", f"127.0.0.1:{port}", "-i", protocol, "-p", "1500",
-                       "-s", "10000", "-r", "3", "--concurrency-range", concurrency]  # fmt: skip
+            command = [binary, "-m", "simple", *drill.perf_analyzer_flags(protocol), "-i", protocol, "-p",
+                       "1500", "-s", "10000", "-r", "3", "--concurrency-range", concurrency]  # fmt: skip
             result = subprocess.run(command + (["--async"] if rng.random() < 0.5 else []),
                                     capture_output=True, text=True, timeout=120)  # fmt: skip
             text = result.stdout[-600:] + result.stderr[-600:]
@@ -431,7 +494,12 @@ def openai_routes(drill: Drill, rng: random.Random) -> None:
     import openai
 
     name = "openai"
-    client = openai.OpenAI(base_url=f"http://127.0.0.1:{drill.openai_port}/v1", api_key="-", max_retries=0)
+    # With --tls its port serves HTTPS under the HTTP port's certificates.
+    url, transport = f"http://127.0.0.1:{drill.openai_port}/v1", None
+    if drill.ca is not None:
+        url = url.replace("http:", "https:", 1)
+        transport = openai.DefaultHttpx2Client(verify=ssl.create_default_context(cafile=drill.ca))
+    client = openai.OpenAI(base_url=url, api_key="-", max_retries=0, http_client=transport)
     while not drill.stop.is_set():
         tokens = rng.choice([1, 8, 64])
         try:
@@ -472,7 +540,7 @@ def openai_routes(drill: Drill, rng: random.Random) -> None:
 def churn(drill: Drill, rng: random.Random) -> None:
     """Unload and load again the models the others use; some loads override the config."""
     name = "churn"
-    client = grpcclient.InferenceServerClient(drill.grpc_url)
+    client = drill.grpc_client()
     while not drill.stop.is_set():
         model = rng.choice(CHURNED)
         try:
@@ -503,7 +571,7 @@ def health(drill: Drill, rng: random.Random) -> None:
     while not drill.stop.is_set():
         started = time.monotonic()
         try:
-            with urllib.request.urlopen(f"http://{drill.http_url}/v2/health/live", timeout=30) as reply:
+            with drill.urlopen("/v2/health/live", timeout=30) as reply:
                 reply.read()
         except OSError as error:
             drill.problem("health", str(error))
@@ -543,6 +611,59 @@ def _clients(
     return clients
 
 
+def _certificates(folder: Path) -> tuple[str, str, str]:
+    """A CA, and a certificate for 127.0.0.1 and localhost that it signed, for this run only:
+    the paths of the CA's certificate, the server's certificate and the server's key."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+    issued: dict[str, tuple[x509.Certificate, ec.EllipticCurvePrivateKey]] = {}
+    for name, issuer in (("ca", None), ("server", "ca")):
+        key = ec.generate_private_key(ec.SECP256R1())
+        subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"chaos drill {name}")])
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(subject)
+            .issuer_name(issued[issuer][0].subject if issuer else subject)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.BasicConstraints(ca=issuer is None, path_length=None), critical=True)
+        )
+        if issuer:
+            names = [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]
+            builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
+        issued[name] = builder.sign(issued[issuer][1] if issuer else key, hashes.SHA256()), key
+        (folder / f"{name}.crt").write_bytes(issued[name][0].public_bytes(serialization.Encoding.PEM))
+        (folder / f"{name}.key").write_bytes(
+            key.private_bytes(
+                serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+            )
+        )
+    return str(folder / "ca.crt"), str(folder / "server.crt"), str(folder / "server.key")
+
+
+def _wait_ready(drill: Drill, process: subprocess.Popen[bytes], model: str, timeout: float = 120) -> None:
+    """_common.wait_model_ready, over HTTPS with --tls."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise SystemExit(f"a server exited with {process.returncode} before it was ready")
+        try:
+            with drill.urlopen(f"/v2/models/{model}/ready", timeout=1):
+                return
+        except OSError:
+            time.sleep(0.3)
+    raise SystemExit(f"a server did not have {model} ready within {timeout:g} s")
+
+
 def _tree_rss(pid: int) -> int:
     root = psutil.Process(pid)
     return sum(p.memory_info().rss for p in [root, *root.children(recursive=True)])
@@ -558,7 +679,12 @@ def _metric(drill: Drill, family: str) -> float:
 
 def _check_after(drill: Drill, models: list[str]) -> None:
     """Every model answers again, and nothing is left pending or held."""
-    client = grpcclient.InferenceServerClient(drill.grpc_url)
+    client = drill.grpc_client()
+    try:  # the HTTP port (HTTPS with --tls) too
+        with drill.urlopen("/v2/health/ready", timeout=30):
+            pass
+    except OSError as error:
+        drill.problem("after", f"/v2/health/ready: {error}")
     inputs, expected = _add_inputs(grpcclient, 0)
     if not np.array_equal(client.infer("slow_add", inputs).as_numpy("OUTPUT0"), expected):
         drill.problem("after", "slow_add answers wrongly")
@@ -585,6 +711,7 @@ def main() -> None:
     parser.add_argument("--frontend-workers", type=int, default=0)
     parser.add_argument("--perf-analyzer", help="path to NVIDIA's perf_analyzer, to run it among the clients")
     parser.add_argument("--serve-arg", action="append", default=[], help="a `trt serve` flag to add (repeat)")
+    parser.add_argument("--tls", action="store_true", help="HTTPS and gRPC over TLS, for every client")
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
     args = parser.parse_args()
     console = Console(stderr=args.json)
@@ -598,7 +725,10 @@ def main() -> None:
         with_llm = False
     with tempfile.TemporaryDirectory() as tmp:
         models = build_repository(Path(tmp) / "repo", with_llm)
-        drill = Drill(free_port(), free_port(), free_port(), free_port(), churn=args.churn)
+        ca, cert, key = _certificates(Path(tmp)) if args.tls else (None, "", "")
+        drill = Drill(free_port(), free_port(), free_port(), free_port(), churn=args.churn, ca=ca)
+        tls_flags = [f"--{endpoint}-{flag}" for endpoint in ("http", "grpc")
+                     for flag in ("use-ssl=true", f"server-cert={cert}", f"server-key={key}")]  # fmt: skip
         command = [
             sys.executable, "-m", "trt", "serve", "--model-repository", str(Path(tmp) / "repo"),
             "--http-port", str(drill.http_port), "--grpc-port", str(drill.grpc_port),
@@ -607,6 +737,7 @@ def main() -> None:
             "--frontend-workers", str(args.frontend_workers),
             *(["--allow-openai", "true", "--openai-port", str(drill.openai_port)] if with_llm else []),
             *(["--model-control-mode", "explicit", "--load-model", "*"] if args.churn else []),
+            *(tls_flags if args.tls else []),
             *args.serve_arg,
         ]  # fmt: skip
         log = Path(tmp) / "server.log"
@@ -614,7 +745,7 @@ def main() -> None:
             server = subprocess.Popen(command, cwd=ROOT, stdout=log_file, stderr=subprocess.STDOUT)
         try:
             for model in models:
-                wait_model_ready(drill.http_port, server, model)
+                _wait_ready(drill, server, model)
             rss_before = _tree_rss(server.pid)
             seeds = random.Random(args.seed)
             threads = [
@@ -657,7 +788,7 @@ def main() -> None:
             log_tail = log.read_text(errors="replace").splitlines()[-15:]
     health_ms = sorted(s * 1000 for s in drill.health_s) or [0.0]
     summary = {
-        "seconds": args.seconds, "seed": args.seed, "churn": args.churn,
+        "seconds": args.seconds, "seed": args.seed, "churn": args.churn, "tls": args.tls,
         "frontend_workers": args.frontend_workers, "serve_args": args.serve_arg,
         "outcomes": {f"{client}: {outcome}": n for (client, outcome), n in sorted(drill.counts.items())},
         "problems": drill.problems, "health_p99_ms": round(health_ms[int(len(health_ms) * 0.99)], 1),
@@ -667,7 +798,8 @@ def main() -> None:
     if args.json:
         print(json.dumps(summary))
     else:
-        table = Table(title=f"chaos drill, {args.seconds:.0f} s, seed {args.seed}")
+        tls = ", TLS" if args.tls else ""
+        table = Table(title=f"chaos drill, {args.seconds:.0f} s, seed {args.seed}{tls}")
         for column in ("client", "outcome", "count"):
             table.add_column(column, justify="right" if column == "count" else "left")
         for (client, outcome), n in sorted(drill.counts.items()):

@@ -237,17 +237,24 @@ async def _start_hosted_front_ends(core: InferenceServer, options: ServeOptions)
 async def _start_openai(
     core: InferenceServer, options: ServeOptions, metrics: MetricsApp | None
 ) -> HttpServer:
-    """The OpenAI-compatible front end (--allow-openai), on its own port as in Triton."""
+    """The OpenAI-compatible front end (--allow-openai), on its own port as in Triton. It serves HTTPS
+    when the HTTP port does (--http-use-ssl, the same certificates): its prompts and completions are
+    no less private than the HTTP port's tensors."""
     from trt.server.openai.app import OpenAIApp
 
     app = OpenAIApp(core, options.openai_options, metrics.render if metrics is not None else None)
     sock = _bind(options.openai, "OpenAI-Compatible Frontend")
     limits = dataclasses.replace(options.http_limits, max_body_size=options.openai_options.max_input_size)
+    tls = server_context(options.http_tls) if options.http_tls is not None else None
     server = HttpServer(
-        app, limits, cancellable=app.cancellable, too_large=app.too_large, queued_bytes=core.queued_bytes
-    )
+        app, limits, cancellable=app.cancellable, too_large=app.too_large, queued_bytes=core.queued_bytes,
+        ssl_context=tls,
+    )  # fmt: skip
     await server.start(sock)
-    logger.info("Started OpenAI-Compatible Frontend at %s:%d", options.openai.address, options.openai.port)
+    secure = " (HTTPS)" if tls is not None else ""
+    logger.info(
+        "Started OpenAI-Compatible Frontend at %s:%d%s", options.openai.address, options.openai.port, secure
+    )
     return server
 
 

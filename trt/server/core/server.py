@@ -291,7 +291,7 @@ class InferenceServer:
             if folder is not None:
                 self.pushed.discard(folder)
             raise
-        self.pushed.adopt(name, folder)
+        self._let_go_of_push(name, folder)
 
     async def load_model_folder(self, name: str, folder: Path) -> None:
         """Load the model in ``folder``, outside the repository, and serve it as ``name`` (Triton's
@@ -311,7 +311,14 @@ class InferenceServer:
     async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
         self.models.require_explicit_mode()
         await self.models.unload(name, unload_dependents)
-        self.pushed.adopt(name, None)
+        self._let_go_of_push(name, None)
+
+    def _let_go_of_push(self, name: str, folder: Path | None) -> None:
+        """``folder`` (None: none) now holds ``name``'s pushed files; the folder before it goes once the
+        versions loaded from it finish their requests, which may still read their files."""
+        previous = self.pushed.adopt(name, folder)
+        if previous is not None:
+            self.models.after_retirements(lambda: self.pushed.discard(previous))
 
     # -- statistics ---------------------------------------------------------------------------
 

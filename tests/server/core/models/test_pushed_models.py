@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import re
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,7 +16,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tests.support import ServerProcess, add_sub_model, save_onnx, simple_inputs, write_simple
+from tests.support import ServerProcess, add_sub_model, save_onnx, simple_inputs, wait_until, write_simple
 
 CONFIG = {
     "name": "pushed",
@@ -279,3 +281,61 @@ def test_an_environment_inside_the_model_folder_is_still_accepted() -> None:
         json.dumps({"parameters": {"EXECUTION_ENV_PATH": {"string_value": "/opt/envs/shared.tar.gz"}}})
     )
     check_config_paths(outside)  # the operator's own config.pbtxt may share an environment
+
+
+# Reads its pushed data file on every request, after 1 s: the request then outlives an unload.
+READS_ITS_FILE = b"""
+import os
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.data = os.path.join(args["model_repository"], args["model_version"], "data.txt")
+
+    def execute(self, requests):
+        time.sleep(1)
+        with open(self.data) as data:
+            text = data.read()
+        out = np.array([text.encode(), self.data.encode()], dtype=np.object_)
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", out)]) for _ in requests]
+"""
+
+READS_ITS_FILE_CONFIG = {
+    "backend": "python",
+    "input": [{"name": "IN", "data_type": "TYPE_INT32", "dims": [1]}],
+    "output": [{"name": "OUT", "data_type": "TYPE_STRING", "dims": [2]}],
+}
+
+
+@pytest.mark.parametrize("then", ["unload", "push again"])
+def test_a_pushed_models_files_stay_until_its_requests_finish(
+    explicit_server: tuple[ServerProcess, Path], then: str
+) -> None:
+    server, _ = explicit_server
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    files = {"file:1/model.py": READS_ITS_FILE, "file:1/data.txt": b"pushed data"}
+    client.load_model("reads_its_file", config=json.dumps(READS_ITS_FILE_CONFIG), files=files)
+    tensor = grpcclient.InferInput("IN", [1], "INT32")
+    tensor.set_data_from_numpy(np.array([1], np.int32))
+    answers: list[object] = []
+    running = threading.Thread(target=lambda: answers.append(client.infer("reads_its_file", [tensor])))
+    running.start()
+    time.sleep(0.3)  # the request is in execute(), which reads the file in 0.7 s
+    if then == "unload":
+        client.unload_model("reads_its_file")  # returns at once; the request goes on
+    else:  # a new push replaces the files; the old version retires once its request is done
+        files["file:1/data.txt"] = b"new data"
+        client.load_model("reads_its_file", config=json.dumps(READS_ITS_FILE_CONFIG), files=files)
+    running.join(timeout=30)
+    assert len(answers) == 1  # before: the folder went at once, and the request failed
+    text, path = answers[0].as_numpy("OUT").tolist()  # type: ignore[attr-defined]
+    assert text == b"pushed data"
+    # The folder goes once the version has retired.
+    wait_until(lambda: not Path(path.decode()).exists())
+    if then == "push again":
+        assert client.infer("reads_its_file", [tensor]).as_numpy("OUT")[0] == b"new data"
+        client.unload_model("reads_its_file")

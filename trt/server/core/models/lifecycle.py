@@ -490,6 +490,10 @@ class ModelManager:
             else:
                 self.table.release(entry.key)  # gone before it ever served: it holds its name no more
 
+    def after_retirements(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once every version retiring now has retired."""
+        self._retirements.after_current(callback)
+
     def require_explicit_mode(self) -> None:
         if self.options.model_control_mode != ModelControlMode.EXPLICIT:
             raise Unavailable("explicit model load / unload is not allowed if polling is enabled")

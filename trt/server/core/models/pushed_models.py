@@ -2,7 +2,8 @@
 
 As in Triton, the files are not written into the user's repository: each push gets a fresh folder of its
 own, the model loads from there, and the folder lives until the model is pushed again, reloaded from the
-repository, or the server stops. The model name and every path go through ``core.paths`` before
+repository or unloaded, and the requests its versions still run are done (they may read from it), or
+until the server stops. The model name and every path go through ``core.paths`` before
 anything is written, so nothing lands outside that folder; and a folder is only ever removed when it is
 one this object made, whatever name a client sent.
 
@@ -77,13 +78,13 @@ class PushedModels:
             raise ServerError(poll_failure(name, what)) from None
         return folder
 
-    def adopt(self, name: str, folder: Path | None) -> None:
-        """``folder`` now serves ``name`` (None: the repository does); the previous push is removed."""
+    def adopt(self, name: str, folder: Path | None) -> Path | None:
+        """``folder`` now serves ``name`` (None: the repository does, or nothing). Returns the previous
+        push's folder, for the caller to ``discard`` once the versions loaded from it have retired."""
         previous = self._folders.pop(name, None)
         if folder is not None:
             self._folders[name] = folder
-        if previous is not None and previous != folder:
-            self._remove(previous.parent)
+        return previous if previous != folder else None
 
     def discard(self, folder: Path) -> None:
         self._remove(folder.parent)

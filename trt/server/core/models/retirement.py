@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 from trt.server.core.models.table import ModelEntry
 from trt.server.core.models.version import ModelVersion
@@ -41,6 +42,21 @@ class Retirements:
                 logger.info("unloaded '%s' version %d", model.name, number)
 
         task.add_done_callback(retired)
+
+    def after_current(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once the retirements under way now have ended (at once if there are none)."""
+        current = set(self._tasks)
+        if not current:
+            callback()
+            return
+
+        async def when_retired() -> None:
+            await asyncio.wait(current)
+            callback()
+
+        task = asyncio.create_task(when_retired(), name="trt-after-retirements")
+        self._tasks.add(task)  # finish() waits for it too
+        task.add_done_callback(self._tasks.discard)
 
     async def finish(self) -> None:
         """Wait for every retirement under way (the server is stopping)."""

@@ -65,10 +65,13 @@ from rich.table import Table
 from tritonclient.utils import InferenceServerException
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from _chaos_models import build_repository  # noqa: E402
 from _common import free_port  # noqa: E402
+
+from tests.certificates import issue_certificates  # noqa: E402
 
 # What a client is told while the model it asked for is unloaded (--churn): not a problem.
 AWAY = (
@@ -611,45 +614,6 @@ def _clients(
     return clients
 
 
-def _certificates(folder: Path) -> tuple[str, str, str]:
-    """A CA, and a certificate for 127.0.0.1 and localhost that it signed, for this run only:
-    the paths of the CA's certificate, the server's certificate and the server's key."""
-    import datetime
-    import ipaddress
-
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    now = datetime.datetime.now(datetime.UTC)
-    issued: dict[str, tuple[x509.Certificate, ec.EllipticCurvePrivateKey]] = {}
-    for name, issuer in (("ca", None), ("server", "ca")):
-        key = ec.generate_private_key(ec.SECP256R1())
-        subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"chaos drill {name}")])
-        builder = (
-            x509.CertificateBuilder()
-            .subject_name(subject)
-            .issuer_name(issued[issuer][0].subject if issuer else subject)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.BasicConstraints(ca=issuer is None, path_length=None), critical=True)
-        )
-        if issuer:
-            names = [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]
-            builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
-        issued[name] = builder.sign(issued[issuer][1] if issuer else key, hashes.SHA256()), key
-        (folder / f"{name}.crt").write_bytes(issued[name][0].public_bytes(serialization.Encoding.PEM))
-        (folder / f"{name}.key").write_bytes(
-            key.private_bytes(
-                serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-            )
-        )
-    return str(folder / "ca.crt"), str(folder / "server.crt"), str(folder / "server.key")
-
-
 def _wait_ready(drill: Drill, process: subprocess.Popen[bytes], model: str, timeout: float = 120) -> None:
     """_common.wait_model_ready, over HTTPS with --tls."""
     deadline = time.monotonic() + timeout
@@ -725,8 +689,11 @@ def main() -> None:
         with_llm = False
     with tempfile.TemporaryDirectory() as tmp:
         models = build_repository(Path(tmp) / "repo", with_llm)
-        ca, cert, key = _certificates(Path(tmp)) if args.tls else (None, "", "")
-        drill = Drill(free_port(), free_port(), free_port(), free_port(), churn=args.churn, ca=ca)
+        certificates = issue_certificates(Path(tmp)) if args.tls else {}
+        drill = Drill(
+            free_port(), free_port(), free_port(), free_port(), churn=args.churn, ca=certificates.get("ca")
+        )
+        cert, key = certificates.get("server_cert"), certificates.get("server_key")
         tls_flags = [f"--{endpoint}-{flag}" for endpoint in ("http", "grpc")
                      for flag in ("use-ssl=true", f"server-cert={cert}", f"server-key={key}")]  # fmt: skip
         command = [

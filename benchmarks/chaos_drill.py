@@ -228,8 +228,9 @@ def _one_stream(drill: Drill, rng: random.Random) -> None:
                 f"{ {rid: len(got) for rid, got in answers.items()} } of {plan}, pause {pause} s",
             )
         client.stop_stream()
-        # The unread-answer bound may cancel a request whose reader lags (its error says so).
-        expected = [e for e in errors if "--max-unread-response-bytes" not in e and not away(e)]
+        # The unread-answer bounds may cancel a request whose reader lags (its error says which).
+        bounds = ("--max-unread-response-bytes", "--max-queued-bytes")
+        expected = [e for e in errors if not any(bound in e for bound in bounds) and not away(e)]
         if expected:
             drill.problem(name, f"{model}: {expected[:2]}")
         for rid, (count, _, _) in plan.items():

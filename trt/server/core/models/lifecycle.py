@@ -451,9 +451,9 @@ class ModelManager:
     async def stop(self) -> None:
         if self._poller is not None:
             self._poller.cancel()
+        serving = [model for entry in self.table for model in entry.versions.values()]
+        await asyncio.gather(*(model.retire() for model in serving))  # side by side, as in retire()
         for entry in self.table:
-            for model in list(entry.versions.values()):
-                await model.retire()
             entry.versions = {}
         await self._retirements.finish()
 

@@ -347,21 +347,25 @@ class ModelVersion:
         return outputs
 
     async def retire(self) -> None:
-        """Stop taking requests, let in-flight ones finish, then release the instances."""
+        """Stop taking requests, let in-flight ones finish, then release the instances, all at once: a
+        Python instance stuck in ``execute()`` takes its process's 10 s grace before it is killed, and
+        one after another, a model's instances took that many times as long."""
         self._closing = True
         if self._in_flight:
             if self._drained is None:  # one event for every caller (an unload, and the server stopping)
                 self._drained = asyncio.Event()
             await self._drained.wait()
         await self._scheduler.close()
-        for instance in self._instances:
-            try:
-                if hasattr(instance, "aclose"):
-                    await instance.aclose()
-                else:
-                    instance.close()
-            except Exception:
-                logger.exception("closing an instance of '%s' failed", self.name)
+        await asyncio.gather(*(self._release(instance) for instance in self._instances))
+
+    async def _release(self, instance: ModelInstance | RequestLevelInstance) -> None:
+        try:
+            if hasattr(instance, "aclose"):
+                await instance.aclose()
+            else:
+                instance.close()
+        except Exception:
+            logger.exception("closing an instance of '%s' failed", self.name)
 
 
 def _trace_points(received: int, queued: int, times: ExecutionTimes, done: int) -> list[tuple[str, int]]:

@@ -18,7 +18,7 @@ import orjson
 import pytest
 import tritonclient.http as httpclient
 
-from tests.support import ROOT, ServerProcess, free_port, write_simple
+from tests.support import ROOT, ServerProcess, free_port, write_python_model, write_simple
 
 BINARY_MIME = "application/vnd.sagemaker-triton.binary+json;json-header-size="
 DATA = np.arange(16, dtype=np.int32).reshape(1, 16)
@@ -287,3 +287,44 @@ def test_http_restrictions_apply_to_sagemaker_routes(tmp_path: Path, models_root
         assert request(port, "/ping")[0] == 200  # health is not restricted here
     finally:
         server.stop()
+
+
+# finalize() takes 1 s, then leaves a file in the model's folder.
+SLOW_FINALIZE = """
+import os
+import time
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.marker = os.path.join(args["model_repository"], "finalized")
+
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.get_input_tensor_by_name(r, "X")]) for r in requests]
+
+    def finalize(self):
+        time.sleep(1)
+        open(self.marker, "w").close()
+"""
+
+SLOW_FINALIZE_CONFIG = """
+backend: "python"
+input [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]
+"""
+
+
+def test_a_multi_model_unload_answers_once_the_model_has_let_go(
+    sagemaker: ServerProcess, models_root: Path
+) -> None:
+    """SageMaker may delete the model's files, or load another model into its memory, as soon as the
+    unload answers: like Triton's, it waits for the model to be gone, not only for it to stop serving."""
+    port = sagemaker_port(sagemaker)
+    write_python_model(models_root / "5l0wf1na1ze", "model", SLOW_FINALIZE, SLOW_FINALIZE_CONFIG)
+    folder = models_root / "5l0wf1na1ze" / "model"
+    load = {"model_name": "slow_finalize", "url": str(folder)}
+    assert request(port, "/models", orjson.dumps(load), {"Content-Type": "application/json"})[0] == 200
+    assert request(port, "/models/slow_finalize", method="DELETE")[0] == 200
+    assert (folder / "finalized").exists()  # before: the answer came 1 s before finalize() ended

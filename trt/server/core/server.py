@@ -313,12 +313,17 @@ class InferenceServer:
         await self.models.unload(name, unload_dependents)
         self._let_go_of_push(name, None)
 
+    async def unloads_finished(self, timeout: float) -> bool:
+        """Wait (at most ``timeout`` seconds) until the models unloaded so far have released their
+        instances (an unload returns before that, as Triton's does); whether they have."""
+        return await self.models.retirements.current(timeout)
+
     def _let_go_of_push(self, name: str, folder: Path | None) -> None:
         """``folder`` (None: none) now holds ``name``'s pushed files; the folder before it goes once the
         versions loaded from it finish their requests, which may still read their files."""
         previous = self.pushed.adopt(name, folder)
         if previous is not None:
-            self.models.after_retirements(lambda: self.pushed.discard(previous))
+            self.models.retirements.after_current(lambda: self.pushed.discard(previous))
 
     # -- statistics ---------------------------------------------------------------------------
 

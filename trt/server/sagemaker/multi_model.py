@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,9 @@ OUT_OF_MEMORY_TEXTS = (
     "CUBLAS_STATUS_NOT_INITIALIZED", "Failed to allocate memory", "failed to allocate memory",
     "No space left on device",
 )  # fmt: skip
+# SageMaker gives an unload 360 s; as Triton, wait up to 350 for the model to release its instances
+# before answering, since SageMaker may then delete its files or load another model in its memory.
+UNLOAD_TIMEOUT_S = 350.0
 
 
 class MultiModelEndpoint:
@@ -107,12 +111,21 @@ class MultiModelEndpoint:
         if archive is None:
             logger.debug("Model %s is not loaded.", name)
             return HttpResponse(404)
-        logger.info("Unloading SageMaker TargetModel: %s", target_header or archive.target)
+        target = target_header or archive.target
+        logger.info("Unloading SageMaker TargetModel: %s", target)
+        started = time.monotonic()
         try:
             for model in (archive.target, *archive.steps):
                 await self.core.unload_model(model, unload_dependents=True)
         except ServerError as exc:
             return _error(400, exc.message)
+        if await self.core.unloads_finished(UNLOAD_TIMEOUT_S):
+            logger.info("UNLOAD for model %s completed in %.1f seconds.", target, time.monotonic() - started)
+        else:
+            logger.error(
+                "UNLOAD did not complete within %d seconds. This may result in SageMaker UNLOAD timeout.",
+                UNLOAD_TIMEOUT_S,
+            )
         del self._loaded[name]
         return HttpResponse(200)
 

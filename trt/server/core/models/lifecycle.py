@@ -62,7 +62,7 @@ class ModelManager:
         self.table = ModelTable()  # the models, and which of them a request means
         self._load_slots = asyncio.Semaphore(max(1, options.model_load_thread_count))
         self._poller: asyncio.Task[None] | None = None
-        self._retirements = Retirements()
+        self.retirements = Retirements()  # versions withdrawn, finishing their requests
         # Set by InferenceServer: what backends call back into (BLS from Python models).
         self.services: ServerServices | None = None
         self.response_cache = (
@@ -367,7 +367,7 @@ class ModelManager:
         entry.config = result.config
         entry.state, entry.reason = READY, ""
         for number, model in old_versions.items():
-            self._retirements.start(entry, number, model, listed=False)
+            self.retirements.start(entry, number, model, listed=False)
 
     async def unload(self, name: str, unload_dependents: bool = False) -> None:
         """Unload the model (in every namespace that holds it); with ``unload_dependents``, an
@@ -426,7 +426,7 @@ class ModelManager:
         entry.state, entry.reason = UNAVAILABLE, reason
         entry.canary = None
         for number, model in old_versions.items():
-            self._retirements.start(entry, number, model, listed=True)
+            self.retirements.start(entry, number, model, listed=True)
 
     async def _withdraw_broken_ensembles(self) -> None:
         """Unload the serving ensembles whose steps' models no longer serve (or no longer fit), as
@@ -455,7 +455,7 @@ class ModelManager:
         await asyncio.gather(*(model.retire() for model in serving))  # side by side, as in retire()
         for entry in self.table:
             entry.versions = {}
-        await self._retirements.finish()
+        await self.retirements.finish()
 
     # -- polling ------------------------------------------------------------------------------
 
@@ -489,10 +489,6 @@ class ModelManager:
                 await self._unload_entry(entry)
             else:
                 self.table.release(entry.key)  # gone before it ever served: it holds its name no more
-
-    def after_retirements(self, callback: Callable[[], None]) -> None:
-        """Call ``callback`` once every version retiring now has retired."""
-        self._retirements.after_current(callback)
 
     def require_explicit_mode(self) -> None:
         if self.options.model_control_mode != ModelControlMode.EXPLICIT:

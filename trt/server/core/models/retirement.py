@@ -43,15 +43,23 @@ class Retirements:
 
         task.add_done_callback(retired)
 
+    async def current(self, timeout: float | None = None) -> bool:
+        """Wait (at most ``timeout`` seconds) for the retirements under way now; whether they ended."""
+        under_way = set(self._tasks)
+        if not under_way:
+            return True
+        _, pending = await asyncio.wait(under_way, timeout=timeout)
+        return not pending
+
     def after_current(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` once the retirements under way now have ended (at once if there are none)."""
-        current = set(self._tasks)
-        if not current:
+        under_way = set(self._tasks)  # taken now: the task below joins the set, and must not wait on itself
+        if not under_way:
             callback()
             return
 
         async def when_retired() -> None:
-            await asyncio.wait(current)
+            await asyncio.wait(under_way)
             callback()
 
         task = asyncio.create_task(when_retired(), name="trt-after-retirements")

@@ -356,7 +356,9 @@ class ModelVersion:
                 self._drained = asyncio.Event()
             await self._drained.wait()
         await self._scheduler.close()
-        await asyncio.gather(*(self._release(instance) for instance in self._instances))
+        # An ensemble lists its one runner many times over: each instance is released once.
+        distinct = {id(instance): instance for instance in self._instances}.values()
+        await asyncio.gather(*(self._release(instance) for instance in distinct))
 
     async def _release(self, instance: ModelInstance | RequestLevelInstance) -> None:
         try:

@@ -12,6 +12,7 @@ import dataclasses
 import logging
 import signal
 import socket
+import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -105,6 +106,8 @@ async def serve(options: ServeOptions, on_ready: Callable[[InferenceServer, dict
     servers: list[HttpServer] = []
     grpc_server: Any = None
     try:
+        # One context for this process's HTTP port and the OpenAI one (workers make their own).
+        tls = server_context(options.http_tls) if options.http_tls is not None else None
         if options.frontend_workers > 0 and (options.http.enabled or options.grpc.enabled):
             grpc_server = await _start_frontend_workers(core, options)  # stopped as the gRPC server is
         elif options.grpc.enabled:
@@ -121,7 +124,6 @@ async def serve(options: ServeOptions, on_ready: Callable[[InferenceServer, dict
                 core, options.http_limits.max_body_size, options.http_restrictions,
                 options.http_header_cache_bytes, options.http_header_forwarding,
             )  # fmt: skip
-            tls = server_context(options.http_tls) if options.http_tls is not None else None
             http_server = HttpServer(
                 http_app, options.http_limits, cancellable=HttpApp.cancellable,
                 queued_bytes=core.queued_bytes, ssl_context=tls,
@@ -138,7 +140,9 @@ async def serve(options: ServeOptions, on_ready: Callable[[InferenceServer, dict
             logger.info("Started Metrics Service at %s:%d", options.metrics.address, options.metrics.port)
         servers += await _start_hosted_front_ends(core, options)
         if options.openai.enabled:
-            servers.append(await _start_openai(core, options, metrics if options.metrics.enabled else None))
+            servers.append(
+                await _start_openai(core, options, metrics if options.metrics.enabled else None, tls)
+            )
     # ValueError: TLS files that cannot be loaded (HTTP's TlsSetupError is one, as gRPC's errors are)
     except (OSError, ValueError, VertexAiSetupError, RuntimeError) as exc:
         logger.error("%s", exc)
@@ -235,7 +239,7 @@ async def _start_hosted_front_ends(core: InferenceServer, options: ServeOptions)
 
 
 async def _start_openai(
-    core: InferenceServer, options: ServeOptions, metrics: MetricsApp | None
+    core: InferenceServer, options: ServeOptions, metrics: MetricsApp | None, tls: ssl.SSLContext | None
 ) -> HttpServer:
     """The OpenAI-compatible front end (--allow-openai), on its own port as in Triton. It serves HTTPS
     when the HTTP port does (--http-use-ssl, the same certificates): its prompts and completions are
@@ -245,7 +249,6 @@ async def _start_openai(
     app = OpenAIApp(core, options.openai_options, metrics.render if metrics is not None else None)
     sock = _bind(options.openai, "OpenAI-Compatible Frontend")
     limits = dataclasses.replace(options.http_limits, max_body_size=options.openai_options.max_input_size)
-    tls = server_context(options.http_tls) if options.http_tls is not None else None
     server = HttpServer(
         app, limits, cancellable=app.cancellable, too_large=app.too_large, queued_bytes=core.queued_bytes,
         ssl_context=tls,

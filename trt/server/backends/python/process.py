@@ -341,12 +341,12 @@ class ModelProcess:
         self._backlog.clear()
 
     async def stop(self) -> None:
-        """Ask the process to run ``finalize()`` and exit (killed after 10 s), read its last
-        messages, let it go and free the shared memory."""
+        """Ask the process to run ``finalize()`` and exit (killed after ``FINALIZE_GRACE_S``), read
+        its last messages, let it go and free the shared memory."""
         if self._popen is not None and self._popen.poll() is None:
             self.post(("finalize",))
             try:
-                await asyncio.wait_for(asyncio.to_thread(self._popen.wait), timeout=10)
+                await asyncio.wait_for(asyncio.to_thread(self._popen.wait), timeout=_ipc.FINALIZE_GRACE_S)
             except TimeoutError:
                 self._popen.kill()
                 await asyncio.to_thread(self._popen.wait)

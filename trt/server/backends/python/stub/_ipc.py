@@ -61,6 +61,10 @@ _fence: Callable[[], None] | None = (
     None if platform.machine().lower() in ("x86_64", "amd64", "i386", "i686") else _lock_fence
 )
 
+# How long a model process may take to finish its execute() and run finalize() once the server has
+# asked it to end, or has gone away: then the server kills it, or it ends itself.
+FINALIZE_GRACE_S = 10.0
+
 _LENGTH = struct.Struct("<I")
 _WRAP = 0xFFFFFFFF  # in a ring: the next message starts at the beginning of the data
 _SPILL = 0xFFFFFFFE  # in a ring: the message is in the ring's spill

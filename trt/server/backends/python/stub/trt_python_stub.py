@@ -92,7 +92,12 @@ class Runtime:
 
     def _watch_server(self) -> None:
         """Wait for the server's end of the socket to close. Bytes on it ask for the model's own
-        readiness check, answered from this thread so that a long ``execute`` does not hold it up."""
+        readiness check, answered from this thread so that a long ``execute`` does not hold it up.
+
+        Once it closes, the main thread runs ``finalize()`` and returns, unless it is in an
+        ``execute()`` that does not end: with no server left to stop it, such a process would live
+        on for good, holding its memory and devices. It gets the grace a stopping server gives, and
+        then this thread ends the process (Triton's stub ends as soon as its server has gone)."""
         try:
             while self._sock.recv(4096):
                 if self.readiness_check is not None:
@@ -101,6 +106,8 @@ class Runtime:
             pass
         self._server_gone = True
         _ipc.wake(self._wait_fd)
+        time.sleep(_ipc.FINALIZE_GRACE_S)
+        os._exit(1)
 
     def _send_released(self, signal_read: int) -> None:
         """Send what ``__del__`` queued as soon as it says so (``trt_pb_runtime.release``)."""

@@ -1,0 +1,93 @@
+"""A Python model's process ends when its server has gone (killed, crashed), even from an
+``execute()`` that never returns: given the grace a stopping server gives, it finishes what it runs,
+runs ``finalize()`` and ends; one still stuck after the grace ends anyway. Before, such a process
+lived on for good, holding its memory (and its GPU, where it has one)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+import tritonclient.http as httpclient
+
+from tests.support import ServerProcess, write_python_model
+from trt.server.backends.python.stub._ipc import FINALIZE_GRACE_S
+
+SLOW = """
+import time
+from pathlib import Path
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.finalized = Path(args["model_repository"]) / "finalized"
+
+    def execute(self, requests):
+        time.sleep(3)
+        return [pb_utils.InferenceResponse([pb_utils.get_input_tensor_by_name(r, "X")]) for r in requests]
+
+    def finalize(self):
+        self.finalized.write_text("ran")
+"""
+
+STUCK = """
+import time
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        while True:
+            time.sleep(1)
+"""
+
+CONFIG = """
+backend: "python"
+input [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]
+"""
+
+
+def _send(url: str, model: str) -> None:
+    client = httpclient.InferenceServerClient(url, network_timeout=60)
+    tensor = httpclient.InferInput("X", [1], "FP32")
+    tensor.set_data_from_numpy(np.ones(1, np.float32))
+    try:
+        client.infer(model, [tensor])
+    except Exception:
+        pass  # the server is killed under it
+
+
+def test_model_processes_end_after_their_server_is_killed_even_when_stuck_in_execute(
+    tmp_path: Path,
+) -> None:
+    repo = tmp_path / "repo"
+    write_python_model(repo, "slow", SLOW, CONFIG)
+    write_python_model(repo, "stuck", STUCK, CONFIG)
+    server = ServerProcess([repo]).start(tmp_path)
+    assert server.process is not None
+    model_processes = psutil.Process(server.process.pid).children(recursive=True)
+    assert len(model_processes) == 2
+    for model in ("slow", "stuck"):
+        threading.Thread(target=_send, args=(server.http_url, model), daemon=True).start()
+    time.sleep(1)  # both are in execute(): one for 3 s, the other for good
+
+    os.kill(server.process.pid, signal.SIGKILL)
+    killed = time.monotonic()
+    server.process.wait()
+    gone, alive = psutil.wait_procs(model_processes, timeout=FINALIZE_GRACE_S + 8)
+    try:
+        assert alive == [], f"{len(alive)} model process(es) outlived their server"
+    finally:
+        for process in alive:
+            process.kill()
+    assert len(gone) == 2
+    took = time.monotonic() - killed
+    assert took >= FINALIZE_GRACE_S - 1, f"the stuck process ended {took:.1f} s after its server"
+    assert (repo / "slow" / "finalized").read_text() == "ran"  # the slow one finished and ran finalize()

@@ -181,6 +181,22 @@ def write_broken(repo: Path) -> None:
     (no_file / "config.pbtxt").write_text('platform: "onnxruntime_onnx"\n')
 
 
+def still_running(processes: list[psutil.Process], timeout: float) -> list[psutil.Process]:
+    """Those of ``processes`` still running after ``timeout`` seconds (a zombie has ended: only its
+    parent has yet to read its status), each killed so that a failing test leaves nothing behind."""
+    _, alive = psutil.wait_procs(processes, timeout=timeout)
+    running = []
+    for process in alive:
+        try:
+            if process.status() == psutil.STATUS_ZOMBIE:
+                continue
+            process.kill()
+        except psutil.NoSuchProcess:
+            continue
+        running.append(process)
+    return running
+
+
 _PORTS_HANDED_OUT: set[int] = set()
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -21,6 +22,7 @@ import psutil
 
 from trt.analyzer.errors import AnalyzeError
 from trt.analyzer.precision import copy_model_file
+from trt.parent_death import ending_with_parent
 
 _STARTUP_S = 120.0
 _UNLOAD_S = 60.0  # how long an unloaded model may take to release its instances before we go on
@@ -160,9 +162,17 @@ class ScratchServer(Deployment):
             "--log-info=false", "--exit-on-error=false",
         ]  # fmt: skip
         self.log = (self.repository.parent / f"{self.repository.name}.log").open("wb")
-        process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT)
+        # SIGTERM when this process dies, even by SIGKILL: the server then stops its models and ends,
+        # rather than serving on for good from a folder nobody will remove.
+        process = subprocess.Popen(
+            command, stdout=self.log, stderr=subprocess.STDOUT, preexec_fn=ending_with_parent(signal.SIGTERM)
+        )
         super().__init__(f"127.0.0.1:{http_port}", f"127.0.0.1:{grpc_port}", process)
-        self._wait_ready()
+        try:
+            self._wait_ready()
+        except BaseException:  # it failed to start, or Ctrl-C or SIGTERM came: nobody else will close it
+            self.close()
+            raise
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + _STARTUP_S
@@ -175,7 +185,6 @@ class ScratchServer(Deployment):
                     return
             except OSError:
                 time.sleep(0.2)
-        self.close()
         raise AnalyzeError(f"trt serve did not start in {_STARTUP_S:.0f} s:\n{self._log_tail()}")
 
     def _log_tail(self) -> str:

@@ -35,6 +35,7 @@ from trt.analyzer.session import MeasureSettings
 from trt.analyzer.space import PRECISIONS, Candidate, SearchSpace, SpaceLimits
 from trt.cli.analyze_generative import GenerativeArguments, run_generative_analysis
 from trt.cli.console import make_console
+from trt.cli.termination import interrupt_on_sigterm
 from trt.perf.errors import OptionError
 from trt.perf.options import Protocol
 from trt.perf.ranges import concurrency_levels
@@ -271,6 +272,7 @@ def analyze_command(
     """Find the config.pbtxt that serves MODEL best on this machine within the latency target; for a
     generative model (--target-ttft / --target-itl), the most output tokens/s within them."""
     err, out = make_console(stderr=True), make_console(stderr=json_output)
+    interrupt_on_sigterm()  # so that the scratch server it starts is stopped
     if target_ttft or target_itl:
         run_generative_analysis(
             GenerativeArguments(

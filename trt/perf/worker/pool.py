@@ -6,9 +6,12 @@ to fork over), and receive their plan over the pipe afterwards."""
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
+import signal
 from multiprocessing.connection import Connection
 from typing import Any
 
+from trt.parent_death import end_with_parent
 from trt.perf.errors import MeasurementError
 from trt.perf.worker.plan import LoadAssignment, WorkerPlan
 from trt.perf.worker.records import WindowPart
@@ -16,7 +19,12 @@ from trt.perf.worker.records import WindowPart
 REPLY_TIMEOUT_S = 120.0
 
 
-def _bootstrap(conn: Connection) -> None:
+def _bootstrap(conn: Connection, parent: int) -> None:
+    # Killed with the parent, whatever ends it: a worker outliving ``trt perf`` sent load for good
+    # (it holds the parent's end of its own pipe, forked with it, so it never reads an EOF there).
+    end_with_parent(signal.SIGKILL)
+    if os.getppid() != parent:  # the parent died before that took
+        return
     try:
         message, plan = conn.recv()
     except (EOFError, KeyboardInterrupt):
@@ -35,7 +43,7 @@ class WorkerPool:
         for index in range(count):
             parent_end, child_end = context.Pipe()
             process = context.Process(
-                target=_bootstrap, args=(child_end,), name=f"trt-perf-{index}", daemon=True
+                target=_bootstrap, args=(child_end, os.getpid()), name=f"trt-perf-{index}", daemon=True
             )
             process.start()
             child_end.close()

@@ -9,13 +9,13 @@ or when the core dies (``PR_SET_PDEATHSIG``: the kernel kills it, even if its lo
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import logging
 import os
 import signal
 import socket
 import sys
 
+from trt.parent_death import end_with_parent
 from trt.server.core.scheduling.queued_bytes import QueuedBytes
 from trt.server.frontend import messages as m
 from trt.server.frontend.channel import Channel
@@ -28,16 +28,6 @@ from trt.server.http.server import HttpServer
 from trt.server.tls import server_context
 
 logger = logging.getLogger("trt.frontend")
-
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):  # not Linux: the channel's EOF still ends the worker
-        pass
 
 
 async def run(config: WorkerConfig, parent: int) -> int:
@@ -91,7 +81,7 @@ async def run(config: WorkerConfig, parent: int) -> int:
 
 
 def main() -> int:
-    _die_with_parent()
+    end_with_parent(signal.SIGKILL)  # not on Linux: the channel's EOF still ends the worker
     parent = os.getppid()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the core decides
     config = config_from_json(sys.stdin.buffer.read())  # from the core, our parent

@@ -15,7 +15,7 @@ import numpy as np
 import psutil
 import tritonclient.http as httpclient
 
-from tests.support import ServerProcess, write_python_model
+from tests.support import ServerProcess, still_running, write_python_model
 from trt.server.backends.python.stub._ipc import FINALIZE_GRACE_S
 
 SLOW = """
@@ -81,13 +81,8 @@ def test_model_processes_end_after_their_server_is_killed_even_when_stuck_in_exe
     os.kill(server.process.pid, signal.SIGKILL)
     killed = time.monotonic()
     server.process.wait()
-    gone, alive = psutil.wait_procs(model_processes, timeout=FINALIZE_GRACE_S + 8)
-    try:
-        assert alive == [], f"{len(alive)} model process(es) outlived their server"
-    finally:
-        for process in alive:
-            process.kill()
-    assert len(gone) == 2
+    running = still_running(model_processes, timeout=FINALIZE_GRACE_S + 8)
+    assert running == [], f"{len(running)} model process(es) outlived their server"
     took = time.monotonic() - killed
     assert took >= FINALIZE_GRACE_S - 1, f"the stuck process ended {took:.1f} s after its server"
     assert (repo / "slow" / "finalized").read_text() == "ran"  # the slow one finished and ran finalize()

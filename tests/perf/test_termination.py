@@ -1,0 +1,66 @@
+"""``trt perf`` ended by a signal takes its load generators with it. Before, its forked workers
+outlived it and went on sending load to the server for good, whether it was sent SIGTERM or SIGKILL;
+with SIGTERM it now ends as on Ctrl-C (exit 130, ``interrupted``)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import tritonclient.http as httpclient
+
+from tests.support import ROOT, ServerProcess, still_running
+
+
+def _successes(client: httpclient.InferenceServerClient) -> int:
+    stats = client.get_inference_statistics("simple")["model_stats"][0]
+    return int(stats["inference_stats"]["success"]["count"])
+
+
+def _wait_for(condition, timeout: float, what: str):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.mark.parametrize("signal_number", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+def test_a_killed_trt_perf_takes_its_load_generators_with_it(
+    perf_server: ServerProcess, signal_number: int, tmp_path: Path
+) -> None:
+    client = httpclient.InferenceServerClient(perf_server.http_url)
+    # Files, not pipes: a worker that outlived it would hold a pipe open.
+    output = (tmp_path / "perf.log").open("w")
+    perf = subprocess.Popen(
+        [sys.executable, "-m", "trt", "perf", "-m", "simple", "-u", perf_server.http_url,
+         "--concurrency-range", "4", "--measurement-interval", "60000"],
+        cwd=ROOT, stdout=output, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        workers = _wait_for(lambda: psutil.Process(perf.pid).children(recursive=True), 60, "workers")
+        before = _successes(client)
+        _wait_for(lambda: _successes(client) > before + 100, 60, "load on the server")
+        os.kill(perf.pid, signal_number)
+        perf.wait(timeout=60)
+    finally:
+        if perf.poll() is None:
+            perf.kill()
+        output.close()
+    running = still_running(workers, timeout=10)
+    assert running == [], f"{len(running)} load generator(s) outlived trt perf"
+    settled = _successes(client)
+    time.sleep(1)
+    assert _successes(client) == settled  # no load from anyone any more
+    if signal_number == signal.SIGTERM:
+        log = (tmp_path / "perf.log").read_text()
+        assert perf.returncode == 130, log
+        assert "interrupted" in log

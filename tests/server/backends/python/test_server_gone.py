@@ -1,7 +1,7 @@
-"""A Python model's process ends when its server has gone (killed, crashed), even from an
-``execute()`` that never returns: given the grace a stopping server gives, it finishes what it runs,
-runs ``finalize()`` and ends; one still stuck after the grace ends anyway. Before, such a process
-lived on for good, holding its memory (and its GPU, where it has one)."""
+"""A Python model's process ends when its server has gone (killed, crashed, stopped while it loads),
+even from an ``execute()`` or ``initialize()`` that never returns: given the grace a stopping server
+gives, it finishes what it runs, runs ``finalize()`` and ends; one still stuck after the grace ends
+anyway. Before, such a process lived on for good, holding its memory (and its GPU, where it has one)."""
 
 from __future__ import annotations
 
@@ -47,6 +47,16 @@ class TritonPythonModel:
             time.sleep(1)
 """
 
+LOADS_FOR_GOOD = """
+import time
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        while True:
+            time.sleep(1)
+"""
+
 CONFIG = """
 backend: "python"
 input [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]
@@ -86,3 +96,21 @@ def test_model_processes_end_after_their_server_is_killed_even_when_stuck_in_exe
     took = time.monotonic() - killed
     assert took >= FINALIZE_GRACE_S - 1, f"the stuck process ended {took:.1f} s after its server"
     assert (repo / "slow" / "finalized").read_text() == "ran"  # the slow one finished and ran finalize()
+
+
+def test_a_model_process_ends_after_its_server_is_stopped_while_initialize_runs(tmp_path: Path) -> None:
+    write_python_model(tmp_path / "repo", "loading", LOADS_FOR_GOOD, CONFIG)
+    server = ServerProcess([tmp_path / "repo"]).start(tmp_path, wait=False)
+    assert server.process is not None
+    deadline = time.monotonic() + 60
+    model_processes: list[psutil.Process] = []
+    while not model_processes and time.monotonic() < deadline:
+        time.sleep(0.2)
+        model_processes = psutil.Process(server.process.pid).children(recursive=True)
+    assert model_processes, server.log()
+    time.sleep(1)  # in initialize()
+
+    server.process.terminate()  # while loading, the server ends at once (as tritonserver does)
+    server.process.wait(timeout=30)
+    running = still_running(model_processes, timeout=FINALIZE_GRACE_S + 8)
+    assert running == [], "the model process outlived its server"

@@ -91,13 +91,9 @@ class Runtime:
         ).start()
 
     def _watch_server(self) -> None:
-        """Wait for the server's end of the socket to close. Bytes on it ask for the model's own
-        readiness check, answered from this thread so that a long ``execute`` does not hold it up.
-
-        Once it closes, the main thread runs ``finalize()`` and returns, unless it is in an
-        ``execute()`` that does not end: with no server left to stop it, such a process would live
-        on for good, holding its memory and devices. It gets the grace a stopping server gives, and
-        then this thread ends the process (Triton's stub ends as soon as its server has gone)."""
+        """Wait for the server's end of the socket to close (then the main thread, if it waits for
+        a command, runs ``finalize()`` and returns). Bytes on it ask for the model's own readiness
+        check, answered from this thread so that a long ``execute`` does not hold it up."""
         try:
             while self._sock.recv(4096):
                 if self.readiness_check is not None:
@@ -106,8 +102,6 @@ class Runtime:
             pass
         self._server_gone = True
         _ipc.wake(self._wait_fd)
-        time.sleep(_ipc.FINALIZE_GRACE_S)
-        os._exit(1)
 
     def _send_released(self, signal_read: int) -> None:
         """Send what ``__del__`` queued as soon as it says so (``trt_pb_runtime.release``)."""
@@ -324,7 +318,23 @@ def _bls_response(answer: dict[str, Any] | None) -> pb_utils.InferenceResponse:
     return pb_utils.InferenceResponse(tensors, parameters=answer.get("parameters"))
 
 
+def _end_when_orphaned(server: int) -> None:
+    """End this process ``FINALIZE_GRACE_S`` after the server has died, if it has not ended by then.
+
+    A process in an ``initialize()`` or ``execute()`` that does not return would otherwise live on
+    for good once its server has gone (killed, crashed, stopped while loading), holding its memory
+    and devices; the grace is the one a stopping server gives it to finish and run ``finalize()``.
+    Triton's stub checks for its server every 300 ms and ends at once. Polled, because the socket
+    carries start-up messages until ``initialize()`` is done, and the ``pidfd`` that could be waited
+    on is missing from the older interpreters a model's environment may bring."""
+    while os.getppid() == server:
+        time.sleep(0.5)
+    time.sleep(_ipc.FINALIZE_GRACE_S)
+    os._exit(1)
+
+
 def serve(fd: int) -> None:
+    threading.Thread(target=_end_when_orphaned, args=(os.getppid(),), name="trt-orphan", daemon=True).start()
     # The server decides when this process ends (finalize, or its socket closing): a Ctrl-C sent
     # to the terminal's whole process group must not kill the model under a draining server.
     signal.signal(signal.SIGINT, signal.SIG_IGN)

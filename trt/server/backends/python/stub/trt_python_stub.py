@@ -321,9 +321,10 @@ def _bls_response(answer: dict[str, Any] | None) -> pb_utils.InferenceResponse:
 def _end_when_orphaned(server: int) -> None:
     """End this process ``FINALIZE_GRACE_S`` after the server has died, if it has not ended by then.
 
-    A process in an ``initialize()`` or ``execute()`` that does not return would otherwise live on
-    for good once its server has gone (killed, crashed, stopped while loading), holding its memory
-    and devices; the grace is the one a stopping server gives it to finish and run ``finalize()``.
+    A process in an ``initialize()``, ``execute()`` or ``auto_complete_config()`` that does not
+    return would otherwise live on for good once its server has gone (killed, crashed, stopped while
+    loading), holding its memory and devices; the grace is the one a stopping server gives it to
+    finish and run ``finalize()``.
     Triton's stub checks for its server every 300 ms and ends at once. Polled, because the socket
     carries start-up messages until ``initialize()`` is done, and the ``pidfd`` that could be waited
     on is missing from the older interpreters a model's environment may bring."""
@@ -334,7 +335,6 @@ def _end_when_orphaned(server: int) -> None:
 
 
 def serve(fd: int) -> None:
-    threading.Thread(target=_end_when_orphaned, args=(os.getppid(),), name="trt-orphan", daemon=True).start()
     # The server decides when this process ends (finalize, or its socket closing): a Ctrl-C sent
     # to the terminal's whole process group must not kill the model under a draining server.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -404,6 +404,7 @@ def main() -> None:
     parser.add_argument("--auto-complete", metavar="MODEL_PY")
     parser.add_argument("--result", metavar="JSON_FILE")
     args = parser.parse_args()
+    threading.Thread(target=_end_when_orphaned, args=(os.getppid(),), name="trt-orphan", daemon=True).start()
     if args.auto_complete:
         trt_pb_loading.auto_complete(args.auto_complete, args.result)
     else:

@@ -8,6 +8,7 @@ the instance's device (and TensorRT's when ``optimization.execution_accelerators
 from __future__ import annotations
 
 import ctypes
+import importlib.metadata
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -41,13 +42,55 @@ _ORT_TO_CONFIG_TYPE = {
 }
 
 
+# Distributions that each install the one module ``onnxruntime``: pip lets them sit side by side, and
+# the one installed last has overwritten the other's files (the GPU build's CUDA provider may be gone,
+# or a mix of the two left). Installing trt (which needs ``onnxruntime``) beside onnxruntime-gpu does it.
+_ONNXRUNTIME_DISTRIBUTIONS = (
+    "onnxruntime",
+    "onnxruntime-gpu",
+    "onnxruntime-openvino",
+    "onnxruntime-directml",
+    "onnxruntime-qnn",
+    "onnxruntime-training",
+    "ort-nightly",
+    "ort-nightly-gpu",
+)
+_checked_distributions: list[str] | None = None
+
+
+def installed_onnxruntime_distributions() -> list[str]:
+    """Which of the distributions that provide the ``onnxruntime`` module are installed."""
+    installed = []
+    for name in _ONNXRUNTIME_DISTRIBUTIONS:
+        try:
+            importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        installed.append(name)
+    return installed
+
+
+def _clash(distributions: list[str]) -> str:
+    keep = next(name for name in distributions if name != "onnxruntime")  # the special build was wanted
+    return (
+        f"{', '.join(distributions)} are installed side by side, and each provides the module "
+        "onnxruntime: the one installed last overwrote the others' files. Keep one: "
+        f"pip uninstall -y {' '.join(distributions)} && pip install {keep}"
+    )
+
+
 def _import_onnxruntime() -> Any:
+    global _checked_distributions
     try:
         import onnxruntime
     except ImportError:
         raise ModelLoadError(
             "onnxruntime is not installed: pip install onnxruntime (or onnxruntime-gpu, never both)"
         ) from None
+    if _checked_distributions is None:  # once per process: a few ms of metadata lookups
+        _checked_distributions = installed_onnxruntime_distributions()
+        if len(_checked_distributions) > 1:
+            logger.warning("%s", _clash(_checked_distributions))
     return onnxruntime
 
 
@@ -195,6 +238,11 @@ class OnnxRuntimeInstance:
             return ["CPUExecutionProvider"]
         available = set(ort.get_available_providers())
         if "CUDAExecutionProvider" not in available:
+            if _checked_distributions is not None and len(_checked_distributions) > 1:
+                raise ModelLoadError(
+                    "instance_group asks for KIND_GPU but this onnxruntime has no CUDAExecutionProvider: "
+                    + _clash(_checked_distributions)
+                )
             raise ModelLoadError(
                 "instance_group asks for KIND_GPU but this onnxruntime has no CUDAExecutionProvider; "
                 "install onnxruntime-gpu (in place of onnxruntime) or use KIND_CPU"

@@ -167,7 +167,7 @@ IGNORED_TRITON_FLAGS = {
     "--model-load-gpu-limit": "loads are not refused by GPU memory use",
     "--host-policy": "instances are not bound to NUMA nodes or cores",
     "--backend-directory": "backends are Python modules of trt",
-    "--repoagent-directory": "repository agents are not supported",
+    "--repoagent-directory": "the checksum repository agent is built in; trt loads no others",
     "--cache-directory": "the local response cache is built in (--cache-config)",
     "--buffer-manager-thread-count": "no buffer manager threads",
     "--http-thread-count": "HTTP runs on the event loop",

@@ -105,6 +105,38 @@ def write_simple(
     return model_dir
 
 
+# A Python model whose execute() never returns, and its config: one FP32 X of one element, echoed.
+STUCK_PYTHON_MODEL = """
+import time
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        while True:
+            time.sleep(1)
+"""
+
+ECHO_X_CONFIG = """
+backend: "python"
+input [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]
+"""
+
+
+def send_x_ignoring_errors(url: str, model: str) -> None:
+    """One request to a model of ``ECHO_X_CONFIG``'s shape over HTTP; its answer or error (the server
+    stopped or killed under it) ignored."""
+    import tritonclient.http as httpclient
+
+    client = httpclient.InferenceServerClient(url, network_timeout=120)
+    tensor = httpclient.InferInput("X", [1], "FP32")
+    tensor.set_data_from_numpy(np.ones(1, np.float32))
+    try:
+        client.infer(model, [tensor])
+    except Exception:
+        pass
+
+
 def write_python_model(repo: Path, name: str, source: str, config: str) -> None:
     """A Python model in ``repo``: ``<name>/1/model.py`` and ``<name>/config.pbtxt``."""
     (repo / name / "1").mkdir(parents=True)

@@ -11,11 +11,16 @@ import threading
 import time
 from pathlib import Path
 
-import numpy as np
 import psutil
-import tritonclient.http as httpclient
 
-from tests.support import ServerProcess, still_running, write_python_model
+from tests.support import (
+    ECHO_X_CONFIG,
+    STUCK_PYTHON_MODEL,
+    ServerProcess,
+    send_x_ignoring_errors,
+    still_running,
+    write_python_model,
+)
 from trt.server.backends.python.stub._ipc import FINALIZE_GRACE_S
 
 SLOW = """
@@ -37,16 +42,6 @@ class TritonPythonModel:
         self.finalized.write_text("ran")
 """
 
-STUCK = """
-import time
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        while True:
-            time.sleep(1)
-"""
-
 LOADS_FOR_GOOD = """
 import time
 
@@ -57,35 +52,19 @@ class TritonPythonModel:
             time.sleep(1)
 """
 
-CONFIG = """
-backend: "python"
-input [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]
-output [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]
-"""
-
-
-def _send(url: str, model: str) -> None:
-    client = httpclient.InferenceServerClient(url, network_timeout=60)
-    tensor = httpclient.InferInput("X", [1], "FP32")
-    tensor.set_data_from_numpy(np.ones(1, np.float32))
-    try:
-        client.infer(model, [tensor])
-    except Exception:
-        pass  # the server is killed under it
-
 
 def test_model_processes_end_after_their_server_is_killed_even_when_stuck_in_execute(
     tmp_path: Path,
 ) -> None:
     repo = tmp_path / "repo"
-    write_python_model(repo, "slow", SLOW, CONFIG)
-    write_python_model(repo, "stuck", STUCK, CONFIG)
+    write_python_model(repo, "slow", SLOW, ECHO_X_CONFIG)
+    write_python_model(repo, "stuck", STUCK_PYTHON_MODEL, ECHO_X_CONFIG)
     server = ServerProcess([repo]).start(tmp_path)
     assert server.process is not None
     model_processes = psutil.Process(server.process.pid).children(recursive=True)
     assert len(model_processes) == 2
     for model in ("slow", "stuck"):
-        threading.Thread(target=_send, args=(server.http_url, model), daemon=True).start()
+        threading.Thread(target=send_x_ignoring_errors, args=(server.http_url, model), daemon=True).start()
     time.sleep(1)  # both are in execute(): one for 3 s, the other for good
 
     os.kill(server.process.pid, signal.SIGKILL)
@@ -99,7 +78,7 @@ def test_model_processes_end_after_their_server_is_killed_even_when_stuck_in_exe
 
 
 def test_a_model_process_ends_after_its_server_is_stopped_while_initialize_runs(tmp_path: Path) -> None:
-    write_python_model(tmp_path / "repo", "loading", LOADS_FOR_GOOD, CONFIG)
+    write_python_model(tmp_path / "repo", "loading", LOADS_FOR_GOOD, ECHO_X_CONFIG)
     server = ServerProcess([tmp_path / "repo"]).start(tmp_path, wait=False)
     assert server.process is not None
     deadline = time.monotonic() + 60

@@ -8,46 +8,28 @@ import threading
 import time
 from pathlib import Path
 
-import numpy as np
 import psutil
-import tritonclient.http as httpclient
 
-from tests.support import ServerProcess, write_python_model
+from tests.support import (
+    ECHO_X_CONFIG,
+    STUCK_PYTHON_MODEL,
+    ServerProcess,
+    send_x_ignoring_errors,
+    write_python_model,
+)
 
-STUCK = """
-import time
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        while True:
-            time.sleep(1)
-"""
-
-STUCK_CONFIG = """
-backend: "python"
-input [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]
-output [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]
-instance_group [ { count: 3 kind: KIND_CPU } ]
-"""
-
-
-def _send(url: str) -> None:
-    client = httpclient.InferenceServerClient(url, network_timeout=120)
-    tensor = httpclient.InferInput("X", [1], "FP32")
-    tensor.set_data_from_numpy(np.ones(1, np.float32))
-    try:
-        client.infer("stuck", [tensor])
-    except Exception:
-        pass  # the server stops under it: the connection closes
+STUCK_CONFIG = ECHO_X_CONFIG + "instance_group [ { count: 3 kind: KIND_CPU } ]\n"
 
 
 def test_three_stuck_instances_are_released_side_by_side(tmp_path: Path) -> None:
-    write_python_model(tmp_path / "repo", "stuck", STUCK, STUCK_CONFIG)
+    write_python_model(tmp_path / "repo", "stuck", STUCK_PYTHON_MODEL, STUCK_CONFIG)
     server = ServerProcess([tmp_path / "repo"], ["--exit-timeout-secs=1"]).start(tmp_path)
     assert server.process is not None
     stubs = psutil.Process(server.process.pid).children(recursive=True)
-    senders = [threading.Thread(target=_send, args=(server.http_url,), daemon=True) for _ in range(3)]
+    senders = [
+        threading.Thread(target=send_x_ignoring_errors, args=(server.http_url, "stuck"), daemon=True)
+        for _ in range(3)
+    ]
     for sender in senders:
         sender.start()
     time.sleep(1)  # each instance is now stuck in execute()

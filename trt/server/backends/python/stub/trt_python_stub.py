@@ -324,10 +324,11 @@ def _end_when_orphaned(server: int) -> None:
     A process in an ``initialize()``, ``execute()`` or ``auto_complete_config()`` that does not
     return would otherwise live on for good once its server has gone (killed, crashed, stopped while
     loading), holding its memory and devices; the grace is the one a stopping server gives it to
-    finish and run ``finalize()``.
-    Triton's stub checks for its server every 300 ms and ends at once. Polled, because the socket
-    carries start-up messages until ``initialize()`` is done, and the ``pidfd`` that could be waited
-    on is missing from the older interpreters a model's environment may bring."""
+    finish and run ``finalize()``. Triton's stub checks for its server every 300 ms and ends at once.
+
+    Polled, because the socket carries start-up messages until ``initialize()`` is done, and the
+    ``pidfd`` that could be waited on is missing from the older interpreters a model's environment
+    may bring."""
     while os.getppid() == server:
         time.sleep(0.5)
     time.sleep(_ipc.FINALIZE_GRACE_S)

@@ -6,6 +6,7 @@ folder; on SIGKILL the kernel sends the server SIGTERM (``PR_SET_PDEATHSIG``).""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -71,3 +72,6 @@ def test_a_killed_trt_analyze_stops_its_scratch_server(tmp_path: Path, signal_nu
         assert analyze.returncode == 130, log
         assert "interrupted" in log
         assert not scratch_repository.exists()
+    else:  # killed outright, it leaves the folder (and the server's log beside it) to whoever looks
+        shutil.rmtree(scratch_repository, ignore_errors=True)
+        scratch_repository.with_name(f"{scratch_repository.name}.log").unlink(missing_ok=True)

@@ -15,22 +15,12 @@ import psutil
 import pytest
 import tritonclient.http as httpclient
 
-from tests.support import ROOT, ServerProcess, still_running
+from tests.support import ROOT, ServerProcess, still_running, wait_until
 
 
 def _successes(client: httpclient.InferenceServerClient) -> int:
     stats = client.get_inference_statistics("simple")["model_stats"][0]
     return int(stats["inference_stats"]["success"]["count"])
-
-
-def _wait_for(condition, timeout: float, what: str):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.mark.parametrize("signal_number", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
@@ -46,9 +36,10 @@ def test_a_killed_trt_perf_takes_its_load_generators_with_it(
         cwd=ROOT, stdout=output, stderr=subprocess.STDOUT,
     )  # fmt: skip
     try:
-        workers = _wait_for(lambda: psutil.Process(perf.pid).children(recursive=True), 60, "workers")
+        wait_until(lambda: bool(psutil.Process(perf.pid).children(recursive=True)), 60)
+        workers = psutil.Process(perf.pid).children(recursive=True)
         before = _successes(client)
-        _wait_for(lambda: _successes(client) > before + 100, 60, "load on the server")
+        wait_until(lambda: _successes(client) > before + 100, 60)
         os.kill(perf.pid, signal_number)
         perf.wait(timeout=60)
     finally:

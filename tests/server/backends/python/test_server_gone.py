@@ -19,6 +19,7 @@ from tests.support import (
     ServerProcess,
     send_x_ignoring_errors,
     still_running,
+    wait_until,
     write_python_model,
 )
 from trt.server.backends.python.stub._ipc import FINALIZE_GRACE_S
@@ -81,12 +82,9 @@ def test_a_model_process_ends_after_its_server_is_stopped_while_initialize_runs(
     write_python_model(tmp_path / "repo", "loading", LOADS_FOR_GOOD, ECHO_X_CONFIG)
     server = ServerProcess([tmp_path / "repo"]).start(tmp_path, wait=False)
     assert server.process is not None
-    deadline = time.monotonic() + 60
-    model_processes: list[psutil.Process] = []
-    while not model_processes and time.monotonic() < deadline:
-        time.sleep(0.2)
-        model_processes = psutil.Process(server.process.pid).children(recursive=True)
-    assert model_processes, server.log()
+    server_process = psutil.Process(server.process.pid)
+    wait_until(lambda: bool(server_process.children(recursive=True)), 60)
+    model_processes = server_process.children(recursive=True)
     time.sleep(1)  # in initialize()
 
     server.process.terminate()  # while loading, the server ends at once (as tritonserver does)

@@ -1,6 +1,7 @@
 """A Python model whose model.py fails to import a module that one of trt's extras installs is
 reported as that backend being unavailable, naming the extra; start-up then passes over it (as over a
-missing backend) and the rest of the repository serves. Another missing module is an ordinary failure."""
+missing backend) and the rest of the repository serves, its log saying so in that one line. Another
+missing module is an ordinary failure, logged with the model's traceback."""
 
 from __future__ import annotations
 
@@ -59,6 +60,10 @@ def test_the_example_generative_model_is_skipped_without_the_genai_extra(tmp_pat
             assert reply.status == 200
     finally:
         assert server.stop() == 0
+    # A base install's start-up: the one line, no traceback of the model's import above it.
+    log = server.log()
+    assert "skipped model 'tiny_llm': model.py needs tokenizers" in log
+    assert "Traceback" not in log
 
 
 def test_a_module_no_extra_provides_is_an_ordinary_load_failure(tmp_path: Path) -> None:
@@ -73,3 +78,6 @@ def test_a_module_no_extra_provides_is_an_ordinary_load_failure(tmp_path: Path) 
         assert "pip install" not in row["reason"]
     finally:
         assert server.stop() == 0
+    failure = server.log().split("initialize() of ", 1)[1]
+    assert "Traceback" in failure
+    assert "import some_module_no_extra_provides" in failure

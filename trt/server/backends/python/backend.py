@@ -13,38 +13,21 @@ import hashlib
 import json
 import logging
 import os
-import re
 import subprocess
 import sys
 import tarfile
 import tempfile
 from pathlib import Path
 
-from trt import DISTRIBUTION
 from trt.protos import model_config_pb2
+from trt.server.backends.python.extras import missing_extra
 from trt.server.backends.python.instance import PythonModelInstance
 from trt.server.backends.python.process import STUB
 from trt.server.core.backends.base import InstanceSpec, ModelFiles
-from trt.server.core.errors import BackendUnavailable, ModelConfigError, ModelLoadError
+from trt.server.core.errors import ModelConfigError, ModelLoadError
 from trt.server.core.models.config import config_from_json, config_to_dict, config_to_json
 
 logger = logging.getLogger("trt.backends.python")
-
-# Modules a model.py may import that one of trt's extras installs. A model whose import or
-# initialize() fails for want of one is BackendUnavailable, naming the extra, so that start-up can
-# pass over it as it passes over a backend whose library is missing.
-MODULE_EXTRAS = {
-    "torch": "torch",
-    "tokenizers": "genai",
-    "transformers": "genai",
-    "safetensors": "genai",
-    "jinja2": "genai",
-    "tensorrt": "tensorrt",
-    "cuda": "tensorrt",
-    "pynvml": "gpu",
-    "s3fs": "s3",
-}
-_MISSING_MODULE = re.compile(r"ModuleNotFoundError: No module named '([^']+)'")
 
 
 def model_directory_token(value: str, model_dir: Path) -> str:
@@ -145,20 +128,6 @@ class PythonBackend:
             if unavailable is None:
                 raise
             raise unavailable from None
-
-
-def missing_extra(failure: str) -> BackendUnavailable | None:
-    """The error to report when a model process failed on a module that one of trt's extras installs
-    (``failure`` is its one-line reason, ``ModuleNotFoundError: No module named 'x'`` within)."""
-    match = _MISSING_MODULE.search(failure)
-    if match is None:
-        return None
-    module = match.group(1).split(".")[0]
-    extra = MODULE_EXTRAS.get(module)
-    if extra is None:
-        return None
-    hint = f"pip install '{DISTRIBUTION}[{extra}]'"
-    return BackendUnavailable(f"model.py needs {module}, which is not installed; install it with: {hint}")
 
 
 def _stub_env(files: ModelFiles) -> dict[str, str]:

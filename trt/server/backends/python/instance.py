@@ -57,11 +57,13 @@ from trt.server.backends.python.executions import (
     StartRequests,
     backend_response,
 )
+from trt.server.backends.python.extras import missing_extra
 from trt.server.backends.python.process import (
     ARENA_BYTES,
     EXECUTION_SLOTS,
     RING_BYTES,
     Message,
+    ModelInitializeError,
     ModelProcess,
 )
 from trt.server.backends.python.readiness import UserReadiness
@@ -225,8 +227,14 @@ class PythonModelInstance:
         """Start the child and run ``initialize`` (blocking: called from a loader thread)."""
         try:
             self._process.start()
-        except ModelLoadError:
+        except ModelLoadError as exc:
             self._services.release_metrics()  # what initialize() made goes with it
+            if isinstance(exc, ModelInitializeError):
+                # Wanting a module that one of trt's extras installs is said in one line that names
+                # the extra (the model is skipped as a backend without its library would be); the
+                # traceback would only bury it on a base install's start-up.
+                level = logging.DEBUG if missing_extra(exc.message) else logging.ERROR
+                logger.log(level, "initialize() of %s failed:\n%s", self.model_py, exc.traceback)
             raise
         first = self._process.first_readiness
         if first is not None:  # the model has its own is_ready()

@@ -38,6 +38,16 @@ START_TIMEOUT_S = 120.0
 REAP_TIMEOUT_S = 5.0
 MESSAGES_PER_TURN = 32  # read from the ring in one turn of the event loop (read_messages)
 
+
+class ModelInitializeError(ModelLoadError):
+    """The model's import or ``initialize()`` raised; ``traceback`` is the model process' account of
+    it, for the log (the message is the one line a client and the repository index see)."""
+
+    def __init__(self, message: str, traceback: str) -> None:
+        super().__init__(message)
+        self.traceback = traceback
+
+
 Message = tuple[Any, ...]  # what crosses the rings: a kind, then its fields (see trt_python_stub)
 # Answers a call the model makes from initialize(), on the loader thread that starts it.
 StartUpCall = Callable[[str, tuple[Any, ...]], dict[str, Any]]
@@ -175,8 +185,7 @@ class ModelProcess:
             os.close(to_model)
             os.close(to_server)
             if reply[2]:
-                logger.error("initialize() of %s failed:\n%s", self.model_py, reply[2])
-                raise ModelLoadError(f"initialize() failed: {reply[1]}")
+                raise ModelInitializeError(f"initialize() failed: {reply[1]}", reply[2])
             raise ModelLoadError(f"{reply[1]}; see the log for its output")
         # The first answer of the model's own readiness check (None: it has no is_ready()).
         self.first_readiness = reply[2] if len(reply) > 2 and type(reply[2]) is bool else None

@@ -39,6 +39,9 @@ def test_warmups_run_on_every_instance_and_broken_ones_fail_only_their_model(tmp
     short = write_simple(repo, "short_file", _config('input_data_file: "input1.bin"'))
     (short / "warmup").mkdir()
     (short / "warmup" / "input1.bin").write_bytes(b"\x00" * 10)
+    # INPUT0 as 4 GiB of zeros: calloc would hand it over untouched, and the model would then fill it.
+    huge = _config("random_data: true").replace("dims: [ 16 ] zero", "dims: [ 268435456 ] zero")
+    write_simple(repo, "huge_input", huge)
 
     server = ServerProcess([repo], ["--exit-on-error=false"]).start(tmp_path)
     try:
@@ -53,6 +56,10 @@ def test_warmups_run_on_every_instance_and_broken_ones_fail_only_their_model(tmp
         assert "model_warmup 'first_request' failed" in index["wrong_name"]["reason"]
         assert "must be inside warmup/" in index["escaping_file"]["reason"]
         assert "holds 10 bytes" in index["short_file"]["reason"]
+        assert (
+            "model_warmup input 'INPUT0': shape [4, 268435456] of INT32 takes 4,294,967,296 bytes, "
+            "more than a warm-up input may (1,073,741,824)"
+        ) in index["huge_input"]["reason"]
         log = server.log()
         assert "'random_warm' version 1: warm-up 'first_request' ran 3 time(s) on 2 instance(s)" in log
         assert "'file_warm' version 1: warm-up 'first_request' ran 3 time(s) on 2 instance(s)" in log

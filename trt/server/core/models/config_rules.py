@@ -26,6 +26,10 @@ Control = model_config_pb2.ModelSequenceBatching.Control
 QueuePolicy = model_config_pb2.ModelQueuePolicy
 
 _CORRID_TYPES = ("TYPE_UINT64", "TYPE_INT64", "TYPE_UINT32", "TYPE_INT32", "TYPE_STRING")
+# The most instances one model may have in all (each group's count times its devices). Far above
+# what any deployment runs, it stops a slip of the keyboard or a hostile override (count: 1000000)
+# before the loader spends the host's memory on it, or, for a Python model, its process table.
+MAX_MODEL_INSTANCES = 1024
 
 
 def check_config(config: Config) -> None:
@@ -220,6 +224,13 @@ def _instance_group_problems(config: Config) -> Iterator[ModelConfigError]:
             )
         if group.profile and not tensorrt:
             yield ModelConfigError(f"{label}: profile is only for TensorRT models", f"{where}.profile")
+    total = sum(group.count * max(1, len(group.gpus)) for group in config.instance_group)
+    if total > MAX_MODEL_INSTANCES:
+        yield ModelConfigError(
+            f"instance_group asks for {total} instances in all; "
+            f"a model may have at most {MAX_MODEL_INSTANCES}",
+            "instance_group",
+        )
 
 
 def _model_metrics_problems(config: Config) -> Iterator[ModelConfigError]:

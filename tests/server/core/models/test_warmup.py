@@ -58,7 +58,7 @@ def test_warmups_run_on_every_instance_and_broken_ones_fail_only_their_model(tmp
         assert "holds 10 bytes" in index["short_file"]["reason"]
         assert (
             "model_warmup input 'INPUT0': shape [4, 268435456] of INT32 takes 4,294,967,296 bytes, "
-            "more than a warm-up input may (1,073,741,824)"
+            "more than a tensor a config supplies may (1,073,741,824)"
         ) in index["huge_input"]["reason"]
         log = server.log()
         assert "'random_warm' version 1: warm-up 'first_request' ran 3 time(s) on 2 instance(s)" in log

@@ -149,3 +149,18 @@ def test_bf16_states_start_from_zeros_or_from_their_file(tmp_path: Path) -> None
     values = initial_state_values(config, tmp_path)
     assert values["zeroed"].dtype == BF16_DTYPE and values["zeroed"].tolist() == [0.0, 0.0, 0.0]
     assert values["seeded"].dtype == BF16_DTYPE and values["seeded"].tolist() == [1.5, -2.0]
+
+
+@pytest.mark.parametrize("initial", ["zero_data: true", 'data_file: "s.bin"', None])
+def test_a_state_too_large_to_make_is_refused_before_it_is_made(tmp_path: Path, initial: str | None) -> None:
+    (tmp_path / "initial_state").mkdir()
+    (tmp_path / "initial_state" / "s.bin").write_bytes(b"\x00" * 16)  # never read: the size comes first
+    config = model_config_pb2.ModelConfig(name="m")
+    state = config.sequence_batching.state.add(
+        input_name="s", output_name="o", data_type=model_config_pb2.TYPE_FP32, dims=[65536, 65536]
+    )
+    if initial is not None:
+        field = {"zero_data": True} if initial.startswith("zero") else {"data_file": "s.bin"}
+        state.initial_state.add(name="s", data_type=model_config_pb2.TYPE_FP32, dims=[65536, 65536], **field)
+    with pytest.raises(ModelConfigError, match=r"shape \[65536, 65536\] of FP32 takes 17,179,869,184 bytes"):
+        initial_state_values(config, tmp_path)

@@ -1,13 +1,33 @@
-"""Data files a config names by a path relative to a folder of the model's directory (Triton's
-``warmup/`` for ``model_warmup``, ``initial_state/`` for a sequence's initial state): read only from
-inside that folder (``core.paths``' rule), so a config cannot reach other files of the machine."""
+"""Tensors a config supplies (Triton's ``model_warmup`` inputs and a sequence's initial state), from
+data files or made from dims.
+
+A data file is named by a path relative to a folder of the model's directory (``warmup/``,
+``initial_state/``) and read only from inside that folder (``core.paths``' rule), so a config cannot
+reach other files of the machine. A tensor's size is checked before it is made or read
+(``check_config_tensor_size``): the server would otherwise allocate whatever dims a config names."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from trt.server.core.datatypes import element_count
 from trt.server.core.errors import ModelConfigError
 from trt.server.core.paths import relative_path_problem, shown
+
+# The most one such tensor may take. Far above a real warm-up batch or state, it stops dims such as
+# [ 100000, 100000 ] from being allocated (and, as random data, written) in the server's memory.
+MAX_CONFIG_TENSOR_BYTES = 1 << 30
+
+
+def check_config_tensor_size(what: str, shape: tuple[int, ...], datatype: str, itemsize: int) -> None:
+    """Refuse a tensor of ``shape`` over ``MAX_CONFIG_TENSOR_BYTES`` (``itemsize``: 8 for BYTES, an
+    object reference each)."""
+    size = element_count(shape) * itemsize
+    if size > MAX_CONFIG_TENSOR_BYTES:
+        raise ModelConfigError(
+            f"{what}: shape {list(shape)} of {datatype} takes {size:,} bytes, more than a tensor "
+            f"a config supplies may ({MAX_CONFIG_TENSOR_BYTES:,})"
+        )
 
 
 def read_data_file(model_dir: Path, folder_name: str, relative: str, what: str) -> bytes:

@@ -26,14 +26,11 @@ from trt.server.core.datatypes import (
     wire_to_numpy,
 )
 from trt.server.core.errors import ModelConfigError, ModelLoadError, ServerError
-from trt.server.core.models.data_files import read_data_file
+from trt.server.core.models.data_files import check_config_tensor_size, read_data_file
 
 logger = logging.getLogger("trt.loader")
 
 WARMUP_FOLDER = "warmup"  # where input_data_file names a file, as in Triton
-# The most one warm-up input may take, checked before it is made: dims such as [ 100000, 100000 ]
-# would otherwise be allocated (and, as random data, written) in the server's own memory.
-MAX_WARMUP_INPUT_BYTES = 1 << 30
 
 
 def _input(
@@ -50,13 +47,8 @@ def _input(
     shape = ((max(1, batch_size),) if batched else ()) + tuple(int(d) for d in spec.dims)
     if any(d < 0 for d in shape):
         raise ModelConfigError(f"model_warmup input '{name}': dims must be fixed, got {list(spec.dims)}")
-    itemsize = 8 if datatype == "BYTES" else wire_to_numpy(datatype).itemsize  # BYTES: an object each
-    size = element_count(shape) * itemsize
-    if size > MAX_WARMUP_INPUT_BYTES:
-        raise ModelConfigError(
-            f"model_warmup input '{name}': shape {list(shape)} of {datatype} takes {size:,} bytes, "
-            f"more than a warm-up input may ({MAX_WARMUP_INPUT_BYTES:,})"
-        )
+    itemsize = 8 if datatype == "BYTES" else wire_to_numpy(datatype).itemsize
+    check_config_tensor_size(f"model_warmup input '{name}'", shape, datatype, itemsize)
     kind = spec.WhichOneof("input_data_type")
     if datatype == "BYTES":
         if kind == "input_data_file":

@@ -27,7 +27,7 @@ from trt.server.core.datatypes import (
     wire_to_numpy,
 )
 from trt.server.core.errors import InvalidInput, ModelConfigError, ServerError, Unavailable
-from trt.server.core.models.data_files import read_data_file
+from trt.server.core.models.data_files import check_config_tensor_size, read_data_file
 
 Control = model_config_pb2.ModelSequenceBatching.Control
 _U64 = (1 << 64) - 1
@@ -49,7 +49,11 @@ def _initial_value(state: model_config_pb2.ModelSequenceBatching.State, model_di
     """One state's value when a sequence starts (without the batch dimension)."""
     what = f"state '{state.input_name}'"
     if not state.initial_state:
-        return np.zeros(tuple(max(int(d), 1) for d in state.dims), _dtype_of(state.data_type))
+        shape = tuple(max(int(d), 1) for d in state.dims)
+        dtype = _dtype_of(state.data_type)
+        datatype = config_to_wire(model_config_pb2.DataType.Name(state.data_type))
+        check_config_tensor_size(what, shape, datatype, dtype.itemsize)
+        return np.zeros(shape, dtype)
     if len(state.initial_state) > 1:
         raise ModelConfigError(f"{what} has {len(state.initial_state)} initial_state entries; one is allowed")
     initial = state.initial_state[0]
@@ -63,6 +67,8 @@ def _initial_value(state: model_config_pb2.ModelSequenceBatching.State, model_di
             f"the state's {model_config_pb2.DataType.Name(state.data_type)}"
         )
     datatype = config_to_wire(model_config_pb2.DataType.Name(data_type))
+    itemsize = 8 if datatype == "BYTES" else wire_to_numpy(datatype).itemsize
+    check_config_tensor_size(f"{what}: initial_state", shape, datatype, itemsize)
     which = initial.WhichOneof("state_data")
     if which == "data_file":
         if model_dir is None:

@@ -13,6 +13,7 @@ import logging
 import signal
 import socket
 import ssl
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -264,9 +265,12 @@ async def _start_openai(
 async def _shutdown(
     core: InferenceServer, servers: list[HttpServer], grpc_server: Any, timeout: float
 ) -> None:
+    # --exit-timeout-secs bounds the whole stop, as in Triton: requests in flight get what they need
+    # of it, and the models' finalize() what is left (a model still stuck in execute() is then killed).
+    deadline = time.monotonic() + timeout
     stops = [asyncio.ensure_future(server.stop(timeout)) for server in servers]
     if grpc_server is not None:
         stops.append(asyncio.ensure_future(grpc_server.stop(timeout)))
     if stops:
         await asyncio.wait(stops, timeout=timeout + 1)
-    await core.stop()
+    await core.stop(deadline)

@@ -95,6 +95,7 @@ class InferenceServer:
         # Python models' initialize() runs on loader threads; its model-control calls come here.
         self.event_loop: asyncio.AbstractEventLoop | None = None
         self.pushed = PushedModels()
+        self.stop_deadline: float | None = None  # set by stop()
         self._live = False
         self._shutting_down = False
 
@@ -113,8 +114,11 @@ class InferenceServer:
         self._live = True
         return failures
 
-    async def stop(self) -> None:
+    async def stop(self, deadline: float | None = None) -> None:
+        """Release every model. ``deadline`` (``time.monotonic()``): when the process must be gone; a
+        Python model's ``finalize()`` gets what is left of it (at least a second), not its usual grace."""
         self._shutting_down = True
+        self.stop_deadline = deadline
         await self.models.stop()
         self.colocation.stop()
         self.shared_memory.close()

@@ -544,6 +544,8 @@ def test_a_dead_process_fails_what_it_held_and_is_restarted(tmp_path: Path) -> N
 class _EchoServices:
     """The server as BLS sees it: answers model 'echo' with its input, a little later."""
 
+    stop_deadline = None  # not stopping
+
     async def infer(self, request: InferenceRequest) -> InferenceResponse:
         await asyncio.sleep(0.001)
         data = request.inputs[0].data

@@ -68,10 +68,15 @@ from trt.server.backends.python.process import (
 )
 from trt.server.backends.python.readiness import UserReadiness
 from trt.server.backends.python.services import ModelServices
+from trt.server.backends.python.stub import _ipc
 from trt.server.core.backends.base import BackendRequest, BackendResponse, ServerServices
 from trt.server.core.errors import ModelLoadError, ServerError, Unavailable
 
 logger = logging.getLogger("trt.backends.python")
+
+# What an idle model's finalize() still gets when the server stops with its exit timeout spent (on a
+# request stuck in another model, say); Triton's ServerStop unloads idle models while it waits.
+MIN_FINALIZE_GRACE_S = 1.0
 
 _LOG_LEVELS = {"WARNING": logging.WARNING, "ERROR": logging.ERROR, "VERBOSE": logging.DEBUG}
 
@@ -389,10 +394,18 @@ class PythonModelInstance:
             self._wake_restart.set()  # a backoff ends now; a start in progress is waited for
             await asyncio.shield(restart)
         self._fail_waiting(Unavailable("the model is unloading"))
-        await self._process.stop()
+        await self._process.stop(self._finalize_grace())
         self._services.release_metrics()
         # Streams still open after the drain.
         self._executions.fail_all(Unavailable("the model was unloaded before it sent its final response"))
+
+    def _finalize_grace(self) -> float:
+        """How long ``finalize()`` may take before the process is killed: its usual grace, or, while
+        the server stops, what is left of its exit timeout (at least a second, for idle models)."""
+        deadline = self.services.stop_deadline if self.services is not None else None
+        if deadline is None:
+            return _ipc.FINALIZE_GRACE_S
+        return min(_ipc.FINALIZE_GRACE_S, max(deadline - time.monotonic(), MIN_FINALIZE_GRACE_S))
 
     def close(self) -> None:
         """Synchronous fallback (a half-loaded model): stop the process without finalize()."""

@@ -349,14 +349,18 @@ class ModelProcess:
         spills are emptied when the next process starts)."""
         self._backlog.clear()
 
-    async def stop(self) -> None:
-        """Ask the process to run ``finalize()`` and exit (killed after ``FINALIZE_GRACE_S``), read
-        its last messages, let it go and free the shared memory."""
+    async def stop(self, grace: float = _ipc.FINALIZE_GRACE_S) -> None:
+        """Ask the process to run ``finalize()`` and exit (killed after ``grace`` seconds), read its
+        last messages, let it go and free the shared memory."""
         if self._popen is not None and self._popen.poll() is None:
             self.post(("finalize",))
             try:
-                await asyncio.wait_for(asyncio.to_thread(self._popen.wait), timeout=_ipc.FINALIZE_GRACE_S)
+                await asyncio.wait_for(asyncio.to_thread(self._popen.wait), timeout=grace)
             except TimeoutError:
+                logger.warning(
+                    "the process of %s was still busy %.1f s after it was asked to finalize(): killed",
+                    self.model_py, grace,
+                )  # fmt: skip
                 self._popen.kill()
                 await asyncio.to_thread(self._popen.wait)
         if self._loop is not None and self._to_server >= 0:

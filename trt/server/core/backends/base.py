@@ -53,6 +53,9 @@ class ServerServices(Protocol):
     colocation: CpuColocation  # Python model processes share the loop's CPU while the load is light
     tracer: Tracer
     event_loop: asyncio.AbstractEventLoop | None  # the loop serving requests, once started
+    # time.monotonic() by which a stopping server must be gone (--exit-timeout-secs from the signal),
+    # None while it serves: what a model's finalize() may still be given.
+    stop_deadline: float | None
 
     def model_ready(self, name: str, version: str = "") -> bool: ...
 

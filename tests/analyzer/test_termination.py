@@ -1,12 +1,12 @@
 """``trt analyze`` ended by a signal stops the scratch ``trt serve`` it measures on. Before, the
 server (and the load generators measuring it) outlived it for good, serving from a temporary folder
 nobody removed. On SIGTERM it ends as on Ctrl-C (exit 130, the checkpoint kept) and removes the
-folder; on SIGKILL the kernel sends the server SIGTERM (``PR_SET_PDEATHSIG``)."""
+folder; on SIGKILL the kernel sends the server SIGTERM (``PR_SET_PDEATHSIG``), and the folder is
+left for the next run to remove."""
 
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -19,6 +19,7 @@ import pytest
 
 from tests.analyzer.test_analyze import SPACE, TARGET, write_mlp
 from tests.support import ROOT, still_running
+from trt.analyzer.deployment import remove_abandoned_scratch
 
 
 def _scratch_server(analyze: subprocess.Popen[bytes]) -> psutil.Process | None:
@@ -72,6 +73,10 @@ def test_a_killed_trt_analyze_stops_its_scratch_server(tmp_path: Path, signal_nu
         assert analyze.returncode == 130, log
         assert "interrupted" in log
         assert not scratch_repository.exists()
-    else:  # killed outright, it leaves the folder (and the server's log beside it) to whoever looks
-        shutil.rmtree(scratch_repository, ignore_errors=True)
-        scratch_repository.with_name(f"{scratch_repository.name}.log").unlink(missing_ok=True)
+    else:  # killed outright, it leaves the folder and the server's log beside it, for the next run
+        log = scratch_repository.with_name(f"{scratch_repository.name}.log")
+        assert scratch_repository.exists() and log.exists()
+        an_hour_ago = time.time() - 3600
+        os.utime(log, (an_hour_ago, an_hour_ago))  # as the next run finds it (a fresh log is spared)
+        assert scratch_repository in remove_abandoned_scratch(scratch_repository.parent)
+        assert not scratch_repository.exists() and not log.exists()

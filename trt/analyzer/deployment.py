@@ -5,6 +5,7 @@ user already runs (``--url``). Either way a candidate is deployed through the re
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import shutil
 import signal
@@ -24,6 +25,8 @@ from trt.analyzer.errors import AnalyzeError
 from trt.analyzer.precision import copy_model_file
 from trt.parent_death import ending_with_parent
 
+SCRATCH_PREFIX = "trt-analyze-"  # a scratch repository in the temporary folder, its log beside it
+_SCRATCH_SETTLE_S = 60.0  # a scratch log younger than this is never taken as abandoned
 _STARTUP_S = 120.0
 _UNLOAD_S = 60.0  # how long an unloaded model may take to release its instances before we go on
 
@@ -149,11 +152,36 @@ class Deployment:
             self.process.wait(10)
 
 
+def remove_abandoned_scratch(folder: Path | None = None) -> list[Path]:
+    """Remove the scratch repositories, and their logs, of ``trt analyze`` runs killed outright
+    (SIGKILL, the OOM killer), which nobody was left to remove; return the repositories removed.
+
+    A run holds an exclusive ``flock`` on its log while it or its server lives (the server writes to
+    the same open log), and the kernel lets it go when both have ended, however they ended: a lock
+    that can be taken marks a folder nobody uses. Not process ids, which another container sharing
+    the temporary folder would see differently."""
+    removed = []
+    for log in Path(folder or tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*.log"):
+        repository = log.with_suffix("")
+        try:
+            if time.time() - log.stat().st_mtime < _SCRATCH_SETTLE_S:
+                continue  # perhaps a run that has made its log and not yet locked it
+            with log.open("rb") as handle:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                shutil.rmtree(repository, ignore_errors=True)
+                log.unlink()
+        except OSError:  # in use (the lock is held), or another user's
+            continue
+        removed.append(repository)
+    return removed
+
+
 class ScratchServer(Deployment):
     """``trt serve`` in explicit mode on a temporary repository that holds the model's variants."""
 
     def __init__(self) -> None:
-        self.repository = Path(tempfile.mkdtemp(prefix="trt-analyze-"))
+        remove_abandoned_scratch()
+        self.repository = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX))
         http_port, grpc_port = free_port(), free_port()
         command = [
             sys.executable, "-m", "trt", "serve", f"--model-repository={self.repository}",
@@ -162,6 +190,7 @@ class ScratchServer(Deployment):
             "--log-info=false", "--exit-on-error=false",
         ]  # fmt: skip
         self.log = (self.repository.parent / f"{self.repository.name}.log").open("wb")
+        fcntl.flock(self.log, fcntl.LOCK_EX)  # in use: see remove_abandoned_scratch
         # SIGTERM when this process dies, even by SIGKILL: the server then stops its models and ends,
         # rather than serving on for good from a folder nobody will remove.
         process = subprocess.Popen(

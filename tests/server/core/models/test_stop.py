@@ -1,7 +1,7 @@
 """A stopping server keeps to ``--exit-timeout-secs``, as Triton does: a Python instance still stuck in
 ``execute()`` when it is spent is killed then, every stuck instance at once (three of them took 30 s
-one after another, and each took its process's 10 s grace on top of the timeout), while an idle model
-still runs its ``finalize()``."""
+one after another, and each took its process's 10 s grace on top of the timeout), as is one still
+starting again after a crash, while an idle model still runs its ``finalize()``."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from tests.support import (
     STUCK_PYTHON_MODEL,
     ServerProcess,
     send_x_ignoring_errors,
+    wait_until,
     write_python_model,
 )
 
@@ -61,5 +62,42 @@ def test_the_exit_timeout_bounds_the_stop_and_idle_models_still_finalize(tmp_pat
     assert took < EXIT_TIMEOUT_S + 3, f"stopped in {took:.1f} s"
     assert (repo / "idle" / "finalized").read_text() == "ran"
     assert server.log().count("was still busy") == 3
+    _, alive = psutil.wait_procs(stubs, timeout=5)
+    assert alive == []
+
+
+# Crashes on its first request; started again, its initialize() takes minutes (weights loading).
+CRASHES_THEN_STARTS_SLOWLY = """
+import os
+import time
+from pathlib import Path
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        started = Path(args["model_repository"]) / "started"
+        if started.exists():
+            time.sleep(300)
+        started.write_text("once")
+
+    def execute(self, requests):
+        os._exit(1)
+"""
+
+
+def test_a_process_starting_again_at_the_exit_timeout_is_killed_then(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    write_python_model(repo, "crashing", CRASHES_THEN_STARTS_SLOWLY, ECHO_X_CONFIG)
+    server = ServerProcess([repo], [f"--exit-timeout-secs={EXIT_TIMEOUT_S}"]).start(tmp_path)
+    assert server.process is not None
+    send_x_ignoring_errors(server.http_url, "crashing")
+    wait_until(lambda: "restarting it" in server.log())
+    time.sleep(1)  # the new process is in its initialize()
+    stubs = psutil.Process(server.process.pid).children(recursive=True)
+    began = time.monotonic()
+    assert server.stop(timeout=60) == 0
+    took = time.monotonic() - began
+    assert took < EXIT_TIMEOUT_S + 3, f"stopped in {took:.1f} s"  # before, initialize()'s 300 s
+    assert "was still starting at the server's exit timeout: killed" in server.log()
     _, alive = psutil.wait_procs(stubs, timeout=5)
     assert alive == []

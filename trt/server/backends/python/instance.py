@@ -392,12 +392,27 @@ class PythonModelInstance:
         if restart is not None and not restart.done():
             assert self._wake_restart is not None
             self._wake_restart.set()  # a backoff ends now; a start in progress is waited for
-            await asyncio.shield(restart)
+            try:
+                # While the server stops, only until its exit timeout: an initialize() that takes
+                # minutes (weights loading again after a crash) is cut short, as a stuck execute() is.
+                await asyncio.wait_for(asyncio.shield(restart), timeout=self._start_grace())
+            except TimeoutError:
+                logger.warning(
+                    "the process of %s was still starting at the server's exit timeout: killed", self.model_py
+                )
+                self._process.abort_start()
+                await asyncio.shield(restart)
         self._fail_waiting(Unavailable("the model is unloading"))
         await self._process.stop(self._finalize_grace())
         self._services.release_metrics()
         # Streams still open after the drain.
         self._executions.fail_all(Unavailable("the model was unloaded before it sent its final response"))
+
+    def _start_grace(self) -> float | None:
+        """How long a start in progress is waited for: for good, or, while the server stops, what is
+        left of its exit timeout."""
+        deadline = self.services.stop_deadline if self.services is not None else None
+        return None if deadline is None else max(deadline - time.monotonic(), 0.0)
 
     def _finalize_grace(self) -> float:
         """How long ``finalize()`` may take before the process is killed: its usual grace, or, while

@@ -368,6 +368,12 @@ class ModelProcess:
         self.disconnect()
         self.release()
 
+    def abort_start(self) -> None:
+        """Kill the process while ``start()`` waits for it on a loader thread: that start then fails
+        as for any death during start-up, and cleans up after itself."""
+        if self._popen is not None and self._popen.poll() is None:
+            self._popen.kill()
+
     def kill(self) -> None:
         """Synchronous fallback (a half-loaded model): stop the process without ``finalize()``,
         let it go and free the shared memory."""

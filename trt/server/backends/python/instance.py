@@ -395,7 +395,7 @@ class PythonModelInstance:
             try:
                 # While the server stops, only until its exit timeout: an initialize() that takes
                 # minutes (weights loading again after a crash) is cut short, as a stuck execute() is.
-                await asyncio.wait_for(asyncio.shield(restart), timeout=self._start_grace())
+                await asyncio.wait_for(asyncio.shield(restart), timeout=self._time_left_to_stop())
             except TimeoutError:
                 logger.warning(
                     "the process of %s was still starting at the server's exit timeout: killed", self.model_py
@@ -408,19 +408,18 @@ class PythonModelInstance:
         # Streams still open after the drain.
         self._executions.fail_all(Unavailable("the model was unloaded before it sent its final response"))
 
-    def _start_grace(self) -> float | None:
-        """How long a start in progress is waited for: for good, or, while the server stops, what is
-        left of its exit timeout."""
+    def _time_left_to_stop(self) -> float | None:
+        """Seconds left of a stopping server's exit timeout (0 once spent); None while it serves."""
         deadline = self.services.stop_deadline if self.services is not None else None
         return None if deadline is None else max(deadline - time.monotonic(), 0.0)
 
     def _finalize_grace(self) -> float:
         """How long ``finalize()`` may take before the process is killed: its usual grace, or, while
         the server stops, what is left of its exit timeout (at least a second, for idle models)."""
-        deadline = self.services.stop_deadline if self.services is not None else None
-        if deadline is None:
+        left = self._time_left_to_stop()
+        if left is None:
             return _ipc.FINALIZE_GRACE_S
-        return min(_ipc.FINALIZE_GRACE_S, max(deadline - time.monotonic(), MIN_FINALIZE_GRACE_S))
+        return min(_ipc.FINALIZE_GRACE_S, max(left, MIN_FINALIZE_GRACE_S))
 
     def close(self) -> None:
         """Synchronous fallback (a half-loaded model): stop the process without finalize()."""

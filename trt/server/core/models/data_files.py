@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trt.server.core.datatypes import element_count
+from trt.server.core.datatypes import element_count, wire_to_numpy
 from trt.server.core.errors import ModelConfigError
 from trt.server.core.paths import relative_path_problem, shown
 
@@ -19,10 +19,10 @@ from trt.server.core.paths import relative_path_problem, shown
 MAX_CONFIG_TENSOR_BYTES = 1 << 30
 
 
-def check_config_tensor_size(what: str, shape: tuple[int, ...], datatype: str, itemsize: int) -> None:
-    """Refuse a tensor of ``shape`` over ``MAX_CONFIG_TENSOR_BYTES`` (``itemsize``: 8 for BYTES, an
-    object reference each)."""
-    size = element_count(shape) * itemsize
+def check_config_tensor_size(what: str, shape: tuple[int, ...], datatype: str) -> None:
+    """Refuse a tensor of ``shape`` and ``datatype`` (a wire name) over ``MAX_CONFIG_TENSOR_BYTES``;
+    a BYTES element counts as the object reference numpy holds for it."""
+    size = element_count(shape) * wire_to_numpy(datatype).itemsize
     if size > MAX_CONFIG_TENSOR_BYTES:
         raise ModelConfigError(
             f"{what}: shape {list(shape)} of {datatype} takes {size:,} bytes, more than a tensor "

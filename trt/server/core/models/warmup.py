@@ -47,8 +47,7 @@ def _input(
     shape = ((max(1, batch_size),) if batched else ()) + tuple(int(d) for d in spec.dims)
     if any(d < 0 for d in shape):
         raise ModelConfigError(f"model_warmup input '{name}': dims must be fixed, got {list(spec.dims)}")
-    itemsize = 8 if datatype == "BYTES" else wire_to_numpy(datatype).itemsize
-    check_config_tensor_size(f"model_warmup input '{name}'", shape, datatype, itemsize)
+    check_config_tensor_size(f"model_warmup input '{name}'", shape, datatype)
     kind = spec.WhichOneof("input_data_type")
     if datatype == "BYTES":
         if kind == "input_data_file":

@@ -50,10 +50,8 @@ def _initial_value(state: model_config_pb2.ModelSequenceBatching.State, model_di
     what = f"state '{state.input_name}'"
     if not state.initial_state:
         shape = tuple(max(int(d), 1) for d in state.dims)
-        dtype = _dtype_of(state.data_type)
-        datatype = config_to_wire(model_config_pb2.DataType.Name(state.data_type))
-        check_config_tensor_size(what, shape, datatype, dtype.itemsize)
-        return np.zeros(shape, dtype)
+        check_config_tensor_size(what, shape, config_to_wire(model_config_pb2.DataType.Name(state.data_type)))
+        return np.zeros(shape, _dtype_of(state.data_type))
     if len(state.initial_state) > 1:
         raise ModelConfigError(f"{what} has {len(state.initial_state)} initial_state entries; one is allowed")
     initial = state.initial_state[0]
@@ -67,8 +65,7 @@ def _initial_value(state: model_config_pb2.ModelSequenceBatching.State, model_di
             f"the state's {model_config_pb2.DataType.Name(state.data_type)}"
         )
     datatype = config_to_wire(model_config_pb2.DataType.Name(data_type))
-    itemsize = 8 if datatype == "BYTES" else wire_to_numpy(datatype).itemsize
-    check_config_tensor_size(f"{what}: initial_state", shape, datatype, itemsize)
+    check_config_tensor_size(f"{what}: initial_state", shape, datatype)
     which = initial.WhichOneof("state_data")
     if which == "data_file":
         if model_dir is None:

@@ -10,13 +10,15 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import os
 import signal
 import socket
 import ssl
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 from trt.server.core.options import CoreOptions
 from trt.server.core.server import InferenceServer, StartupError
@@ -35,6 +37,10 @@ from trt.server.tls import TlsOptions, server_context
 from trt.server.vertex_ai import VertexAiOptions, VertexAiSetupError
 
 logger = logging.getLogger("trt.runtime")
+
+# How long the models' release may run past --exit-timeout-secs before the process ends regardless:
+# a Python model's finalize() is given a second past it (MIN_FINALIZE_GRACE_S), and its end is reaped.
+STOP_OVERRUN_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -273,4 +279,20 @@ async def _shutdown(
         stops.append(asyncio.ensure_future(grpc_server.stop(timeout)))
     if stops:
         await asyncio.wait(stops, timeout=timeout + 1)
-    await core.stop(deadline)
+    # Python models are given at least MIN_FINALIZE_GRACE_S past the deadline, and then killed.
+    overrun = max(deadline - time.monotonic(), 0.0) + STOP_OVERRUN_S
+    try:
+        await asyncio.wait_for(asyncio.shield(core.stop(deadline)), timeout=overrun)
+    except TimeoutError:
+        # A backend still inside a native call (ONNX Runtime, PyTorch) cannot be interrupted, and the
+        # interpreter would wait for its thread however long it runs. Triton exits then too.
+        logger.error("failed to stop server: exit timeout expired with models still running: exiting now")
+        _exit_now(1)
+
+
+def _exit_now(code: int) -> NoReturn:
+    """End the process without waiting for its threads (the log written out first)."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -259,9 +259,6 @@ CATALOGUE: list[Fault] = [
           "config.pbtxt", 12, onnx_model(ADD_SUB + "dynamic_batching {\n  preferred_batch_size: [ 4, 16 ]\n}\n")),
     Fault("cpu_instances_with_gpus", "error", "has kind KIND_CPU but lists gpus [0]", "config.pbtxt", 11,
           onnx_model(ADD_SUB + "instance_group [ { count: 2 kind: KIND_CPU gpus: [ 0 ] } ]\n")),
-    Fault("too_many_priority_levels", "error", "dynamic_batching priority_levels is 18446744073709551615; a model may",
-          "config.pbtxt", 12, onnx_model(ADD_SUB + "dynamic_batching {\n  priority_levels: 18446744073709551615\n"
-                                         "  default_priority_level: 1\n}\n")),
     Fault("too_many_instances", "error", "instance_group asks for 100001 instances in all; a model may have at most 1024",
           "config.pbtxt", 11, onnx_model(ADD_SUB + "instance_group [ { count: 100000 }, { count: 1 kind: KIND_CPU } ]\n")),
     Fault("batching_without_batch_dimension", "warning", "dynamic_batching does nothing while max_batch_size is 0",

@@ -236,6 +236,43 @@ def test_higher_priority_requests_are_served_first() -> None:
     assert instance.ran == [1, 4, 2, 3]
 
 
+def test_priority_levels_cost_nothing_until_requests_use_them() -> None:
+    import asyncio
+
+    import numpy as np
+
+    from trt.protos import model_config_pb2
+    from trt.server.core.extensions.statistics import ModelStatistics
+    from trt.server.core.scheduling.dynamic_batcher import DynamicBatcher
+    from trt.server.core.scheduling.instance_pool import InstancePool
+
+    instance = _SlowRecordingInstance()
+    config = model_config_pb2.ModelConfig(name="m", max_batch_size=1)
+    config.dynamic_batching.priority_levels = 2**64 - 1  # Triton takes any uint64
+    config.dynamic_batching.default_priority_level = 2**63
+
+    async def scenario() -> int:
+        pool = InstancePool("levels-test", [instance])
+        began = time.monotonic()
+        batcher = DynamicBatcher.from_config(pool, ModelStatistics("m", "1"), config)
+        assert time.monotonic() - began < 1  # a queue for each level took all memory before
+
+        def submit(value: int, priority: int) -> asyncio.Future:
+            feeds = {"X": np.full((1, 1), value, np.int32)}
+            return asyncio.ensure_future(batcher.execute(feeds, ["Y"], 1, priority))
+
+        first = submit(1, 0)  # the default level takes the instance
+        await asyncio.sleep(0.01)
+        later = [submit(2, 2**64 - 1), submit(3, 0), submit(4, 5), submit(5, 2**40), submit(6, 5)]
+        await asyncio.gather(first, *later)
+        pool.shutdown()
+        return len(batcher._queues)
+
+    queues = asyncio.run(scenario())
+    assert instance.ran == [1, 4, 6, 5, 3, 2]  # level 5, then 2**40, the default (2**63), the last
+    assert queues == 1  # the levels the requests chose are gone again; the default's stays
+
+
 class _Sleeper:
     """A real instance that takes ``seconds`` per execution and echoes its input."""
 

@@ -30,9 +30,6 @@ _CORRID_TYPES = ("TYPE_UINT64", "TYPE_INT64", "TYPE_UINT32", "TYPE_INT32", "TYPE
 # what any deployment runs, it stops a slip of the keyboard or a hostile override (count: 1000000)
 # before the loader spends the host's memory on it, or, for a Python model, its process table.
 MAX_MODEL_INSTANCES = 1024
-# The most priority levels a dynamic batcher may have: each is a queue made at load and looked at
-# when a batch is formed (priority_levels is a uint64: a huge one was built until memory ran out).
-MAX_PRIORITY_LEVELS = 1024
 
 
 def check_config(config: Config) -> None:
@@ -124,12 +121,7 @@ def _dynamic_batching_problems(config: Config) -> Iterator[ModelConfigError]:
                 "dynamic_batching.preferred_batch_size",
             )
     levels = batching.priority_levels
-    if levels > MAX_PRIORITY_LEVELS:
-        yield ModelConfigError(
-            f"dynamic_batching priority_levels is {levels}; a model may have at most {MAX_PRIORITY_LEVELS}",
-            "dynamic_batching.priority_levels",
-        )
-    elif levels:
+    if levels:
         if not 1 <= batching.default_priority_level <= levels:
             yield ModelConfigError(
                 f"dynamic_batching default_priority_level must be in [1, {levels}] when priority_levels is "

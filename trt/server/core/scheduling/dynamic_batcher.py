@@ -20,7 +20,9 @@ Queue policies as Triton's: ``max_queue_size`` refuses a request at once when it
 (UNAVAILABLE), ``default_timeout_microseconds`` (lowered per request with ``timeout`` when
 ``allow_timeout_override``) rejects one that waits too long, or with ``timeout_action: DELAY`` lets
 it wait on. ``priority_levels``: level 1 is served first; a request's ``priority`` parameter picks its
-level (0 or none: ``default_priority_level``). Batches form within one level.
+level (0 or none: ``default_priority_level``). Batches form within one level. As in Triton, a level
+has a queue only while requests wait in it (or while it has a policy of its own, or is the default):
+``priority_levels`` may be any uint64 without costing memory.
 
 ``preserve_ordering``: with several instances a later batch can finish first; its responses are
 then held until every request taken into a batch before it has its response, as Triton does.
@@ -102,6 +104,7 @@ class DynamicBatcher:
         priority_levels: int = 0,
         default_priority_level: int = 0,
         policies: dict[int, QueuePolicy] | None = None,
+        default_policy: QueuePolicy | None = None,
         preserve_ordering: bool = False,
         delay_from_instance_free: bool = False,
         ragged: RaggedBatching | None = None,
@@ -115,8 +118,13 @@ class DynamicBatcher:
         self._delay_from_instance_free = delay_from_instance_free
         self._levels = max(priority_levels, 1)
         self._default_level = min(max(default_priority_level, 1), self._levels)
-        self._policies = policies or {}
-        self._queues: list[deque[_Pending]] = [deque() for _ in range(self._levels)]
+        self._policies = policies or {}  # levels with a policy of their own
+        self._default_policy = default_policy or _NO_POLICY
+        # Queues by level (the lowest with requests is served first). The default level's and those
+        # with a policy stay; another level's is made by its first request and dropped once empty,
+        # so that clients choosing many levels leave nothing behind.
+        self._kept = {self._default_level, *self._policies}
+        self._queues: dict[int, deque[_Pending]] = {level: deque() for level in sorted(self._kept)}
         self._wake = PreciseDeadlineTimer(self._dispatch)  # when the oldest request's queue delay ends
         self._preserve_ordering = preserve_ordering
         self._completion: deque[_Pending] = deque()  # dispatched, in dispatch order (preserve_ordering)
@@ -130,16 +138,16 @@ class DynamicBatcher:
         batching = config.dynamic_batching
         policies = {level: QueuePolicy.from_config(p) for level, p in batching.priority_queue_policy.items()}
         default_policy = QueuePolicy.from_config(batching.default_queue_policy)
-        levels = max(int(batching.priority_levels), 1)
         return cls(
             pool,
             stats,
             config.max_batch_size,
             list(batching.preferred_batch_size),
             int(batching.max_queue_delay_microseconds),
-            levels,
+            int(batching.priority_levels),
             int(batching.default_priority_level),
-            {level: policies.get(level, default_policy) for level in range(1, levels + 1)},
+            policies,
+            default_policy,
             batching.preserve_ordering,
             _delay_from_instance_free(config),
             RaggedBatching.from_config(config),
@@ -158,8 +166,10 @@ class DynamicBatcher:
             raise InvalidInput(
                 f"priority {priority} is outside 1..{self._levels} (priority_levels of the model)"
             )
-        policy = self._policies.get(level, _NO_POLICY)
-        queue = self._queues[level - 1]
+        policy = self._policies.get(level, self._default_policy)
+        queue = self._queues.get(level)
+        if queue is None:
+            queue = self._queues[level] = deque()
         if policy.max_queue_size and len(queue) >= policy.max_queue_size:
             raise Unavailable("Exceeds maximum queue size")
         loop = self._loop
@@ -197,9 +207,10 @@ class DynamicBatcher:
         await asyncio.to_thread(self._pool.shutdown)
 
     def _expire(self, pending: _Pending) -> None:
-        queue = self._queues[pending.level - 1]
-        if pending in queue:
+        queue = self._queues.get(pending.level)
+        if queue is not None and pending in queue:
             queue.remove(pending)
+            self._drop_if_drained(pending.level, queue)
             self._stats.pending -= 1
             if not pending.future.done():
                 pending.future.set_exception(Unavailable("Request timeout expired"))
@@ -210,14 +221,15 @@ class DynamicBatcher:
         idle = self._pool.idle
         while idle:
             if self._levels == 1:
-                queue = self._queues[0]
+                level = 1
+                queue = self._queues[1]
                 if not queue:
                     return
-            else:
-                found = next((q for q in self._queues if q), None)  # the highest priority with work
-                if found is None:
+            else:  # the highest priority with work
+                level = min((n for n, waiting in self._queues.items() if waiting), default=0)
+                if not level:
                     return
-                queue = found
+                queue = self._queues[level]
             batch, wait_ns = self._next_batch(queue)
             if batch is None:
                 self._wake.arm_in(wait_ns / 1e9)
@@ -230,6 +242,7 @@ class DynamicBatcher:
             else:
                 for item in batch:
                     queue.remove(item)
+            self._drop_if_drained(level, queue)
             for item in batch:
                 if item.expiry is not None:
                     item.expiry.cancel()
@@ -239,6 +252,10 @@ class DynamicBatcher:
             task = asyncio.ensure_future(self._execute(instance, batch))
             self._running.add(task)
             task.add_done_callback(self._running.discard)
+
+    def _drop_if_drained(self, level: int, queue: deque[_Pending]) -> None:
+        if not queue and level not in self._kept:
+            del self._queues[level]
 
     def _next_batch(self, queue: deque[_Pending]) -> tuple[list[_Pending] | None, int]:
         """The batch to send now, or (None, nanoseconds to wait for more requests)."""

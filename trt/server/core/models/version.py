@@ -348,8 +348,9 @@ class ModelVersion:
 
     async def retire(self) -> None:
         """Stop taking requests, let in-flight ones finish, then release the instances, all at once: a
-        Python instance stuck in ``execute()`` takes its process's 10 s grace before it is killed, and
-        one after another, a model's instances took that many times as long."""
+        Python instance stuck in ``execute()`` takes its process's grace before it is killed (10 s, or
+        what is left of a stopping server's exit timeout), and one after another, a model's instances
+        took that many times as long."""
         self._closing = True
         if self._in_flight:
             if self._drained is None:  # one event for every caller (an unload, and the server stopping)

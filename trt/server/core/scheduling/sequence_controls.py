@@ -50,8 +50,9 @@ def _initial_value(state: model_config_pb2.ModelSequenceBatching.State, model_di
     what = f"state '{state.input_name}'"
     if not state.initial_state:
         shape = tuple(max(int(d), 1) for d in state.dims)
-        check_config_tensor_size(what, shape, config_to_wire(model_config_pb2.DataType.Name(state.data_type)))
-        return np.zeros(shape, _dtype_of(state.data_type))
+        zeros_type = config_to_wire(model_config_pb2.DataType.Name(state.data_type))
+        check_config_tensor_size(what, shape, zeros_type)
+        return np.zeros(shape, wire_to_numpy(zeros_type))
     if len(state.initial_state) > 1:
         raise ModelConfigError(f"{what} has {len(state.initial_state)} initial_state entries; one is allowed")
     initial = state.initial_state[0]

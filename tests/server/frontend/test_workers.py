@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import psutil
@@ -55,9 +56,47 @@ def _workers(server: ServerProcess) -> list[psutil.Process]:
     ]  # fmt: skip
 
 
-def _clients_held(worker: psutil.Process) -> int:
-    """Client connections a worker holds open (its listening sockets not counted)."""
-    return sum(1 for c in worker.net_connections(kind="tcp") if c.status == psutil.CONN_ESTABLISHED)
+def _clients_held(worker: psutil.Process, port: int) -> int:
+    """Client connections a worker holds open on ``port`` (its listening sockets not counted)."""
+    return sum(
+        1 for c in worker.net_connections(kind="tcp")
+        if c.status == psutil.CONN_ESTABLISHED and c.laddr.port == port
+    )  # fmt: skip
+
+
+# gRPC channels to one address share a connection unless each has its own subchannel pool.
+OWN_CONNECTION = [("grpc.use_local_subchannel_pool", 1)]
+MAX_CONNECTIONS = 64
+
+
+def _infer_until_every_worker_answered(server: ServerProcess) -> list[bool]:
+    """Infer ``simple`` over fresh connections, held open, until both workers have taken some over each
+    protocol; each request's outcome. The kernel spreads connections over the workers by their address,
+    so a fixed number of them could all land on one worker (1 in 2^(n-1))."""
+    outcomes: list[bool] = []
+    clients: list[Any] = []
+    try:
+        for module, port in ((httpclient, server.http_port), (grpcclient, server.grpc_port)):
+            url = f"127.0.0.1:{port}"
+            for _ in range(MAX_CONNECTIONS):
+                options = {"channel_args": OWN_CONNECTION} if module is grpcclient else {}
+                client = module.InferenceServerClient(url, **options)
+                clients.append(client)
+                try:
+                    client.infer("simple", simple_inputs(module, DATA))
+                    outcomes.append(True)
+                except InferenceServerException:
+                    outcomes.append(False)
+                workers = _workers(server)
+                assert len(workers) == 2
+                if all(_clients_held(worker, port) > 0 for worker in workers):
+                    break
+            else:
+                raise AssertionError(f"{MAX_CONNECTIONS} connections to port {port} all reached one worker")
+    finally:
+        for client in clients:
+            client.close()
+    return outcomes
 
 
 def _wait_for_log(server: ServerProcess, text: str, timeout: float = 15) -> str:
@@ -118,43 +157,18 @@ def test_restricted_apis_are_refused_without_their_header(server: ServerProcess)
 def test_requests_from_many_connections_are_counted_in_one_place(server: ServerProcess) -> None:
     http = httpclient.InferenceServerClient(server.http_url)
     before = http.get_inference_statistics("simple")["model_stats"][0]["inference_count"]
-    clients = [httpclient.InferenceServerClient(server.http_url) for _ in range(8)]
-    clients += [grpcclient.InferenceServerClient(server.grpc_url) for _ in range(8)]
-    for client in clients:
-        module = httpclient if isinstance(client, httpclient.InferenceServerClient) else grpcclient
-        client.infer("simple", simple_inputs(module, DATA))
-    # Both workers hold some of the 16 connections (the kernel spreads them by address).
-    holding = [_clients_held(worker) for worker in _workers(server)]
-    assert all(count > 0 for count in holding), holding
+    outcomes = _infer_until_every_worker_answered(server)
+    assert all(outcomes)
     after = http.get_inference_statistics("simple")["model_stats"][0]["inference_count"]
-    assert after - before == 16
-    for client in clients:
-        client.close()
+    assert after - before == len(outcomes)
 
 
 def test_a_model_unloaded_and_loaded_again_is_seen_through_every_worker(server: ServerProcess) -> None:
-    def answers() -> list[bool]:
-        outcomes, clients = [], []
-        for _ in range(6):  # fresh connections, held open until both workers are seen holding some
-            for module, url in ((httpclient, server.http_url), (grpcclient, server.grpc_url)):
-                client = module.InferenceServerClient(url)
-                clients.append(client)
-                try:
-                    client.infer("simple", simple_inputs(module, DATA))
-                    outcomes.append(True)
-                except InferenceServerException:
-                    outcomes.append(False)
-        holding = [_clients_held(worker) for worker in _workers(server)]
-        assert len(holding) == 2 and all(count > 0 for count in holding), holding
-        for client in clients:
-            client.close()
-        return outcomes
-
     admin = httpclient.InferenceServerClient(server.http_url)
     admin.unload_model("simple", headers=ADMIN)
-    assert not any(answers())
+    assert not any(_infer_until_every_worker_answered(server))
     grpcclient.InferenceServerClient(server.grpc_url).load_model("simple", headers=ADMIN)
-    assert all(answers())
+    assert all(_infer_until_every_worker_answered(server))
 
 
 def test_a_decoupled_model_streams_over_model_stream_infer(server: ServerProcess) -> None:

@@ -41,6 +41,9 @@ logger = logging.getLogger("trt.runtime")
 # How long the models' release may run past --exit-timeout-secs before the process ends regardless:
 # a Python model's finalize() is given a second past it (MIN_FINALIZE_GRACE_S), and its end is reaped.
 STOP_OVERRUN_S = 2.0
+# Front ends hold what is still unanswered this long past the exit timeout, so that the requests in
+# flight at the timeout are counted before they are cut (a worker's timeout starts a little later).
+CUT_MARGIN_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -159,8 +162,8 @@ async def serve(options: ServeOptions, on_ready: Callable[[InferenceServer, dict
     on_ready(core, failures)
     await stop.wait()
     logger.info("shutting down: finishing in-flight requests")
-    await _shutdown(core, servers, grpc_server, options.exit_timeout_secs)
-    return 0
+    finished = await _shutdown(core, servers, grpc_server, options.exit_timeout_secs)
+    return 0 if finished else 1
 
 
 async def _start_frontend_workers(core: InferenceServer, options: ServeOptions) -> Any:
@@ -270,15 +273,20 @@ async def _start_openai(
 
 async def _shutdown(
     core: InferenceServer, servers: list[HttpServer], grpc_server: Any, timeout: float
-) -> None:
-    # --exit-timeout-secs bounds the whole stop, as in Triton: requests in flight get what they need
-    # of it, and the models' finalize() what is left (a model still stuck in execute() is then killed).
+) -> bool:
+    """Stop within ``--exit-timeout-secs``, as Triton does: requests in flight get what they need of
+    it, and the models' finalize() what is left (a model still stuck in execute() is then killed).
+    False if the timeout cut anything short (the server then exits 1, as tritonserver does)."""
     deadline = time.monotonic() + timeout
-    stops = [asyncio.ensure_future(server.stop(timeout)) for server in servers]
+    stops = [asyncio.ensure_future(server.stop(timeout + CUT_MARGIN_S)) for server in servers]
     if grpc_server is not None:
-        stops.append(asyncio.ensure_future(grpc_server.stop(timeout)))
+        stops.append(asyncio.ensure_future(grpc_server.stop(timeout + CUT_MARGIN_S)))
     if stops:
-        await asyncio.wait(stops, timeout=timeout + 1)
+        await asyncio.wait(stops, timeout=timeout)
+    # What tritonserver counts at its timeout: requests the models have not answered.
+    in_flight = core.requests_in_flight()
+    if stops:
+        await asyncio.wait(stops, timeout=CUT_MARGIN_S + 1)
     # Python models are given at least MIN_FINALIZE_GRACE_S past the deadline, and then killed.
     overrun = max(deadline - time.monotonic(), 0.0) + STOP_OVERRUN_S
     try:
@@ -288,6 +296,16 @@ async def _shutdown(
         # interpreter would wait for its thread however long it runs. Triton exits then too.
         logger.error("failed to stop server: exit timeout expired with models still running: exiting now")
         _exit_now(1)
+    unfinished = (
+        [f"{in_flight} inference request{'s' if in_flight > 1 else ''} in flight"] if in_flight else []
+    )
+    unfinished += core.cut_short
+    if unfinished:
+        logger.error(
+            "failed to stop server: exit timeout expired with work unfinished: %s", "; ".join(unfinished)
+        )
+        return False
+    return True
 
 
 def _exit_now(code: int) -> NoReturn:

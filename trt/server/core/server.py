@@ -96,6 +96,9 @@ class InferenceServer:
         self.event_loop: asyncio.AbstractEventLoop | None = None
         self.pushed = PushedModels()
         self.stop_deadline: float | None = None  # set by stop()
+        # What the stop had to cut short at the exit timeout (a model's process killed): the server
+        # then exits 1, as tritonserver does when its timeout expires with work unfinished.
+        self.cut_short: list[str] = []
         self._live = False
         self._shutting_down = False
 
@@ -124,6 +127,12 @@ class InferenceServer:
         self.shared_memory.close()
         self.pushed.close()
         self.tracer.flush()
+
+    def note_cut_short(self, what: str) -> None:
+        self.cut_short.append(what)
+
+    def requests_in_flight(self) -> int:
+        return self.models.table.requests_in_flight()
 
     # -- health and metadata ------------------------------------------------------------------
 

@@ -400,13 +400,21 @@ class PythonModelInstance:
                 logger.warning(
                     "the process of %s was still starting at the server's exit timeout: killed", self.model_py
                 )
+                self._note_cut_short("killed while it started")
                 self._process.abort_start()
                 await asyncio.shield(restart)
         self._fail_waiting(Unavailable("the model is unloading"))
-        await self._process.stop(self._finalize_grace())
+        if not await self._process.stop(self._finalize_grace()):
+            self._note_cut_short("killed, still busy at the exit timeout")
         self._services.release_metrics()
         # Streams still open after the drain.
         self._executions.fail_all(Unavailable("the model was unloaded before it sent its final response"))
+
+    def _note_cut_short(self, what: str) -> None:
+        """Only a stopping server's kills count: an unload's grace is the model's own."""
+        if self.services is not None and self.services.stop_deadline is not None:
+            name = self.args.get("model_instance_name", self.args["model_name"])
+            self.services.note_cut_short(f"model '{self.args['model_name']}' ({name}) {what}")
 
     def _time_left_to_stop(self) -> float | None:
         """Seconds left of a stopping server's exit timeout (0 once spent); None while it serves."""

@@ -349,9 +349,10 @@ class ModelProcess:
         spills are emptied when the next process starts)."""
         self._backlog.clear()
 
-    async def stop(self, grace: float = _ipc.FINALIZE_GRACE_S) -> None:
+    async def stop(self, grace: float = _ipc.FINALIZE_GRACE_S) -> bool:
         """Ask the process to run ``finalize()`` and exit (killed after ``grace`` seconds), read its
-        last messages, let it go and free the shared memory."""
+        last messages, let it go and free the shared memory; False if it had to be killed."""
+        finished = True
         if self._popen is not None and self._popen.poll() is None:
             self.post(("finalize",))
             try:
@@ -363,10 +364,12 @@ class ModelProcess:
                 )  # fmt: skip
                 self._popen.kill()
                 await asyncio.to_thread(self._popen.wait)
+                finished = False
         if self._loop is not None and self._to_server >= 0:
             self.read_all_messages()  # the last log lines of finalize()
         self.disconnect()
         self.release()
+        return finished
 
     def abort_start(self) -> None:
         """Kill the process while ``start()`` waits for it on a loader thread: that start then fails

@@ -57,6 +57,10 @@ class ServerServices(Protocol):
     # None while it serves: what a model's finalize() may still be given.
     stop_deadline: float | None
 
+    def note_cut_short(self, what: str) -> None:
+        """A stopping server's exit timeout cut ``what`` short (a model's process killed): it exits 1."""
+        ...
+
     def model_ready(self, name: str, version: str = "") -> bool: ...
 
     def model_config(self, name: str, version: str = "") -> model_config_pb2.ModelConfig: ...

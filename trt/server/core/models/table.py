@@ -83,6 +83,16 @@ class ModelTable:
     def keys(self) -> set[ModelKey]:
         return set(self._by_key)
 
+    def requests_in_flight(self) -> int:
+        """Requests (and ensemble requests holding steps) not yet answered, over every version that
+        serves or is unloading: what Triton's stop waits for before it unloads the models."""
+        return sum(
+            version.in_flight
+            for entry in self._by_key.values()
+            for versions in (entry.versions, entry.unloading)
+            for version in versions.values()
+        )
+
     def get(self, key: ModelKey) -> ModelEntry | None:
         return self._by_key.get(key)
 

@@ -110,6 +110,11 @@ class ModelVersion:
         return all(getattr(instance, "ready", True) for instance in self._instances)
 
     @property
+    def in_flight(self) -> int:
+        """Requests not yet answered, and ensemble requests holding this version for their steps."""
+        return self._in_flight
+
+    @property
     def batching(self) -> bool:
         return self.signature.max_batch_size > 0
 

@@ -37,6 +37,8 @@ def test_a_command_imports_its_own_module_only() -> None:
     )
     assert "trt.cli.serve" in loaded
     assert not loaded & {"trt.cli.analyze", "trt.analyzer.analysis", "trt.cli.perf"}
+    # Nor the server it would run (a third of a second): its flags' parsers and defaults only.
+    assert not loaded & {"trt.server.runtime", "trt.server.core.server", "trt.server.grpc.server"}
 
 
 def test_help_names_every_command_with_its_summary() -> None:

@@ -8,7 +8,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
 
@@ -31,14 +31,15 @@ from trt.server.core.models.answer_queue import DEFAULT_LIMIT as DEFAULT_UNREAD_
 from trt.server.core.models.object_store import is_remote
 from trt.server.core.options import CoreOptions, ModelControlMode
 from trt.server.core.scheduling.queued_bytes import DEFAULT_LIMIT as DEFAULT_QUEUED_BYTES
-from trt.server.core.server import InferenceServer
 from trt.server.header_forwarding import HeaderForwarding
 from trt.server.http.codec import DEFAULT_HEADER_CACHE_BYTES
 from trt.server.http.limits import DEFAULT_MAX_HEADER_COUNT, DEFAULT_MAX_HEADER_SIZE, HttpLimits
 from trt.server.openai.options import OPENAI_CATEGORIES, OpenAIOptions
 from trt.server.restrictions import Restrictions
-from trt.server.runtime import Endpoint, ServeOptions, serve
 from trt.server.tls import TlsOptions, server_context
+
+if TYPE_CHECKING:
+    from trt.server.core.server import InferenceServer
 
 T = TypeVar("T")
 
@@ -242,6 +243,9 @@ def serve_command(
     ),
 ) -> None:
     """Serve a Triton model repository over HTTP (8000), gRPC (8001) and metrics (8002)."""
+    # The server's modules (a third of a second) are imported to serve, not to print this help.
+    from trt.server.runtime import Endpoint, ServeOptions, serve
+
     triton_only = triton_only_flags(context.args)
     if log_format not in LOG_FORMATS:
         raise typer.BadParameter(f"--log-format takes default or ISO8601, got '{log_format}'")

@@ -3,6 +3,8 @@ before anything binds) and the summary of models and endpoints, as a table or on
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import orjson
 from rich.console import Console
 from rich.markup import escape
@@ -10,8 +12,10 @@ from rich.table import Table
 
 from trt.cli.hosted_flags import ListeningService
 from trt.server.compiled import build_description, compiled_modules
-from trt.server.core.server import InferenceServer
-from trt.server.runtime import ServeOptions
+
+if TYPE_CHECKING:  # the server's modules are imported when it starts, not for `trt serve --help`
+    from trt.server.core.server import InferenceServer
+    from trt.server.runtime import ServeOptions
 
 
 def listening_services(options: ServeOptions) -> list[ListeningService]:

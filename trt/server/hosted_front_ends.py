@@ -11,9 +11,10 @@ from trt.server.core.server import InferenceServer
 from trt.server.http.app import HttpApp
 from trt.server.http.messages import Handler
 from trt.server.restrictions import Restrictions
-from trt.server.sagemaker import SageMakerApp, SageMakerOptions
-from trt.server.vertex_ai import VertexAiApp, VertexAiOptions
-from trt.server.vertex_ai.options import resolve_default_model
+from trt.server.sagemaker.app import SageMakerApp
+from trt.server.sagemaker.options import SageMakerOptions
+from trt.server.vertex_ai.app import VertexAiApp
+from trt.server.vertex_ai.options import VertexAiOptions, resolve_default_model
 
 
 @dataclass(frozen=True)

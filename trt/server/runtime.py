@@ -32,9 +32,9 @@ from trt.server.http.server import HttpServer
 from trt.server.metrics import MetricsApp
 from trt.server.openai.options import OpenAIOptions
 from trt.server.restrictions import Restrictions
-from trt.server.sagemaker import SageMakerOptions
+from trt.server.sagemaker.options import SageMakerOptions
 from trt.server.tls import TlsOptions, server_context
-from trt.server.vertex_ai import VertexAiOptions, VertexAiSetupError
+from trt.server.vertex_ai.options import VertexAiOptions, VertexAiSetupError
 
 logger = logging.getLogger("trt.runtime")
 

@@ -244,6 +244,12 @@ def validate_command(
     model: str = typer.Option(None, "--model", "-m", help="Check only this model."),
     load: bool = typer.Option(False, "--load", help="Also load each model and run one inference."),
     warnings_as_errors: bool = typer.Option(False, "--warnings-as-errors", help="Fail on warnings too."),
+    allow_missing_backends: bool = typer.Option(
+        False,
+        "--allow-missing-backends",
+        help="A backend not installed here (TensorRT on a CPU machine) is a note, not an error; the rest "
+        "of its models is still checked.",
+    ),
     model_config_name: str = typer.Option(
         "", "--model-config-name", help="Check configs/NAME.pbtxt where a model has it (as trt serve would)."
     ),
@@ -277,7 +283,7 @@ def validate_command(
 
         report = validate_repository(
             locations, model, load, on_model=on_model, model_config_name=config_name,
-            model_namespacing=model_namespacing,
+            model_namespacing=model_namespacing, allow_missing_backends=allow_missing_backends,
         )  # fmt: skip
     failed = report.errors > 0 or (warnings_as_errors and report.warnings > 0)
     if json_output:
@@ -304,7 +310,7 @@ def _print_report(console: Console, report: ValidationReport, load: bool) -> Non
         )
         console.print(f"{mark} [bold]{escape(model.name)}[/]" + (f" [dim]({details})[/]" if details else ""))
         for finding in model.findings:
-            color = "red" if finding.severity == Severity.ERROR else "yellow"
+            color = {Severity.ERROR: "red", Severity.WARNING: "yellow"}.get(finding.severity, "cyan")
             console.print(
                 f"    [{color}]{finding.severity}[/] {escape(finding.location)}: {escape(finding.message)}"
             )
@@ -312,4 +318,5 @@ def _print_report(console: Console, report: ValidationReport, load: bool) -> Non
     console.print(
         f"{len(report.models)} model(s): {passed} ok, {len(report.models) - passed} failing; "
         f"{report.errors} error(s), {report.warnings} warning(s)"
+        + (f", {report.notes} note(s)" if report.notes else "")
     )

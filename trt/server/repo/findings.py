@@ -15,6 +15,7 @@ from trt.server.repo.config_lines import ConfigLines
 class Severity(StrEnum):
     ERROR = "error"  # the model will not load (in trt or in Triton)
     WARNING = "warning"  # it loads, but probably not as meant
+    NOTE = "note"  # not a problem: what could not be checked on this machine (--allow-missing-backends)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,12 +71,17 @@ class ValidationReport:
     def warnings(self) -> int:
         return sum(f.severity == Severity.WARNING for f in self.all_findings())
 
+    @property
+    def notes(self) -> int:
+        return sum(f.severity == Severity.NOTE for f in self.all_findings())
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "repositories": self.repositories,
             "ok": self.errors == 0,
             "errors": self.errors,
             "warnings": self.warnings,
+            "notes": self.notes,
             "models": [
                 {
                     "name": model.name,
@@ -100,6 +106,9 @@ class CheckedModel:
     config_path: Path  # its config file: config.pbtxt, or configs/<--model-config-name>.pbtxt
     config: model_config_pb2.ModelConfig | None = None
     lines: ConfigLines | None = None
+    # The backend it needs, when that is not installed here and --allow-missing-backends let the
+    # checks go on without it: --load leaves the model (and ensembles that run it) unloaded.
+    missing_backend: str = ""
 
 
 def note(

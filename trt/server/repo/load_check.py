@@ -31,6 +31,28 @@ from trt.server.repo.findings import CheckedModel, Severity, note
 INFER_TIMEOUT_S = 120.0
 
 
+def _unloadable_here(checked: dict[ModelKey, CheckedModel]) -> dict[ModelKey, str]:
+    """The models that cannot load on this machine, and why: a backend they need is not installed
+    here, theirs or that of a model one of their ensemble's steps runs (nested ensembles too)."""
+    unloadable = {
+        key: f"backend '{model.missing_backend}' is not installed here"
+        for key, model in checked.items()
+        if model.missing_backend
+    }
+    grew = True
+    while grew:
+        grew = False
+        for key, model in checked.items():
+            if key in unloadable or model.config is None:
+                continue
+            for step in model.config.ensemble_scheduling.step:
+                if any(other.name == step.model_name for other in unloadable):
+                    unloadable[key] = f"its step model '{step.model_name}' cannot load here"
+                    grew = True
+                    break
+    return unloadable
+
+
 def load_and_infer(
     repository: ModelRepository,
     checked: dict[ModelKey, CheckedModel],
@@ -59,7 +81,15 @@ async def _load_and_infer(
     )
     await core.start()
     try:
-        sound = [key for key, model in checked.items() if model.report.ok and model.config is not None]
+        unloadable = _unloadable_here(checked)
+        for key, why in unloadable.items():
+            if checked[key].report.ok:  # --allow-missing-backends: checked, and said what was not
+                note(checked[key], repository, Severity.NOTE, f"not loaded: {why}", "load")
+        sound = [
+            key
+            for key, model in checked.items()
+            if model.report.ok and model.config is not None and key not in unloadable
+        ]
         ensembles_last = sorted(sound, key=lambda key: checked[key].config.platform == "ensemble")  # type: ignore[union-attr]
         for key in ensembles_last:
             model = checked[key]

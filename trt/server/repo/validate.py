@@ -20,8 +20,14 @@ from pathlib import Path
 from trt.protos import model_config_pb2
 from trt.server.core import devices
 from trt.server.core.backends.base import ModelFiles
-from trt.server.core.backends.registry import ENSEMBLE_PLATFORM, get_backend, model_filenames, resolve_entry
-from trt.server.core.errors import ModelConfigError, ModelLoadError, ServerError
+from trt.server.core.backends.registry import (
+    ENSEMBLE_PLATFORM,
+    BackendEntry,
+    get_backend,
+    model_filenames,
+    resolve_entry,
+)
+from trt.server.core.errors import BackendUnavailable, ModelConfigError, ModelLoadError, ServerError
 from trt.server.core.models.config import parse_config_text
 from trt.server.core.models.config_rules import config_problems
 from trt.server.core.models.dependencies import step_key
@@ -48,11 +54,14 @@ def validate_repository(
     on_model: Callable[[str], None] | None = None,
     model_config_name: str = "",
     model_namespacing: bool = False,
+    allow_missing_backends: bool = False,
 ) -> ValidationReport:
     """Check the models of ``locations`` (or ``model``), loading each where ``load``; each model's
     ``configs/<model_config_name>.pbtxt`` where it has one, as ``trt serve --model-config-name``;
     each location a namespace of its own with ``model_namespacing``, as ``trt serve
-    --model-namespacing`` (a name may then repeat across them)."""
+    --model-namespacing`` (a name may then repeat across them). A model whose backend is not
+    installed here is checked as far as it can be without it either way; ``allow_missing_backends``
+    makes the missing backend a note rather than an error (a CI machine without a GPU's packages)."""
     repository = ModelRepository(locations, model_namespacing)
     report = ValidationReport([str(source) for source in repository.sources])
     try:
@@ -85,12 +94,14 @@ def validate_repository(
     for key in wanted:
         if on_model is not None:
             on_model(key.name)
-        checked[key] = ModelCheck(found[key], repository, options).run()
+        checked[key] = ModelCheck(found[key], repository, options, allow_missing_backends).run()
 
     for key in list(checked):
         entry = checked[key]
         if entry.config is not None and entry.config.platform == ENSEMBLE_PLATFORM:
-            config_of = _step_configs(key.namespace, found, checked, repository, options)
+            config_of = _step_configs(
+                key.namespace, found, checked, repository, options, allow_missing_backends
+            )
             for problem in [
                 *check_ensemble(entry.config, config_of, names),
                 *_ambiguous_steps(entry.config, key, found),
@@ -123,18 +134,27 @@ def _step_configs(
     checked: dict[ModelKey, CheckedModel],
     repository: ModelRepository,
     options: CoreOptions,
+    allow_missing_backends: bool,
 ) -> Callable[[str], Config | None]:
     """The configs of the models an ensemble in ``namespace`` runs, as the server resolves its steps
     (that namespace's model of the name, else the one model of it); checked on demand when --model
-    left them out."""
+    left them out. None where a step's tensors are not known here: its backend, not installed, would
+    have read them from the model file."""
 
     def config_of(name: str) -> Config | None:
         key = step_key(namespace, name, found)
         if key is None:
             return None  # several namespaces hold it and none is the ensemble's: ambiguous
         if key not in checked:
-            checked[key] = ModelCheck(found[key], repository, options).run()
-        return checked[key].config
+            checked[key] = ModelCheck(found[key], repository, options, allow_missing_backends).run()
+        step = checked[key]
+        if (
+            step.missing_backend
+            and step.config is not None
+            and not (step.config.input and step.config.output)
+        ):
+            return None
+        return step.config
 
     return config_of
 
@@ -147,9 +167,11 @@ class ModelCheck:
         location: ModelLocation,
         repository: ModelRepository,
         options: CoreOptions,
+        allow_missing_backends: bool = False,
         open_model_files: bool = True,
     ) -> None:
         self.location = location
+        self.allow_missing_backends = allow_missing_backends
         # Without it the backend's own check of each model file is left out (``trt repo list``: torch
         # alone takes 3 s to import, and a large model file longer to read); auto-complete still reads
         # the files of a backend that completes configs from them, as the server would.
@@ -209,19 +231,62 @@ class ModelCheck:
             return self.result
         try:  # the parsed file goes in as the loader's override, so it is read once
             config, versions, available = effective_config(
-                self.location.name, self.location.path, self.options, written
+                self.location.name, self.location.path, self.options, written, backend_needed=False
             )
+            entry = resolve_entry(config, [available[v] for v in versions])
         except ServerError as exc:
             self.add_error(exc)
             return self.result
         self.result.config = config
         self.report.backend = config.backend
         self.report.versions = versions
+        missing = _unavailable(entry)
+        # Auto-complete, which needs the backend, would have read these from the model file.
+        from_file = (
+            {"input", "output"} if missing is not None and self.options.auto_complete_config else set()
+        )
+        unchecked = sorted(field for field in from_file if not getattr(config, field))
         for problem in config_problems(config):
-            self.add_error(problem)
-        self._check_files(config, versions, available)
-        self._check_settings(config)
+            if problem.field not in unchecked:
+                self.add_error(problem)
+        if missing is None:
+            self._check_files(config, versions, available)
+        else:
+            self._check_without_backend(config, versions, available, entry, missing, unchecked)
+        self._check_settings(config, completed=not from_file)
         return self.result
+
+    def _check_without_backend(
+        self,
+        config: Config,
+        versions: list[int],
+        available: dict[int, Path],
+        entry: BackendEntry,
+        missing: BackendUnavailable,
+        unchecked: list[str],
+    ) -> None:
+        """What can be checked of a model whose backend is not installed here: each version's model
+        file is there, and its labels, warm-up data and initial states (the file is not opened)."""
+        self.result.missing_backend = entry.name
+        skipped = "the model file was not opened"
+        if unchecked:
+            skipped += (
+                f", and its {' and '.join(f'{field}s' for field in unchecked)} (read from it) not checked"
+            )
+        if self.allow_missing_backends:
+            self.add(Severity.NOTE, f"{missing.message}; checked without it: {skipped}", "model-file")
+        else:
+            # For trt repo validate; trt repo list (which opens no model file) says only what is missing.
+            hint = "; where the model is to run elsewhere, --allow-missing-backends makes this a note"
+            self.add(Severity.ERROR, missing.message + (hint if self.open_model_files else ""), "model-file")
+        for version in versions:
+            files = ModelFiles(self.location.name, version, self.location.path, available[version])
+            prefix = f"version {version}: " if len(versions) > 1 else ""
+            try:
+                _model_file_present(config, files, entry)
+            except ServerError as exc:
+                self.add_error(exc, prefix=prefix)
+        self._check_data_files(config)
 
     def _read_config(self) -> tuple[bool, Config | None]:
         """(whether validation can go on, the parsed config.pbtxt or None when there is none)."""
@@ -290,6 +355,10 @@ class ModelCheck:
                 self.add_error(exc, prefix=prefix)
             if config.backend == "python":
                 self._check_python_file(files.artifact(config, "model.py"))
+        self._check_data_files(config)
+
+    def _check_data_files(self, config: Config) -> None:
+        """The files and tensors a config names beside the model: labels, warm-up, initial states."""
         try:
             read_labels(config, self.location.path)
         except ModelConfigError as exc:
@@ -340,10 +409,11 @@ class ModelCheck:
                 file=path,
             )
 
-    def _check_settings(self, config: Config) -> None:
-        """Settings that load but do not do what they seem to."""
+    def _check_settings(self, config: Config, completed: bool = True) -> None:
+        """Settings that load but do not do what they seem to (``completed``: auto-complete ran, so
+        max_batch_size is what the model will have)."""
         scheduler = config.WhichOneof("scheduling_choice")
-        if config.max_batch_size == 0 and scheduler == "dynamic_batching":
+        if config.max_batch_size == 0 and scheduler == "dynamic_batching" and completed:
             self.add(
                 Severity.WARNING,
                 "dynamic_batching does nothing while max_batch_size is 0: the model takes no batch dimension",
@@ -360,3 +430,25 @@ class ModelCheck:
                         "config",
                         f"instance_group[{index}].kind",
                     )
+
+
+def _unavailable(entry: BackendEntry) -> BackendUnavailable | None:
+    """Why ``entry``'s backend cannot be used here (not installed), or None when it can."""
+    try:
+        get_backend(entry)
+    except BackendUnavailable as exc:
+        return exc
+    return None
+
+
+def _model_file_present(config: Config, files: ModelFiles, entry: BackendEntry) -> None:
+    """The model file the backend would open (any of ``cc_model_filenames``' where the config names
+    some), in the version folder."""
+    names = list(config.cc_model_filenames.values())
+    if not names:
+        files.require_artifact(config, entry.default_filename)
+        return
+    for name in names:
+        path = files.inside(name, "cc_model_filenames")
+        if not path.exists():
+            raise ModelLoadError(f"model file not found: {path} (named in cc_model_filenames)")

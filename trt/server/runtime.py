@@ -295,6 +295,7 @@ async def _shutdown(
         # A backend still inside a native call (ONNX Runtime, PyTorch) cannot be interrupted, and the
         # interpreter would wait for its thread however long it runs. Triton exits then too.
         logger.error("failed to stop server: exit timeout expired with models still running: exiting now")
+        core.tracer.flush()  # the traces of requests answered: the stop had not reached its own flush
         _exit_now(1)
     unfinished = (
         [f"{in_flight} inference request{'s' if in_flight > 1 else ''} in flight"] if in_flight else []

@@ -7,6 +7,7 @@ client merely holding a stream open does not make it one."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from pathlib import Path
@@ -206,7 +207,16 @@ def _slow_onnx_model(repo: Path) -> None:
 def test_a_native_call_running_past_the_exit_timeout_does_not_hold_the_process(tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     _slow_onnx_model(repo)
-    server = ServerProcess([repo], [f"--exit-timeout-secs={EXIT_TIMEOUT_S}"]).start(tmp_path)
+    write_simple(repo)
+    traces = tmp_path / "trace.json"
+    tracing = [
+        "--trace-config=level=TIMESTAMPS",
+        "--trace-config=rate=1",
+        f"--trace-config=triton,file={traces}",
+    ]
+    server = ServerProcess([repo], [f"--exit-timeout-secs={EXIT_TIMEOUT_S}", *tracing]).start(tmp_path)
+    data = np.arange(16, dtype=np.int32).reshape(1, 16)
+    grpcclient.InferenceServerClient(server.grpc_url).infer("simple", simple_inputs(grpcclient, data))
     sender = threading.Thread(target=send_x_ignoring_errors, args=(server.http_url, "slow"), daemon=True)
     sender.start()
     time.sleep(1)  # the inference has begun: seconds of matrix products on ONNX Runtime's threads
@@ -217,3 +227,5 @@ def test_a_native_call_running_past_the_exit_timeout_does_not_hold_the_process(t
     assert took < EXIT_TIMEOUT_S + 5, f"stopped in {took:.1f} s"
     assert code == 1  # as tritonserver's after "Exit timeout expired"
     assert "exit timeout expired with models still running" in server.log()
+    # The answered request's trace was written before the process ended (it waited for the stop).
+    assert any(entry.get("model_name") == "simple" for entry in json.loads(traces.read_text()))

@@ -291,7 +291,7 @@ class InferenceServer:
                 check_config_paths(override, from_client=True)
             except ModelConfigError as exc:
                 raise UnsafePath(poll_failure(name, exc.message)) from None
-        folder = self.pushed.stage(name, files) if files else None
+        folder = await self.pushed.stage(name, files) if files else None
         if folder is None:
             await self.models.refresh_repository()  # as Triton, a load reads the repository anew
         try:

@@ -8,8 +8,6 @@ errors are ``{"error": "..."}`` with the status each ``ServerError`` carries, un
 
 from __future__ import annotations
 
-import base64
-import binascii
 import logging
 import re
 from collections.abc import AsyncIterator, Coroutine
@@ -27,6 +25,7 @@ from trt.server.header_forwarding import HeaderForwarding
 from trt.server.http import codec, compression, generate
 from trt.server.http.header_numbers import inference_header_length
 from trt.server.http.messages import HttpRequest, HttpResponse, close_stream
+from trt.server.http.model_push import load_parameters, read_repository_body
 from trt.server.http.statistics import statistics_json
 from trt.server.restrictions import Restrictions
 
@@ -367,7 +366,8 @@ class HttpApp:
     async def _repository_route(self, request: HttpRequest, match: re.Match[str]) -> HttpResponse:
         _allow(request.method, "POST")
         repository, action, model_name, model_action = match.groups()
-        body = _parse_json_object(self._body(request))
+        raw = self._body(request)
+        body = await read_repository_body(raw)
         if action == "index":
             ready = body.get("ready", False)
             if not isinstance(ready, bool):
@@ -389,19 +389,8 @@ class HttpApp:
         if not isinstance(parameters, dict):
             raise InvalidArgument("'parameters' must be a JSON object")
         if model_action == "load":
-            config: str | None = None
-            files: dict[str, bytes] = {}
-            for key, value in parameters.items():
-                if not isinstance(value, str):
-                    raise InvalidArgument(f"parameter '{key}' must be a string")
-                if key == "config":
-                    config = value
-                elif key.startswith("file:"):
-                    try:  # HTTP carries file contents base64-encoded, as tritonclient sends them
-                        files[key] = base64.b64decode(value, validate=True)
-                    except binascii.Error:
-                        raise InvalidArgument(f"load parameter '{key}' is not valid base64") from None
-            await self.core.load_model(model_name, config, files or None)
+            load = await load_parameters(parameters, len(raw))
+            await self.core.load_model(model_name, load.config, load.files or None)
         else:
             unload_dependents = parameters.get("unload_dependents", False)
             await self.core.unload_model(model_name, bool(unload_dependents))

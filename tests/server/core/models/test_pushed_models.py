@@ -7,7 +7,7 @@ import json
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +17,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tests.support import ServerProcess, add_sub_model, save_onnx, simple_inputs, wait_until, write_simple
+from trt.server.core.models.pushed_models import MAX_PUSHED_FILES
 
 CONFIG = {
     "name": "pushed",
@@ -339,3 +340,57 @@ def test_a_pushed_models_files_stay_until_its_requests_finish(
     if then == "push again":
         assert client.infer("reads_its_file", [tensor]).as_numpy("OUT")[0] == b"new data"
         client.unload_model("reads_its_file")
+
+
+def _worst_wait_while(server: ServerProcess, action: Callable[[], None]) -> tuple[float, float]:
+    """(how long ``action`` took, the longest any health check waited meanwhile), in seconds."""
+    worst, stop = [0.0], threading.Event()
+
+    def check_health() -> None:
+        client = httpclient.InferenceServerClient(server.http_url)
+        while not stop.is_set():
+            began = time.perf_counter()
+            assert client.is_server_live()
+            worst[0] = max(worst[0], time.perf_counter() - began)
+            time.sleep(0.005)
+
+    checker = threading.Thread(target=check_health, daemon=True)
+    checker.start()
+    time.sleep(0.3)
+    began = time.perf_counter()
+    action()
+    took = time.perf_counter() - began
+    stop.set()
+    checker.join(10)
+    return took, worst[0]
+
+
+def test_the_server_answers_others_while_a_push_is_written(
+    explicit_server: tuple[ServerProcess, Path], onnx_bytes: bytes
+) -> None:
+    """Writing a push's files took the event loop: 20,000 small files held every request for 2.6 s.
+    They are written on a thread now: no health check waits for a fraction of the push."""
+    server, _ = explicit_server
+    client = httpclient.InferenceServerClient(server.http_url, network_timeout=300)
+    files = {"file:1/model.onnx": onnx_bytes}
+    files.update({f"file:1/assets/{i // 500}/{i}.txt": b"asset" for i in range(5000)})
+    config = json.dumps({**CONFIG, "name": "many_files"})
+    took, worst = _worst_wait_while(
+        server, lambda: client.load_model("many_files", config=config, files=files)
+    )
+    assert client.is_model_ready("many_files")
+    assert worst < max(0.25 * took, 0.2), f"a health check waited {worst:.2f} s of a {took:.2f} s push"
+    client.unload_model("many_files")
+
+
+def test_more_files_than_a_push_may_hold_are_refused(
+    explicit_server: tuple[ServerProcess, Path], onnx_bytes: bytes
+) -> None:
+    server, _ = explicit_server
+    client = httpclient.InferenceServerClient(server.http_url)
+    files = {"file:1/model.onnx": onnx_bytes, **{f"file:1/{i}": b"" for i in range(MAX_PUSHED_FILES)}}
+    with pytest.raises(InferenceServerException) as refused:
+        client.load_model("too_many", config=json.dumps({**CONFIG, "name": "too_many"}), files=files)
+    assert refused.value.status() == "400"
+    assert f"{MAX_PUSHED_FILES + 1} files pushed: at most {MAX_PUSHED_FILES} may be" in str(refused.value)
+    assert not client.is_model_ready("too_many") and client.is_model_ready("simple")

@@ -139,7 +139,10 @@ def version_folders(model_dir: Path) -> dict[int, Path]:
     return versions
 
 
-def fingerprint(model_dir: Path) -> tuple[tuple[str, int, int], ...]:
+Fingerprint = tuple[tuple[str, int, int], ...]  # each file's relative path, size and mtime (ns)
+
+
+def fingerprint(model_dir: Path) -> Fingerprint:
     """What changed on disk, cheaply: every file's relative path, size and mtime."""
     items: list[tuple[str, int, int]] = []
     for dirpath, dirnames, filenames in os.walk(model_dir):

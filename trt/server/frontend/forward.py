@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from trt.server.frontend import messages as m
 from trt.server.frontend.channel import Channel
 from trt.server.frontend.layouts import LayoutNumbers, answer_headers, split
+from trt.server.grpc import compression
 from trt.server.grpc.app import Method, Reply
 from trt.server.grpc.call import GrpcCall
 from trt.server.grpc.errors import GrpcError, StatusCode
@@ -276,7 +277,10 @@ def _stream_forwarder(
                 item = await pending.next()
                 if isinstance(item, m.Chunk):
                     await call.writable()
-                    call.send_message(item.data)
+                    data = item.data
+                    if call.response_encoding is not None and len(data) > compression.OFF_LOOP_BYTES:
+                        data = await compression.deflated(data, call.response_encoding)
+                    call.send_message(data)
                     link.send_now(m.Written(number))
                     continue
                 _ended(item)

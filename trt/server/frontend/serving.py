@@ -57,6 +57,8 @@ class _Window:
 class RemoteCall:
     """What gRPC handlers use of a ``GrpcCall``, for a call whose stream lives in a worker."""
 
+    response_encoding: str | None = None  # the worker, which holds the client's stream, compresses
+
     def __init__(self, session: WorkerSession, number: int, metadata: list[tuple[str, str]]) -> None:
         self.session = session
         self.number = number

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from trt.http2.hpack import encode_header, encode_literal
 from trt.server.grpc import compression
-from trt.server.grpc.errors import GrpcError, StatusCode, percent_encode, status_of
+from trt.server.grpc.errors import GrpcError, StatusCode, status_block, status_of
 from trt.server.grpc.h2.outbound import Outbound
 from trt.server.grpc.h2.request_head import RequestHead
 from trt.server.grpc.h2.stream import H2Stream
@@ -41,13 +41,6 @@ _TRAILERS_OK = encode_literal("grpc-status", "0")
 _PREFIX = struct.Struct(">BI")
 _TIMEOUT_UNITS = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
 _QUEUE_HIGH, _QUEUE_LOW = 16, 4  # streamed requests waiting for the handler: hold credit between
-
-
-def status_block(code: StatusCode, message: str) -> bytes:
-    block = encode_literal("grpc-status", str(int(code)))
-    if message:
-        block += encode_literal("grpc-message", percent_encode(message))
-    return block
 
 
 def parse_timeout(value: str) -> float | None:
@@ -280,9 +273,12 @@ class GrpcCall(H2Stream):
         if self._reserved:
             self.app.budget.give(self._reserved)
             self._reserved = 0
-        if self._flag:
+        if self._flag:  # a large message is inflated on a thread, when its handler takes it
             assert self.request_encoding is not None
-            message = compression.decompress(message, self.request_encoding, self.app.max_message_size)
+            if len(message) > compression.OFF_LOOP_BYTES:
+                message = compression.Deflated(message)
+            else:
+                message = compression.decompress(message, self.request_encoding, self.app.max_message_size)
         method = self.method
         if method is None:
             return
@@ -328,6 +324,10 @@ class GrpcCall(H2Stream):
                 message = queue.popleft()
                 if self.credit_held and len(queue) <= _QUEUE_LOW:
                     self.release_credit()
+                if type(message) is compression.Deflated:
+                    message = await compression.inflated(
+                        message, self.request_encoding, self.app.max_message_size
+                    )
                 yield message
             if self._done_reading or self.finished:
                 return
@@ -465,7 +465,13 @@ class GrpcCall(H2Stream):
     async def _run_unary(self, method: Method, request: bytes | memoryview) -> None:
         assert method.handler is not None
         try:
+            if type(request) is compression.Deflated:
+                request = await compression.inflated(
+                    request, self.request_encoding, self.app.max_message_size
+                )
             reply = await method.handler(request, self)
+            if self.response_encoding is not None:
+                reply = await compression.deflated_reply(reply, self.response_encoding)
         except asyncio.CancelledError:
             return  # reset, deadline or shutdown: already answered, or no one is listening
         except Exception as exc:

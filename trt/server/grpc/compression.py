@@ -5,11 +5,20 @@ past the message size limit (a small message must not become gigabytes). Respons
 compresses inference responses at ``--grpc-infer-response-compression-level`` when the client
 accepts it; the level picks the algorithm as grpc-core does (low: the first of gzip, deflate that the
 client accepts; medium and high: the last of them).
+
+zlib takes long beside the rest of a call (a 32 MB message: about a second to deflate, 0.2 s to
+inflate) and lets go of the GIL while it works, so messages past ``OFF_LOOP_BYTES`` are deflated and
+inflated on a thread and the event loop goes on serving every other call: a large request message
+waits in the call as ``Deflated`` until its handler takes it (``inflated``), and a large answer is
+deflated before it is framed (``deflated_reply``, whose ``Deflated`` the call sends as it is).
 """
 
 from __future__ import annotations
 
+import asyncio
 import zlib
+
+from google.protobuf.message import Message
 
 from trt.server.grpc.errors import GrpcError, StatusCode
 
@@ -17,6 +26,35 @@ ACCEPT_ENCODING = "identity,deflate,gzip"
 KNOWN = frozenset({"identity", "gzip", "deflate"})
 _RANKED = ("gzip", "deflate")
 _WBITS = {"gzip": 31, "deflate": 15}  # gzip header; zlib header (what gRPC calls deflate)
+OFF_LOOP_BYTES = 1 << 18
+
+
+class Deflated(bytes):
+    """A message as it travels compressed: a request's not yet inflated, or an answer already deflated."""
+
+
+async def inflated(message: bytes | memoryview, encoding: str | None, limit: int) -> bytes | memoryview:
+    """A request message as its handler takes it: a ``Deflated`` one inflated on a thread."""
+    if type(message) is not Deflated:
+        return message
+    assert encoding is not None
+    return await asyncio.to_thread(decompress, message, encoding, limit)
+
+
+async def deflated_reply(
+    reply: bytes | memoryview | Message | None, encoding: str | None
+) -> bytes | memoryview | Message | None:
+    """``reply`` serialized and deflated on a thread when it is large and the call's answers are
+    compressed; else as it was (framing compresses a small one in place)."""
+    if encoding is None or reply is None:
+        return reply
+    payload = reply.SerializeToString() if isinstance(reply, Message) else reply
+    return payload if len(payload) <= OFF_LOOP_BYTES else await deflated(payload, encoding)
+
+
+async def deflated(payload: bytes | memoryview, encoding: str) -> Deflated:
+    """``payload`` compressed on a thread, marked to be sent as it is."""
+    return Deflated(await asyncio.to_thread(compress, payload, encoding))
 
 
 def decompress(data: bytes | memoryview, encoding: str, limit: int) -> bytes:
@@ -36,6 +74,8 @@ def decompress(data: bytes | memoryview, encoding: str, limit: int) -> bytes:
 
 
 def compress(data: bytes | memoryview, encoding: str) -> bytes:
+    if type(data) is Deflated:
+        return data
     deflater = zlib.compressobj(wbits=_WBITS[encoding])
     return deflater.compress(data) + deflater.flush()
 

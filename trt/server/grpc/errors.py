@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from enum import IntEnum
 
+from trt.http2.hpack import encode_literal
 from trt.server.core.errors import ServerError
 
 logger = logging.getLogger("trt.grpc")
@@ -66,3 +67,11 @@ def percent_encode(message: str) -> str:
     if all(byte in _UNRESERVED for byte in data):
         return message
     return "".join(chr(byte) if byte in _UNRESERVED else f"%{byte:02X}" for byte in data)
+
+
+def status_block(code: StatusCode, message: str) -> bytes:
+    """``grpc-status`` (and ``grpc-message``, percent-encoded) as an HPACK block, for trailers."""
+    block = encode_literal("grpc-status", str(int(code)))
+    if message:
+        block += encode_literal("grpc-message", percent_encode(message))
+    return block

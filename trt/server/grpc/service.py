@@ -132,6 +132,8 @@ class GrpcInferenceService:
         parts = codec.encode_infer_parts(response)
         if len(parts) == 1:
             return parts[0]
+        if call.response_encoding is not None:  # compressed whole (a large one on a thread, as it returns)
+            return b"".join(parts)
         call.respond_parts(parts)
         return None
 

@@ -15,7 +15,7 @@ import logging
 from trt.protos import grpc_service_pb2 as pb
 from trt.server.core.server import InferenceServer
 from trt.server.core.types import InferenceResponse
-from trt.server.grpc import codec
+from trt.server.grpc import codec, compression
 from trt.server.grpc.call import GrpcCall
 from trt.server.grpc.errors import status_of
 from trt.server.grpc.response_wire import stream_response
@@ -75,6 +75,8 @@ class StreamInfer:
     @staticmethod
     async def _send(call: GrpcCall, reply: bytes) -> None:
         await call.writable()
+        if call.response_encoding is not None and len(reply) > compression.OFF_LOOP_BYTES:
+            reply = await compression.deflated(reply, call.response_encoding)
         call.send_message(reply)
 
 

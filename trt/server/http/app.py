@@ -114,7 +114,7 @@ class HttpApp:
         if http_request.method != "POST":
             raise HttpError(405, "Method Not Allowed")
         headers = http_request.headers
-        body = self._body(http_request)
+        body = await self._body(http_request)
         header_length = headers.get("inference-header-content-length")
         length = None if header_length is None else inference_header_length(header_length)
         route = _InferRoute(
@@ -161,9 +161,14 @@ class HttpApp:
                 lambda response: self._infer_response(route, response, binary_choice, default_binary),
             )
             http_response.sent = sent
-            return http_response
-        response = await self.core.infer(request)
-        return self._infer_response(route, response, binary_choice, default_binary)
+        else:
+            response = await self.core.infer(request)
+            http_response = self._infer_response(route, response, binary_choice, default_binary)
+        if route.accept_encoding:
+            http_response.body, http_response.headers = await compression.compressed(
+                http_response.body, http_response.headers, route.accept_encoding
+            )
+        return http_response
 
     # -- inference sent apart by a front-end worker (``frontend.layouts``) ---------------------
 
@@ -211,8 +216,6 @@ class HttpApp:
                 (b"content-type", b"application/octet-stream"),
                 (b"inference-header-content-length", str(json_length).encode()),
             ]
-        if route.accept_encoding:
-            payload, out_headers = compression.compress(payload, out_headers, route.accept_encoding)
         return HttpResponse(200, payload, out_headers)
 
     # -- the generate extension ----------------------------------------------------------------
@@ -225,7 +228,7 @@ class HttpApp:
             raise HttpError(405, "Method Not Allowed")
         name, version, action = match.group(1), match.group(2) or "", match.group(3)
         config = self.core.model_config(name, version)
-        request = generate.decode_generate_request(name, version, self._body(http_request), config)
+        request = generate.decode_generate_request(name, version, await self._body(http_request), config)
         answers = _answers(self.core.infer_stream(request))
         if action == "generate":
             responses = [response async for response in answers]
@@ -248,7 +251,7 @@ class HttpApp:
             raise
         return HttpResponse(200, headers=_SSE_HEADERS, stream=_events(first_event, answers))
 
-    def _body(self, request: HttpRequest) -> bytes:
+    async def _body(self, request: HttpRequest) -> bytes:
         encoding = request.headers.get("content-encoding")
         if encoding is None:
             return request.body
@@ -256,7 +259,7 @@ class HttpApp:
         if encoding in ("", "identity"):
             return request.body
         try:
-            return compression.decompress(request.body, encoding, self.max_input_size)
+            return await compression.decompressed(request.body, encoding, self.max_input_size)
         except compression.UnsupportedEncoding as exc:
             raise HttpError(415, str(exc)) from None
 
@@ -280,7 +283,7 @@ class HttpApp:
             if method == "GET":
                 return _json(self.core.log_settings.current())
             _allow(method, "POST")
-            return _json(self.core.log_settings.update(_parse_json_object(self._body(request))))
+            return _json(self.core.log_settings.update(_parse_json_object(await self._body(request))))
         if path == "/v2/trace/setting" or (
             path.startswith("/v2/models/") and path.endswith("/trace/setting")
         ):
@@ -291,7 +294,7 @@ class HttpApp:
             if method == "GET":
                 return _json(self.core.tracer.settings(model))
             _allow(method, "POST")
-            return _json(self.core.tracer.update(model, _parse_json_object(self._body(request))))
+            return _json(self.core.tracer.update(model, _parse_json_object(await self._body(request))))
         match = _MODEL_ROUTE.fullmatch(path)
         if match is not None:
             return await self._model_route(method, match)
@@ -300,10 +303,10 @@ class HttpApp:
             return await self._repository_route(request, match)
         match = _SHM_ROUTE.fullmatch(path)
         if match is not None:
-            return self._shared_memory(request, match.group(1), match.group(2) or "", match.group(3))
+            return await self._shared_memory(request, match.group(1), match.group(2) or "", match.group(3))
         raise HttpError(404, "Not Found")
 
-    def _shared_memory(self, request: HttpRequest, kind: str, region: str, action: str) -> HttpResponse:
+    async def _shared_memory(self, request: HttpRequest, kind: str, region: str, action: str) -> HttpResponse:
         registry = self.core.shared_memory
         if action == "status":
             _allow(request.method, "GET")
@@ -322,7 +325,7 @@ class HttpApp:
             registry.register_cuda(region)
         if not region:
             raise InvalidArgument("'region name' is necessary to register system shared memory region")
-        body = _parse_json_object(self._body(request))
+        body = _parse_json_object(await self._body(request))
         key = body.get("key")
         if not isinstance(key, str):
             raise InvalidArgument("Shared memory register request has no 'key' field (a string)")
@@ -366,7 +369,7 @@ class HttpApp:
     async def _repository_route(self, request: HttpRequest, match: re.Match[str]) -> HttpResponse:
         _allow(request.method, "POST")
         repository, action, model_name, model_action = match.groups()
-        raw = self._body(request)
+        raw = await self._body(request)
         body = await read_repository_body(raw)
         if action == "index":
             ready = body.get("ready", False)

@@ -114,7 +114,7 @@ class HttpApp:
         if http_request.method != "POST":
             raise HttpError(405, "Method Not Allowed")
         headers = http_request.headers
-        body = await self._body(http_request)
+        body = http_request.body if "content-encoding" not in headers else await self._body(http_request)
         header_length = headers.get("inference-header-content-length")
         length = None if header_length is None else inference_header_length(header_length)
         route = _InferRoute(

@@ -40,9 +40,11 @@ class TritonPythonModel:
 """
 
 
-# A batch of up to 8 requests sleeps 20 ms: the serving path's CPU (which another program's load slows)
-# is a few percent of a request's time, as in a model whose compute dominates.
-PACE_MS = 20
+# A batch of up to 8 requests sleeps 50 ms: the serving path's CPU (which another program's load slows)
+# is a few percent of a request's time, as in a model whose compute dominates. (At 20 ms, the baseline
+# taken while other suites loaded both cores once came out as slow as the 20% slowdown measured in a
+# quieter moment: +5.2% and +8.9% in two full runs.)
+PACE_MS = 50
 
 
 def _config(slowdown_percent: int) -> str:
@@ -56,9 +58,9 @@ def _config(slowdown_percent: int) -> str:
     )
 
 
-# Windows of ~150 requests each; the tests pin verdicts, not figures. The serving path's share of a
-# request's time (more of it on a loaded machine) dilutes the model's 20% to 13-17% end to end: the limit
-# sits below that, as a CI gate's limit sits below the change it is there to catch.
+# Windows of ~120 requests each; the tests pin verdicts, not figures. The serving path's share of a
+# request's time (more of it on a loaded machine) dilutes the model's 20% end to end: the limit sits
+# below that, as a CI gate's limit sits below the change it is there to catch.
 MEASURE = ["-m", "paced", "--concurrency", "8", "-p", "800", "--warmup", "200", "-s", "10", "-r", "6"]
 GATE = ["--max-regression", "5%"]
 
@@ -124,7 +126,7 @@ def test_a_real_20_percent_slowdown_fails_the_gate(paced_server: ServerProcess, 
     for verdict in failed.values():  # beyond the 5% limit with 95% confidence, noise measured
         assert verdict["confidence"] == 0.95 and verdict["baseline_noise"] is not None, verdict
         assert abs(verdict["bound"]) > 0.05 and abs(verdict["change"]) >= abs(verdict["bound"]), verdict
-    # 20 ms -> 24 ms a batch: throughput falls by about 1/6 (all of it in the model's own time).
+    # 50 ms -> 60 ms a batch: throughput falls by about 1/6 (all of it in the model's own time).
     throughput = next(g for g in run.report["gates"] if g["gate"].endswith("throughput"))
     assert -0.30 < throughput["change"] < -0.08, throughput
     assert "REGRESSED" in run.stderr and "with 95% confidence; noise" in run.stderr

@@ -16,7 +16,7 @@ from trt.server.core.errors import InvalidArgument, Unsupported
 from trt.server.core.extensions.statistics import Duration, ModelStatistics
 from trt.server.core.extensions.tracing import TransportPoints
 from trt.server.core.server import InferenceServer
-from trt.server.grpc import codec
+from trt.server.grpc import codec, compression
 from trt.server.grpc.app import Method, Reply, unary
 from trt.server.grpc.call import GrpcCall
 from trt.server.grpc.restrictions import CATEGORY_OF_RPC
@@ -155,7 +155,8 @@ class GrpcInferenceService:
             (call.opened_ns or decoding, time.perf_counter_ns()),
             codec.encode_infer_response,
         )
-        call.respond(reply)
+        # A large answer is deflated on a thread, as untraced ones are.
+        call.respond(await compression.deflated_reply(reply, call.response_encoding))
         sent()
         return None
 

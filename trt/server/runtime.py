@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import logging
 import os
+import resource
 import signal
 import socket
 import ssl
@@ -44,6 +45,8 @@ STOP_OVERRUN_S = 2.0
 # Front ends hold what is still unanswered this long past the exit timeout, so that the requests in
 # flight at the timeout are counted before they are cut (a worker's timeout starts a little later).
 CUT_MARGIN_S = 0.5
+# Fewer open files than this (after taking the hard limit) is said at start: one file per connection.
+LOW_OPEN_FILE_LIMIT = 4096
 
 
 @dataclass(frozen=True)
@@ -99,6 +102,7 @@ def _bind(endpoint: Endpoint, what: str, reuse_port: bool = False) -> socket.soc
 
 async def serve(options: ServeOptions, on_ready: Callable[[InferenceServer, dict[str, str]], None]) -> int:
     """Serve until a signal arrives; return the process exit code."""
+    raise_open_file_limit()
     core = InferenceServer(options.core)
     try:
         failures = await core.start()
@@ -307,6 +311,28 @@ async def _shutdown(
         )
         return False
     return True
+
+
+def raise_open_file_limit() -> None:
+    """Take the open-file limit up to its hard limit. Each connection is a file: at the soft limit
+    many hosts give a process (1,024), the loop accepts no more, and libuv resets the connections it
+    cannot take without a word in the log. A limit still low after this is said once, at start."""
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        wanted = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+        if soft != resource.RLIM_INFINITY and soft < wanted:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+            logger.debug("open-file limit raised from %d to %d", soft, wanted)
+            soft = wanted
+    except (ValueError, OSError) as exc:  # a hard limit the kernel will not grant (nr_open), or no rlimits
+        logger.debug("open-file limit left as it was: %s", exc)
+        return
+    if soft != resource.RLIM_INFINITY and soft < LOW_OPEN_FILE_LIMIT:
+        logger.warning(
+            "the open-file limit is %d (hard limit): connections beyond about that many are reset; "
+            "raise it (ulimit -n, or the container's nofile) to serve more clients",
+            soft,
+        )
 
 
 def _exit_now(code: int) -> NoReturn:

@@ -32,6 +32,7 @@ import typer
 from trt.cli.console import make_console
 from trt.cli.perf_genai import GenAIOutputs, build_options, run_genai_command
 from trt.cli.termination import interrupt_on_sigterm
+from trt.open_files import raise_open_file_limit
 from trt.perf.errors import OptionError, PerfError
 from trt.perf.gating import GateSettings, judge, options_for_levels
 from trt.perf.genai.options import EndpointType
@@ -222,6 +223,7 @@ def perf_command(
     --endpoint-type, a generative model's TTFT, inter-token latency and token throughput, as genai-perf."""
     out, err = make_console(stderr=json_output), make_console(stderr=True)
     interrupt_on_sigterm()  # so that its shared-memory regions are unregistered and removed
+    raise_open_file_limit()  # a connection per concurrent request, and its workers inherit it
     if service_kind == "openai" and endpoint_type is None:
         endpoint_type = EndpointType.CHAT
     if endpoint_type is not None:

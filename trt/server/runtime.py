@@ -11,7 +11,6 @@ import contextlib
 import dataclasses
 import logging
 import os
-import resource
 import signal
 import socket
 import ssl
@@ -21,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
+from trt.open_files import raise_open_file_limit
 from trt.server.core.options import CoreOptions
 from trt.server.core.server import InferenceServer, StartupError
 from trt.server.grpc.options import GrpcOptions
@@ -102,7 +102,7 @@ def _bind(endpoint: Endpoint, what: str, reuse_port: bool = False) -> socket.soc
 
 async def serve(options: ServeOptions, on_ready: Callable[[InferenceServer, dict[str, str]], None]) -> int:
     """Serve until a signal arrives; return the process exit code."""
-    raise_open_file_limit()
+    _open_file_limit()
     core = InferenceServer(options.core)
     try:
         failures = await core.start()
@@ -313,25 +313,15 @@ async def _shutdown(
     return True
 
 
-def raise_open_file_limit() -> None:
-    """Take the open-file limit up to its hard limit. Each connection is a file: at the soft limit
-    many hosts give a process (1,024), the loop accepts no more, and libuv resets the connections it
-    cannot take without a word in the log. A limit still low after this is said once, at start."""
-    try:
-        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        wanted = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
-        if soft != resource.RLIM_INFINITY and soft < wanted:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
-            logger.debug("open-file limit raised from %d to %d", soft, wanted)
-            soft = wanted
-    except (ValueError, OSError) as exc:  # a hard limit the kernel will not grant (nr_open), or no rlimits
-        logger.debug("open-file limit left as it was: %s", exc)
-        return
-    if soft != resource.RLIM_INFINITY and soft < LOW_OPEN_FILE_LIMIT:
+def _open_file_limit() -> None:
+    """Each connection is an open file: the limit goes up to the hard limit, and one that stays low
+    is said once, at start (past it, connections are reset without a word in the log)."""
+    limit = raise_open_file_limit()
+    if limit is not None and limit < LOW_OPEN_FILE_LIMIT:
         logger.warning(
             "the open-file limit is %d (hard limit): connections beyond about that many are reset; "
             "raise it (ulimit -n, or the container's nofile) to serve more clients",
-            soft,
+            limit,
         )
 
 

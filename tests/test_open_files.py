@@ -1,19 +1,22 @@
-"""``trt serve`` takes its open-file limit up to the hard limit: each connection is a file, and at a
-soft limit of 1,024 (many hosts' default) the connections past it were reset without a word in the log.
-A limit that stays low is said once, at start."""
+"""``trt serve`` and ``trt perf`` take their open-file limit up to the hard limit: each connection is a
+file, and at a soft limit of 1,024 (many hosts' default) the server reset the connections past it
+without a word in the log, and ``trt perf`` failed most requests of a high concurrency. A server limit
+that stays low is said once, at start."""
 
 from __future__ import annotations
 
 import http.client
+import json
 import resource
 import socket
+import subprocess
 import sys
 from pathlib import Path
 
 import psutil
 import pytest
 
-from tests.support import ServerProcess, write_simple
+from tests.support import ROOT, ServerProcess, write_simple
 
 CONNECTIONS = 400
 
@@ -66,5 +69,25 @@ def test_a_low_hard_limit_is_said_at_start(tmp_path: Path) -> None:
         connection = http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=10)
         connection.request("GET", "/v2/health/ready")
         assert connection.getresponse().status == 200
+    finally:
+        server.stop()
+
+
+@pytest.mark.skipif(
+    resource.getrlimit(resource.RLIMIT_NOFILE)[1] < 2 * CONNECTIONS, reason="hard limit too low"
+)
+def test_trt_perf_keeps_a_connection_per_concurrent_request_past_a_low_soft_limit(tmp_path: Path) -> None:
+    write_simple(tmp_path / "repo")
+    server = ServerProcess([tmp_path / "repo"]).start(tmp_path)
+    try:
+        perf = subprocess.run(
+            [*_under_ulimit("-Sn 256"), "perf", "-m", "simple", "-u", server.http_url,
+             "--concurrency", str(CONNECTIONS), "-p", "800", "-r", "3", "--json"],
+            cwd=ROOT, capture_output=True, text=True, timeout=180,
+        )  # fmt: skip
+        assert perf.returncode == 0, perf.stderr
+        (result,) = json.loads(perf.stdout)["results"]
+        assert result["error_count"] == 0, result.get("error_samples")
+        assert result["level"] == CONNECTIONS and result["request_count"] > CONNECTIONS
     finally:
         server.stop()

@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import AsyncIterator, Callable
@@ -404,3 +405,30 @@ async def running_core(repository: Path, *models: str) -> AsyncIterator[Inferenc
         yield core
     finally:
         await core.stop()
+
+
+def longest_health_wait_while(server: ServerProcess, action: Callable[[], None]) -> tuple[float, float]:
+    """(how long ``action`` took, the longest a health check of ``server`` waited meanwhile), in
+    seconds: whether the server's event loop went on answering while it did ``action``'s work."""
+    import tritonclient.http as httpclient
+
+    worst, stop = [0.0], threading.Event()
+
+    def check_health() -> None:
+        client = httpclient.InferenceServerClient(server.http_url)
+        while not stop.is_set():
+            began = time.perf_counter()
+            assert client.is_server_live()
+            worst[0] = max(worst[0], time.perf_counter() - began)
+            time.sleep(0.005)
+        client.close()
+
+    checker = threading.Thread(target=check_health, daemon=True)
+    checker.start()
+    time.sleep(0.3)
+    began = time.perf_counter()
+    action()
+    took = time.perf_counter() - began
+    stop.set()
+    checker.join(10)
+    return took, worst[0]

@@ -4,9 +4,7 @@ model for over a second (zlib lets go of the GIL while it works, so a thread fre
 
 from __future__ import annotations
 
-import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +12,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from tests.support import ServerProcess, save_onnx
+from tests.support import ServerProcess, longest_health_wait_while, save_onnx
 
 ELEMENTS = 8_000_000  # 32 MB of FP32, random: zlib finds nothing to shorten and works the longest
 
@@ -49,30 +47,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     proc.stop()
 
 
-def _worst_wait_while(server: ServerProcess, action: Callable[[], None]) -> tuple[float, float]:
-    """(how long ``action`` took, the longest a health check waited meanwhile), in seconds."""
-    worst, stop = [0.0], threading.Event()
-
-    def check_health() -> None:
-        client = httpclient.InferenceServerClient(server.http_url)
-        while not stop.is_set():
-            began = time.perf_counter()
-            assert client.is_server_live()
-            worst[0] = max(worst[0], time.perf_counter() - began)
-            time.sleep(0.005)
-        client.close()
-
-    checker = threading.Thread(target=check_health, daemon=True)
-    checker.start()
-    time.sleep(0.3)
-    began = time.perf_counter()
-    action()
-    took = time.perf_counter() - began
-    stop.set()
-    checker.join(10)
-    return took, worst[0]
-
-
 @pytest.fixture(scope="module")
 def data() -> np.ndarray:
     return np.random.default_rng(7).random(ELEMENTS, dtype=np.float32)
@@ -90,7 +64,7 @@ def test_a_large_gzip_answer_over_http_leaves_the_loop_free(server: ServerProces
         )
         answers.append(result.as_numpy("Y"))
 
-    took, worst = _worst_wait_while(server, infer)
+    took, worst = longest_health_wait_while(server, infer)
     assert np.array_equal(answers[0], data)
     assert worst < max(0.25 * took, 0.2), f"a health check waited {worst:.2f} s of a {took:.2f} s request"
 
@@ -106,6 +80,6 @@ def test_a_large_compressed_answer_over_grpc_leaves_the_loop_free(
     def infer() -> None:
         answers.append(client.infer("identity", [tensor], compression_algorithm="gzip").as_numpy("Y"))
 
-    took, worst = _worst_wait_while(server, infer)
+    took, worst = longest_health_wait_while(server, infer)
     assert np.array_equal(answers[0], data)
     assert worst < max(0.25 * took, 0.2), f"a health check waited {worst:.2f} s of a {took:.2f} s request"

@@ -7,7 +7,7 @@ import json
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +16,15 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tests.support import ServerProcess, add_sub_model, save_onnx, simple_inputs, wait_until, write_simple
+from tests.support import (
+    ServerProcess,
+    add_sub_model,
+    longest_health_wait_while,
+    save_onnx,
+    simple_inputs,
+    wait_until,
+    write_simple,
+)
 from trt.server.core.models.pushed_models import MAX_PUSHED_FILES
 
 CONFIG = {
@@ -342,29 +350,6 @@ def test_a_pushed_models_files_stay_until_its_requests_finish(
         client.unload_model("reads_its_file")
 
 
-def _worst_wait_while(server: ServerProcess, action: Callable[[], None]) -> tuple[float, float]:
-    """(how long ``action`` took, the longest any health check waited meanwhile), in seconds."""
-    worst, stop = [0.0], threading.Event()
-
-    def check_health() -> None:
-        client = httpclient.InferenceServerClient(server.http_url)
-        while not stop.is_set():
-            began = time.perf_counter()
-            assert client.is_server_live()
-            worst[0] = max(worst[0], time.perf_counter() - began)
-            time.sleep(0.005)
-
-    checker = threading.Thread(target=check_health, daemon=True)
-    checker.start()
-    time.sleep(0.3)
-    began = time.perf_counter()
-    action()
-    took = time.perf_counter() - began
-    stop.set()
-    checker.join(10)
-    return took, worst[0]
-
-
 def test_the_server_answers_others_while_a_push_is_written(
     explicit_server: tuple[ServerProcess, Path], onnx_bytes: bytes
 ) -> None:
@@ -375,7 +360,7 @@ def test_the_server_answers_others_while_a_push_is_written(
     files = {"file:1/model.onnx": onnx_bytes}
     files.update({f"file:1/assets/{i // 500}/{i}.txt": b"asset" for i in range(5000)})
     config = json.dumps({**CONFIG, "name": "many_files"})
-    took, worst = _worst_wait_while(
+    took, worst = longest_health_wait_while(
         server, lambda: client.load_model("many_files", config=config, files=files)
     )
     assert client.is_model_ready("many_files")

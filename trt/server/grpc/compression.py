@@ -33,10 +33,8 @@ class Deflated(bytes):
     """A message as it travels compressed: a request's not yet inflated, or an answer already deflated."""
 
 
-async def inflated(message: bytes | memoryview, encoding: str | None, limit: int) -> bytes | memoryview:
-    """A request message as its handler takes it: a ``Deflated`` one inflated on a thread."""
-    if type(message) is not Deflated:
-        return message
+async def inflated(message: Deflated, encoding: str | None, limit: int) -> bytes:
+    """A large request message as its handler takes it, inflated on a thread."""
     assert encoding is not None
     return await asyncio.to_thread(decompress, message, encoding, limit)
 

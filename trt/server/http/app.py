@@ -25,7 +25,7 @@ from trt.server.header_forwarding import HeaderForwarding
 from trt.server.http import codec, compression, generate
 from trt.server.http.header_numbers import inference_header_length
 from trt.server.http.messages import HttpRequest, HttpResponse, close_stream
-from trt.server.http.model_push import load_parameters, read_repository_body
+from trt.server.http.model_push import load_parameters
 from trt.server.http.statistics import statistics_json
 from trt.server.restrictions import Restrictions
 
@@ -370,7 +370,7 @@ class HttpApp:
         _allow(request.method, "POST")
         repository, action, model_name, model_action = match.groups()
         raw = await self._body(request)
-        body = await read_repository_body(raw)
+        body = _parse_json_object(raw)
         if action == "index":
             ready = body.get("ready", False)
             if not isinstance(ready, bool):

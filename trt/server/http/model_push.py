@@ -1,12 +1,12 @@
 """The body of a repository ``load`` request: its ``config`` and its ``file:<path>`` contents, which HTTP
 carries base64-encoded inside JSON, as tritonclient sends them.
 
-A push of model files is tens of megabytes: parsing and decoding a 40 MB file's request took about
-0.3 s, during which the event loop answered nobody, on any model. Bodies past ``OFF_LOOP_BYTES`` are
-therefore read on a thread; smaller ones (every unload, most loads) in place, where a thread would
-cost more than it saves. A thread alone is not enough: base64 decoding holds the GIL for the whole
-string (0.18 s for 40 MB), so the contents are decoded a slice at a time, and the loop takes its turn
-between slices. The JSON parse is one call and still holds it (about 0.1 s for 50 MB).
+A push of model files is tens of megabytes: decoding a 40 MB file's base64 took 0.18 s, during which
+the event loop answered nobody, on any model. The files of a body past ``OFF_LOOP_BYTES`` are therefore
+decoded on a thread, and a slice at a time, since ``b64decode`` holds the GIL for the whole string: the
+loop takes its turn between slices. Smaller bodies (every unload, most loads) are decoded in place,
+where a thread would cost more than it saves. The body's JSON parse stays on the loop: orjson holds
+the GIL for the one call (about 0.1 s for 50 MB), so a thread would not free it.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from trt.server.core.errors import InvalidArgument
-from trt.server.http import codec
 
 OFF_LOOP_BYTES = 1 << 20
 _SLICE_CHARS = 1 << 20  # of base64: about 3 ms of decoding; a multiple of 4, so slices hold whole quartets
@@ -30,22 +29,11 @@ class LoadParameters:
     files: dict[str, bytes]
 
 
-async def read_repository_body(body: bytes) -> dict[str, Any]:
-    """The JSON object of a repository request; empty means no settings."""
-    if len(body) > OFF_LOOP_BYTES:
-        return await asyncio.to_thread(_parse_object, body)
-    return _parse_object(body)
-
-
 async def load_parameters(parameters: dict[str, Any], body_bytes: int) -> LoadParameters:
     """``config`` and the decoded ``file:`` parameters of a load request of ``body_bytes``."""
     if body_bytes > OFF_LOOP_BYTES:
         return await asyncio.to_thread(_decode, parameters)
     return _decode(parameters)
-
-
-def _parse_object(body: bytes) -> dict[str, Any]:
-    return codec.parse_json_object(body) if body.strip() else {}
 
 
 def _decode(parameters: dict[str, Any]) -> LoadParameters:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from trt.protos import model_config_pb2
 from trt.server.core import devices
-from trt.server.core.backends.base import ModelFiles
+from trt.server.core.backends.base import Backend, ModelFiles
 from trt.server.core.backends.registry import (
     ENSEMBLE_PLATFORM,
     BackendEntry,
@@ -240,7 +240,12 @@ class ModelCheck:
         self.result.config = config
         self.report.backend = config.backend
         self.report.versions = versions
-        missing = _unavailable(entry)
+        backend: Backend | None = None
+        missing: BackendUnavailable | None = None
+        try:
+            backend = get_backend(entry)
+        except BackendUnavailable as exc:
+            missing = exc
         # Auto-complete, which needs the backend, would have read these from the model file.
         from_file = (
             {"input", "output"} if missing is not None and self.options.auto_complete_config else set()
@@ -249,9 +254,10 @@ class ModelCheck:
         for problem in config_problems(config):
             if problem.field not in unchecked:
                 self.add_error(problem)
-        if missing is None:
-            self._check_files(config, versions, available)
+        if backend is not None:
+            self._check_files(config, versions, available, backend)
         else:
+            assert missing is not None
             self._check_without_backend(config, versions, available, entry, missing, unchecked)
         self._check_settings(config, completed=not from_file)
         return self.result
@@ -338,13 +344,10 @@ class ModelCheck:
         self.add(Severity.ERROR, f"no version folder{hint}", "layout", file=model_dir)
         return False
 
-    def _check_files(self, config: Config, versions: list[int], available: dict[int, Path]) -> None:
+    def _check_files(
+        self, config: Config, versions: list[int], available: dict[int, Path], backend: Backend
+    ) -> None:
         """The backend's check of the config against every selected version's file."""
-        try:
-            backend = get_backend(resolve_entry(config, [available[v] for v in versions]))
-        except ServerError as exc:
-            self.add_error(exc)
-            return
         for version in versions:
             files = ModelFiles(self.location.name, version, self.location.path, available[version])
             prefix = f"version {version}: " if len(versions) > 1 else ""
@@ -430,15 +433,6 @@ class ModelCheck:
                         "config",
                         f"instance_group[{index}].kind",
                     )
-
-
-def _unavailable(entry: BackendEntry) -> BackendUnavailable | None:
-    """Why ``entry``'s backend cannot be used here (not installed), or None when it can."""
-    try:
-        get_backend(entry)
-    except BackendUnavailable as exc:
-        return exc
-    return None
 
 
 def _model_file_present(config: Config, files: ModelFiles, entry: BackendEntry) -> None:

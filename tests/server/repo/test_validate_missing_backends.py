@@ -1,22 +1,27 @@
-"""``trt repo validate`` on a machine without a model's backend (TensorRT engines checked in CPU CI):
-the missing backend is an error, or with ``--allow-missing-backends`` a note, and either way the rest
-of the model is still checked: its config's rules, each version's model file, its ensembles. Inputs
-and outputs a config leaves to auto-complete (read from the engine) are not called missing."""
+"""``trt repo validate`` on a machine without a model's backend (TensorRT engines checked in CPU CI, or
+a base install without torch): the missing backend is an error, or with ``--allow-missing-backends`` a
+note, and either way the rest of the model is still checked: its config's rules, each version's model
+file, its ensembles. Inputs and outputs a config leaves to auto-complete (read from the engine) are not
+called missing."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from tests.server.repo.test_validate import run_trt
-from tests.support import write_one_step_ensemble
+from tests.support import ROOT, write_one_step_ensemble
 from trt.server.repo.findings import Severity
 from trt.server.repo.validate import validate_repository
 
-pytestmark = pytest.mark.skipif(
+without_tensorrt = pytest.mark.skipif(
     importlib.util.find_spec("tensorrt") is not None, reason="TensorRT is installed: no backend is missing"
 )
 
@@ -35,6 +40,7 @@ def _engine(repo: Path, name: str, config: str, versions: tuple[int, ...] = (1,)
     (repo / name / "config.pbtxt").write_text(f'platform: "tensorrt_plan"\nmax_batch_size: 8\n{config}')
 
 
+@without_tensorrt
 def test_a_missing_backend_is_an_error_and_the_rest_is_still_checked(tmp_path: Path) -> None:
     broken = (
         ENGINE_TENSORS + "dynamic_batching { preferred_batch_size: [ 16 ] }\nversion_policy { all { } }\n"
@@ -54,6 +60,7 @@ def test_a_missing_backend_is_an_error_and_the_rest_is_still_checked(tmp_path: P
     assert len(findings) == 3
 
 
+@without_tensorrt
 def test_allowed_it_is_a_note_and_the_exit_status_says_ok(tmp_path: Path) -> None:
     _engine(tmp_path, "engine", ENGINE_TENSORS)
     refused = run_trt("repo", "validate", str(tmp_path))
@@ -70,6 +77,7 @@ def test_allowed_it_is_a_note_and_the_exit_status_says_ok(tmp_path: Path) -> Non
     assert note["message"].endswith("checked without it: the model file was not opened")
 
 
+@without_tensorrt
 def test_allowed_a_missing_model_file_is_still_an_error(tmp_path: Path) -> None:
     _engine(tmp_path, "engine", ENGINE_TENSORS)
     (tmp_path / "engine" / "1" / "model.plan").rename(tmp_path / "engine" / "1" / "engine.plan")
@@ -80,6 +88,7 @@ def test_allowed_a_missing_model_file_is_still_an_error(tmp_path: Path) -> None:
     assert "engine.plan" in errors[0]  # the file that is there instead, named
 
 
+@without_tensorrt
 def test_tensors_left_to_auto_complete_and_the_ensembles_that_run_them_are_not_faulted(
     tmp_path: Path,
 ) -> None:
@@ -102,9 +111,37 @@ def test_tensors_left_to_auto_complete_and_the_ensembles_that_run_them_are_not_f
     }
 
 
+@without_tensorrt
 def test_an_ensemble_step_with_known_tensors_is_still_checked_against_them(tmp_path: Path) -> None:
     _engine(tmp_path, "engine", ENGINE_TENSORS.replace("TYPE_INT32", "TYPE_FP32"))
     write_one_step_ensemble(tmp_path, "pipeline", "engine")
     report = validate_repository([tmp_path], allow_missing_backends=True)
     assert report.errors > 0
     assert all(f.model == "pipeline" for f in report.all_findings() if f.severity == Severity.ERROR)
+
+
+def test_a_backend_whose_library_is_missing_is_found_when_it_opens_the_file(tmp_path: Path) -> None:
+    """The PyTorch backend's module imports without torch; only opening the model file needs it, so
+    the missing library shows at the file's check (a base install validating the example repository)."""
+    shadow = tmp_path / "shadow"
+    shadow.mkdir()
+    (shadow / "torch.py").write_text('raise ModuleNotFoundError("No module named \'torch\'", name="torch")\n')
+    repo = tmp_path / "repo"
+    shutil.copytree(ROOT / "model_repository" / "torch_mlp", repo / "torch_mlp")
+
+    def validate(*flags: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "trt", "repo", "validate", str(repo), "--json", *flags],
+            cwd=ROOT, capture_output=True, text=True, timeout=240,
+            env={**os.environ, "PYTHONPATH": str(shadow)},
+        )  # fmt: skip
+
+    refused = validate()
+    assert refused.returncode == 1
+    (error,) = json.loads(refused.stdout)["findings"]
+    assert error["severity"] == "error" and "--allow-missing-backends makes this a note" in error["message"]
+    allowed = validate("--allow-missing-backends")
+    assert allowed.returncode == 0, allowed.stdout
+    (note,) = json.loads(allowed.stdout)["findings"]
+    assert note["severity"] == "note"
+    assert note["message"].startswith("backend 'pytorch' is not available: torch is not installed")

@@ -229,10 +229,16 @@ class ModelCheck:
         readable, written = self._read_config()
         if not readable or not self._check_versions():
             return self.result
+        name, folder = self.location.name, self.location.path
+        missing: BackendUnavailable | None = None
         try:  # the parsed file goes in as the loader's override, so it is read once
-            config, versions, available = effective_config(
-                self.location.name, self.location.path, self.options, written, backend_needed=False
-            )
+            try:
+                config, versions, available = effective_config(name, folder, self.options, written)
+            except BackendUnavailable as exc:  # checked without it: the config as written
+                missing = exc
+                config, versions, available = effective_config(
+                    name, folder, self.options, written, backend_needed=False
+                )
             entry = resolve_entry(config, [available[v] for v in versions])
         except ServerError as exc:
             self.add_error(exc)
@@ -240,12 +246,6 @@ class ModelCheck:
         self.result.config = config
         self.report.backend = config.backend
         self.report.versions = versions
-        backend: Backend | None = None
-        missing: BackendUnavailable | None = None
-        try:
-            backend = get_backend(entry)
-        except BackendUnavailable as exc:
-            missing = exc
         # Auto-complete, which needs the backend, would have read these from the model file.
         from_file = (
             {"input", "output"} if missing is not None and self.options.auto_complete_config else set()
@@ -254,10 +254,9 @@ class ModelCheck:
         for problem in config_problems(config):
             if problem.field not in unchecked:
                 self.add_error(problem)
-        if backend is not None:
-            self._check_files(config, versions, available, backend)
-        else:
-            assert missing is not None
+        if missing is None:  # a backend may still need a library of its own to open the model file
+            missing = self._check_files(config, versions, available, get_backend(entry))
+        if missing is not None:
             self._check_without_backend(config, versions, available, entry, missing, unchecked)
         self._check_settings(config, completed=not from_file)
         return self.result
@@ -346,19 +345,23 @@ class ModelCheck:
 
     def _check_files(
         self, config: Config, versions: list[int], available: dict[int, Path], backend: Backend
-    ) -> None:
-        """The backend's check of the config against every selected version's file."""
+    ) -> BackendUnavailable | None:
+        """The backend's check of the config against every selected version's file; what it lacks
+        here to open them (torch, for TorchScript), if it does."""
         for version in versions:
             files = ModelFiles(self.location.name, version, self.location.path, available[version])
             prefix = f"version {version}: " if len(versions) > 1 else ""
             try:
                 if self.open_model_files:
                     backend.validate(config, files)
+            except BackendUnavailable as exc:
+                return exc
             except ServerError as exc:
                 self.add_error(exc, prefix=prefix)
             if config.backend == "python":
                 self._check_python_file(files.artifact(config, "model.py"))
         self._check_data_files(config)
+        return None
 
     def _check_data_files(self, config: Config) -> None:
         """The files and tensors a config names beside the model: labels, warm-up, initial states."""

@@ -128,8 +128,9 @@ def effective_config(
 ) -> tuple[Config, list[int], dict[int, Path]]:
     """The config after auto-complete and defaults, not yet checked against the rules (``trt repo
     validate`` reports every broken rule rather than the first). Without ``backend_needed``, a backend
-    not installed here leaves the config as written (nothing auto-completed) instead of raising:
-    ``trt repo validate --allow-missing-backends`` checks the rest."""
+    not installed here (its module, or the library its auto-complete opens the model file with) leaves
+    the config as written, nothing auto-completed, instead of raising: ``trt repo validate`` checks
+    the rest."""
     config = read_model_config(name, model_dir, override, options.model_config_name)
     run_load_agents(config, model_dir)  # as Triton, before the config is completed
     available = version_folders(model_dir)
@@ -137,17 +138,17 @@ def effective_config(
         raise ModelLoadError(f"model '{name}' has no version folder; put the model file in '{model_dir}/1/'")
     versions = select_versions(config, available)
     entry = resolve_entry(config, [available[v] for v in versions])
-    try:
-        backend = get_backend(entry)
-    except BackendUnavailable:
-        if backend_needed:
-            raise
-        backend = None
     latest = versions[-1]
     files = ModelFiles(name, latest, model_dir, available[latest])
-    if options.auto_complete_config and backend is not None:
-        backend.auto_complete(config, files, options.default_max_batch_size)
-        _hide_sequence_tensors(config)
+    if options.auto_complete_config:
+        try:
+            get_backend(entry).auto_complete(config, files, options.default_max_batch_size)
+            _hide_sequence_tensors(config)
+        except BackendUnavailable:
+            if backend_needed:
+                raise
+    elif backend_needed:
+        get_backend(entry)  # a backend not installed fails the load here, as with auto-complete
     if config.model_transaction_policy.decoupled and not entry.decoupled:
         raise ModelConfigError(
             f"model_transaction_policy decoupled needs a backend that can send many responses per request "

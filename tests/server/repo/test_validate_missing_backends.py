@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.server.repo.test_validate import run_trt
-from tests.support import ROOT, write_one_step_ensemble
+from tests.support import ROOT, write_one_step_ensemble, write_python_model
 from trt.server.repo.findings import Severity
 from trt.server.repo.validate import validate_repository
 
@@ -145,3 +145,56 @@ def test_a_backend_whose_library_is_missing_is_found_when_it_opens_the_file(tmp_
     (note,) = json.loads(allowed.stdout)["findings"]
     assert note["severity"] == "note"
     assert note["message"].startswith("backend 'pytorch' is not available: torch is not installed")
+
+
+NEEDS_TOKENIZERS = """
+class TritonPythonModel:
+    def initialize(self, args):
+        import tokenizers  # noqa: F401  (the genai extra)
+
+    def execute(self, requests):
+        return []
+"""
+
+ADD_SUB_INT32 = """
+backend: "python"
+max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 16 ] } ]
+input [ { name: "INPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] } ]
+"""
+
+
+def test_a_python_models_missing_extra_found_at_load_is_a_note_and_so_is_its_ensemble(tmp_path: Path) -> None:
+    shadow = tmp_path / "shadow"
+    shadow.mkdir()
+    (shadow / "tokenizers.py").write_text(
+        'raise ModuleNotFoundError("No module named \'tokenizers\'", name="tokenizers")\n'
+    )
+    repo = tmp_path / "repo"
+    write_python_model(repo, "tokenizing", NEEDS_TOKENIZERS, ADD_SUB_INT32)
+    write_one_step_ensemble(repo, "pipeline", "tokenizing")
+
+    def validate(*flags: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "trt", "repo", "validate", str(repo), "--load", "--json", *flags],
+            cwd=ROOT, capture_output=True, text=True, timeout=240,
+            env={**os.environ, "PYTHONPATH": str(shadow)},
+        )  # fmt: skip
+
+    refused = validate()
+    assert refused.returncode == 1
+    errors = {f["model"] for f in json.loads(refused.stdout)["findings"] if f["severity"] == "error"}
+    assert "tokenizing" in errors
+    allowed = validate("--allow-missing-backends")
+    assert allowed.returncode == 0, allowed.stdout
+    notes = {(f["model"], f["severity"], f["message"]) for f in json.loads(allowed.stdout)["findings"]}
+    assert notes == {
+        (
+            "tokenizing",
+            "note",
+            "not loaded: failed to load 'tokenizing': model.py needs tokenizers, which is not installed; "
+            "install it with: pip install 'trt-serve[genai]'",
+        ),
+        ("pipeline", "note", "not loaded: its step model 'tokenizing' cannot load here"),
+    }

@@ -19,7 +19,7 @@ import numpy as np
 
 from trt.protos import model_config_pb2
 from trt.server.core.datatypes import config_to_wire, numpy_to_wire, wire_to_numpy
-from trt.server.core.errors import ServerError
+from trt.server.core.errors import BackendUnavailable, ServerError
 from trt.server.core.models.repository import ModelRepository
 from trt.server.core.models.table import ModelKey
 from trt.server.core.models.warmup import warmup_samples
@@ -43,14 +43,16 @@ def _unloadable_here(checked: dict[ModelKey, CheckedModel]) -> dict[ModelKey, st
     while grew:
         grew = False
         for key, model in checked.items():
-            if key in unloadable or model.config is None:
-                continue
-            for step in model.config.ensemble_scheduling.step:
-                if any(other.name == step.model_name for other in unloadable):
-                    unloadable[key] = f"its step model '{step.model_name}' cannot load here"
-                    grew = True
-                    break
+            if key not in unloadable and (step := _blocked_step(model, unloadable)) is not None:
+                unloadable[key] = f"its step model '{step}' cannot load here"
+                grew = True
     return unloadable
+
+
+def _blocked_step(model: CheckedModel, unloadable: dict[ModelKey, str]) -> str | None:
+    """The first step model of ``model``'s ensemble that cannot load here, if any."""
+    steps = model.config.ensemble_scheduling.step if model.config is not None else ()
+    return next((s.model_name for s in steps if any(k.name == s.model_name for k in unloadable)), None)
 
 
 def load_and_infer(
@@ -58,8 +60,12 @@ def load_and_infer(
     checked: dict[ModelKey, CheckedModel],
     wanted: list[ModelKey],
     options: CoreOptions,
+    allow_missing_backends: bool = False,
 ) -> None:
-    asyncio.run(_load_and_infer(repository, checked, wanted, options))
+    """Load and try each sound model; with ``allow_missing_backends``, one that cannot load for want
+    of a package (a Python model's extra, found only as it starts) is a note, and so are the ensembles
+    that run it."""
+    asyncio.run(_load_and_infer(repository, checked, wanted, options, allow_missing_backends))
 
 
 async def _load_and_infer(
@@ -67,6 +73,7 @@ async def _load_and_infer(
     checked: dict[ModelKey, CheckedModel],
     wanted: list[ModelKey],
     options: CoreOptions,
+    allow_missing_backends: bool,
 ) -> None:
 
     core = InferenceServer(
@@ -93,10 +100,18 @@ async def _load_and_infer(
         ensembles_last = sorted(sound, key=lambda key: checked[key].config.platform == "ensemble")  # type: ignore[union-attr]
         for key in ensembles_last:
             model = checked[key]
+            if (step := _blocked_step(model, unloadable)) is not None:
+                unloadable[key] = f"its step model '{step}' cannot load here"
+                note(model, repository, Severity.NOTE, f"not loaded: {unloadable[key]}", "load")
+                continue
             try:
                 await core.models.load_key(key)
                 model.report.loaded = True
             except ServerError as exc:
+                if allow_missing_backends and isinstance(exc, BackendUnavailable):
+                    unloadable[key] = exc.message
+                    note(model, repository, Severity.NOTE, f"not loaded: {exc.message}", "load")
+                    continue
                 model.report.loaded = False
                 note(model, repository, Severity.ERROR, exc.message, "load")
         for key in wanted:

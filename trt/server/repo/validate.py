@@ -109,7 +109,7 @@ def validate_repository(
                 note(entry, repository, Severity.ERROR, problem.message, "ensemble", problem.field)
     report.models = [checked[key].report for key in wanted]
     if load:
-        load_and_infer(repository, checked, wanted, options)
+        load_and_infer(repository, checked, wanted, options, allow_missing_backends)
     return report
 
 

@@ -3,6 +3,7 @@ rendered in Jinja's sandbox, read only from inside the model's folder, within si
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from tests.server.openai.test_chat import RENDERED
 from tests.support import ROOT
 from trt.server.openai.errors import OpenAIError
 from trt.server.openai.schemas import ChatMessage
-from trt.server.openai.tokenizer import MAX_TEXT_BYTES, ModelTokenizer, tokenizer_folder
+from trt.server.openai.tokenizer import MAX_TEXT_BYTES, OFF_LOOP_CHARS, ModelTokenizer, tokenizer_folder
 
 EXAMPLE = ROOT / "model_repository" / "tiny_llm" / "1"
 MESSAGES = (ChatMessage("system", "You are terse."), ChatMessage("user", "Name a port."))
@@ -37,15 +38,28 @@ def test_the_example_models_template_renders_the_conversation() -> None:
 def test_tokens_are_counted_with_the_models_tokenizer() -> None:
     tokenizer = Tokenizer.from_file(str(EXAMPLE / "tokenizer.json"))
     counted = ModelTokenizer("tiny_llm", EXAMPLE, None)
-    assert counted.count("hello there", with_special_tokens=True) == len(tokenizer.encode("hello there").ids)
-    assert counted.count("hello there", with_special_tokens=False) == len(
+    assert asyncio.run(counted.count("hello there", with_special_tokens=True)) == len(
+        tokenizer.encode("hello there").ids
+    )
+    assert asyncio.run(counted.count("hello there", with_special_tokens=False)) == len(
         tokenizer.encode("hello there", add_special_tokens=False).ids
     )
 
 
+def test_a_long_text_is_counted_the_same_off_the_event_loop() -> None:
+    """Past OFF_LOOP_CHARS the text goes to a thread (encode_batch lets go of the GIL): same count."""
+    tokenizer = Tokenizer.from_file(str(EXAMPLE / "tokenizer.json"))
+    long_text = "hello there, general kenobi. " * (OFF_LOOP_CHARS // 10)
+    assert len(long_text) > OFF_LOOP_CHARS
+    counted = ModelTokenizer("tiny_llm", EXAMPLE, None)
+    for special in (True, False):
+        expected = len(tokenizer.encode(long_text, add_special_tokens=special).ids)
+        assert asyncio.run(counted.count(long_text, with_special_tokens=special)) == expected
+
+
 def test_without_a_tokenizer_nothing_is_counted(tmp_path: Path) -> None:
-    assert ModelTokenizer("m", _folder(tmp_path), None).count("hello", with_special_tokens=True) is None
-    assert ModelTokenizer("m", None, None).count("hello", with_special_tokens=True) is None
+    for tokenizer in (ModelTokenizer("m", _folder(tmp_path), None), ModelTokenizer("m", None, None)):
+        assert asyncio.run(tokenizer.count("hello", with_special_tokens=True)) is None
 
 
 def test_the_template_sees_the_special_tokens_and_named_templates_pick_default(tmp_path: Path) -> None:

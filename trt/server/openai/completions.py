@@ -52,14 +52,14 @@ class _Tally:
         if generated.completion_tokens is not None:
             self.completion_tokens = (self.completion_tokens or 0) + generated.completion_tokens
 
-    def usage(self, job: Job) -> Usage | None:
+    async def usage(self, job: Job) -> Usage | None:
         """The model's own counts; else the tokenizer's; else none (never a guess)."""
         prompt = self.prompt_tokens
         if prompt is None:
-            prompt = job.tokenizer.count(job.prompt, with_special_tokens=True)
+            prompt = await job.tokenizer.count(job.prompt, with_special_tokens=True)
         completion = self.completion_tokens
         if completion is None:
-            completion = job.tokenizer.count("".join(self.texts), with_special_tokens=False)
+            completion = await job.tokenizer.count("".join(self.texts), with_special_tokens=False)
         if prompt is None or completion is None:
             return None
         return Usage(prompt, completion)
@@ -75,7 +75,7 @@ async def answer(
         async for generated in answers:
             tally.add(generated)
         body = job.completion.body(
-            job.echo + "".join(tally.texts), tally.finish_reason or "stop", tally.usage(job)
+            job.echo + "".join(tally.texts), tally.finish_reason or "stop", await tally.usage(job)
         )
         return HttpResponse(200, body, JSON_HEADERS)
     try:
@@ -104,7 +104,7 @@ async def _events(
         if tally.finish_reason is None:  # the model did not say why it ended: it ended
             yield completion.chunk("", "stop")
         if job.include_usage:
-            usage = tally.usage(job)
+            usage = await tally.usage(job)
             if usage is not None:
                 yield completion.usage_chunk(usage)
     except ServerError as exc:

@@ -91,7 +91,7 @@ async def answer(
         data.append(
             {"object": "embedding", "index": index, "embedding": _encoded(result.vector, request.base64)}
         )
-        counts.append(_prompt_tokens(item, result, tokenizer))
+        counts.append(await _prompt_tokens(item, result, tokenizer))
     usage = None
     if all(count is not None for count in counts):
         total = sum(count for count in counts if count is not None)
@@ -141,10 +141,12 @@ def _encoded(vector: list[float], as_base64: bool) -> list[float] | str:
     return base64.b64encode(np.asarray(vector, dtype="<f4").tobytes()).decode("ascii")
 
 
-def _prompt_tokens(item: str | tuple[int, ...], result: _Embedded, tokenizer: ModelTokenizer) -> int | None:
+async def _prompt_tokens(
+    item: str | tuple[int, ...], result: _Embedded, tokenizer: ModelTokenizer
+) -> int | None:
     """The model's count; else the count of the token ids given; else the tokenizer's; else none."""
     if result.prompt_tokens is not None:
         return result.prompt_tokens
     if not isinstance(item, str):
         return len(item)
-    return tokenizer.count(item, with_special_tokens=True)
+    return await tokenizer.count(item, with_special_tokens=True)

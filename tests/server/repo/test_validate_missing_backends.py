@@ -120,27 +120,31 @@ def test_an_ensemble_step_with_known_tensors_is_still_checked_against_them(tmp_p
     assert all(f.model == "pipeline" for f in report.all_findings() if f.severity == Severity.ERROR)
 
 
+def _validate_without(module: str, repo: Path, *flags: str) -> subprocess.CompletedProcess[str]:
+    """``trt repo validate REPO --json FLAGS`` where ``module`` fails to import as it does where it is
+    not installed (a shadow module first on PYTHONPATH, for the model processes too)."""
+    shadow = repo.parent / f"without_{module}"
+    shadow.mkdir(exist_ok=True)
+    (shadow / f"{module}.py").write_text(
+        f'raise ModuleNotFoundError("No module named \'{module}\'", name="{module}")\n'
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "trt", "repo", "validate", str(repo), "--json", *flags],
+        cwd=ROOT, capture_output=True, text=True, timeout=240,
+        env={**os.environ, "PYTHONPATH": str(shadow)},
+    )  # fmt: skip
+
+
 def test_a_backend_whose_library_is_missing_is_found_when_it_opens_the_file(tmp_path: Path) -> None:
     """The PyTorch backend's module imports without torch; only opening the model file needs it, so
     the missing library shows at the file's check (a base install validating the example repository)."""
-    shadow = tmp_path / "shadow"
-    shadow.mkdir()
-    (shadow / "torch.py").write_text('raise ModuleNotFoundError("No module named \'torch\'", name="torch")\n')
     repo = tmp_path / "repo"
     shutil.copytree(ROOT / "model_repository" / "torch_mlp", repo / "torch_mlp")
-
-    def validate(*flags: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "trt", "repo", "validate", str(repo), "--json", *flags],
-            cwd=ROOT, capture_output=True, text=True, timeout=240,
-            env={**os.environ, "PYTHONPATH": str(shadow)},
-        )  # fmt: skip
-
-    refused = validate()
+    refused = _validate_without("torch", repo)
     assert refused.returncode == 1
     (error,) = json.loads(refused.stdout)["findings"]
     assert error["severity"] == "error" and "--allow-missing-backends makes this a note" in error["message"]
-    allowed = validate("--allow-missing-backends")
+    allowed = _validate_without("torch", repo, "--allow-missing-backends")
     assert allowed.returncode == 0, allowed.stdout
     (note,) = json.loads(allowed.stdout)["findings"]
     assert note["severity"] == "note"
@@ -166,27 +170,14 @@ output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] } ]
 
 
 def test_a_python_models_missing_extra_found_at_load_is_a_note_and_so_is_its_ensemble(tmp_path: Path) -> None:
-    shadow = tmp_path / "shadow"
-    shadow.mkdir()
-    (shadow / "tokenizers.py").write_text(
-        'raise ModuleNotFoundError("No module named \'tokenizers\'", name="tokenizers")\n'
-    )
     repo = tmp_path / "repo"
     write_python_model(repo, "tokenizing", NEEDS_TOKENIZERS, ADD_SUB_INT32)
     write_one_step_ensemble(repo, "pipeline", "tokenizing")
-
-    def validate(*flags: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "trt", "repo", "validate", str(repo), "--load", "--json", *flags],
-            cwd=ROOT, capture_output=True, text=True, timeout=240,
-            env={**os.environ, "PYTHONPATH": str(shadow)},
-        )  # fmt: skip
-
-    refused = validate()
+    refused = _validate_without("tokenizers", repo, "--load")
     assert refused.returncode == 1
     errors = {f["model"] for f in json.loads(refused.stdout)["findings"] if f["severity"] == "error"}
     assert "tokenizing" in errors
-    allowed = validate("--allow-missing-backends")
+    allowed = _validate_without("tokenizers", repo, "--load", "--allow-missing-backends")
     assert allowed.returncode == 0, allowed.stdout
     notes = {(f["model"], f["severity"], f["message"]) for f in json.loads(allowed.stdout)["findings"]}
     assert notes == {

@@ -12,8 +12,8 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AbstractContextManager, asynccontextmanager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -410,25 +410,53 @@ async def running_core(repository: Path, *models: str) -> AsyncIterator[Inferenc
 def longest_health_wait_while(server: ServerProcess, action: Callable[[], None]) -> tuple[float, float]:
     """(how long ``action`` took, the longest a health check of ``server`` waited meanwhile), in
     seconds: whether the server's event loop went on answering while it did ``action``'s work."""
-    import tritonclient.http as httpclient
 
+    @contextmanager
+    def health_checks() -> Iterator[Callable[[], object]]:
+        import tritonclient.http as httpclient
+
+        client = httpclient.InferenceServerClient(server.http_url)
+        try:
+            yield client.is_server_live
+        finally:
+            client.close()
+
+    return longest_wait_while(health_checks, action)
+
+
+def longest_metrics_wait_while(server: ServerProcess, action: Callable[[], None]) -> tuple[float, float]:
+    """As ``longest_health_wait_while``, probing the metrics port, which the core process serves
+    itself even with front-end workers: whether the core's event loop went on answering."""
+    url = f"http://127.0.0.1:{server.metrics_port}/metrics"
+
+    def scrape() -> bytes:
+        with urllib.request.urlopen(url, timeout=30) as answer:
+            return bytes(answer.read())
+
+    return longest_wait_while(lambda: nullcontext(scrape), action)
+
+
+def longest_wait_while(
+    probes: Callable[[], AbstractContextManager[Callable[[], object]]], action: Callable[[], None]
+) -> tuple[float, float]:
+    """(how long ``action`` took, the longest a probe took meanwhile): the probe comes from ``probes``
+    on a thread of its own (a client is used and closed where it was made), called every 5 ms."""
     worst, stop = [0.0], threading.Event()
 
-    def check_health() -> None:
-        client = httpclient.InferenceServerClient(server.http_url)
-        while not stop.is_set():
-            began = time.perf_counter()
-            assert client.is_server_live()
-            worst[0] = max(worst[0], time.perf_counter() - began)
-            time.sleep(0.005)
-        client.close()
+    def keep_probing() -> None:
+        with probes() as probe:
+            while not stop.is_set():
+                began = time.perf_counter()
+                assert probe()
+                worst[0] = max(worst[0], time.perf_counter() - began)
+                time.sleep(0.005)
 
-    checker = threading.Thread(target=check_health, daemon=True)
-    checker.start()
+    prober = threading.Thread(target=keep_probing, daemon=True)
+    prober.start()
     time.sleep(0.3)
     began = time.perf_counter()
     action()
     took = time.perf_counter() - began
     stop.set()
-    checker.join(10)
+    prober.join(10)
     return took, worst[0]

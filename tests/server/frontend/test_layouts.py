@@ -11,8 +11,10 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import numpy as np
+import orjson
 import pytest
 import tritonclient.http as httpclient
+from tritonclient.utils import np_to_triton_dtype
 
 from tests.support import running_core, write_simple
 from trt.server.frontend import messages as m
@@ -32,6 +34,7 @@ from trt.server.frontend.layouts import (
 )
 from trt.server.frontend.serving import WorkerSession
 from trt.server.http.app import HttpApp
+from trt.server.http.limits import DEFAULT_MAX_BODY_SIZE as MAX_BODY
 from trt.server.http.messages import HttpRequest, HttpResponse
 from trt.server.restrictions import Restrictions
 
@@ -43,6 +46,18 @@ def _body(first: np.ndarray, second: np.ndarray, request_id: str = "") -> tuple[
     outputs = [httpclient.InferRequestedOutput(name, binary_data=True) for name in ("OUTPUT0", "OUTPUT1")]
     body, json_size = httpclient.InferenceServerClient.generate_request_body(inputs, outputs, request_id)
     return bytes(body), int(json_size or 0)
+
+
+def _json_body(first: np.ndarray, second: np.ndarray, binary_outputs: bool = False) -> bytes:
+    """tritonclient's JSON body: the tensors as JSON data."""
+    datatype = np_to_triton_dtype(first.dtype)
+    inputs = [httpclient.InferInput(name, list(first.shape), datatype) for name in ("INPUT0", "INPUT1")]
+    inputs[0].set_data_from_numpy(first, binary_data=False)
+    inputs[1].set_data_from_numpy(second, binary_data=False)
+    outputs = [httpclient.InferRequestedOutput(n, binary_data=binary_outputs) for n in ("OUTPUT0", "OUTPUT1")]
+    body, json_size = httpclient.InferenceServerClient.generate_request_body(inputs, outputs)
+    assert json_size is None
+    return bytes(body)
 
 
 def _request(
@@ -65,7 +80,7 @@ def _pair(seed: int) -> tuple[np.ndarray, np.ndarray]:
 
 def test_binary_inference_posts_are_cut_at_their_json_header() -> None:
     body, size = _body(*_pair(0))
-    cut = split(_request(body, size, "/v2/models/simple/versions/1/infer", accept_encoding="gzip"))
+    cut = split(_request(body, size, "/v2/models/simple/versions/1/infer", accept_encoding="gzip"), MAX_BODY)
     assert cut == SplitRequest(("simple", "1", "gzip", body[:size]), body[size:])
 
 
@@ -73,7 +88,7 @@ def test_binary_inference_posts_are_cut_at_their_json_header() -> None:
     "request_",
     [
         HttpRequest("GET", "/v2/models/simple/infer", "", {"inference-header-content-length": "5"}, b"x" * 9),
-        _request(b"{}", None),  # JSON only
+        _request(b"{}", None),  # JSON that does not decode (no inputs): the core says why
         _request(b"x" * 9, 5, "/v2/models/simple/generate"),
         _request(b"x" * 9, 5, "/v2/models/a/b/infer"),
         _request(b"x" * 9, 5, content_encoding="gzip"),  # the core decompresses, then cuts
@@ -84,7 +99,16 @@ def test_binary_inference_posts_are_cut_at_their_json_header() -> None:
     ],
 )
 def test_everything_else_goes_whole(request_: HttpRequest) -> None:
-    assert split(request_) is None
+    assert split(request_, MAX_BODY) is None
+
+
+def test_json_inference_posts_are_cut_as_the_binary_body_they_re_encode_to() -> None:
+    first, second = _pair(0)
+    body = _json_body(first, second)
+    cut = split(_request(body, None), MAX_BODY)
+    assert cut is not None and cut.key[:3] == ("simple", "", "")
+    assert np.frombuffer(cut.binary, np.int32).tolist() == [*first.ravel(), *second.ravel()]
+    assert split(_request(body, None), len(cut.binary) - 1) is None  # over the body limit: whole
 
 
 # -- both ends keep the same layouts --------------------------------------------------------------
@@ -246,6 +270,43 @@ def test_errors_and_compressed_answers_are_the_whole_requests(tmp_path: Path) ->
             statuses.append(via_worker.status)
         assert statuses == [400, 404, 404, 200, 400]
         assert session.layouts is not None and len(session.layouts) == len(cases)
+
+    _with_core(tmp_path, scenario)
+
+
+def test_json_requests_cross_in_binary_and_get_the_whole_requests_answers(tmp_path: Path) -> None:
+    async def scenario(app: HttpApp, session: WorkerSession, forwarder: HttpForwarder) -> None:
+        for seed in range(4):
+            first, second = _pair(seed)
+            via_worker = await forwarder(_request(_json_body(first, second), None))
+            _same(via_worker, await app(_request(_json_body(first, second), None)))
+            answer = orjson.loads(via_worker.body)  # asked as JSON, answered as JSON
+            assert answer["outputs"][0]["data"] == (first + second).ravel().tolist()
+        assert session.layouts is not None and len(session.layouts) == 1  # one header for the four
+        first, second = _pair(9)
+        via_worker = await forwarder(_request(_json_body(first, second, binary_outputs=True), None))
+        _same(via_worker, await app(_request(_json_body(first, second, binary_outputs=True), None)))
+        assert dict(via_worker.headers)[b"content-type"] == b"application/octet-stream"
+
+    _with_core(tmp_path, scenario)
+
+
+def test_json_requests_the_core_refuses_are_refused_in_the_whole_requests_words(tmp_path: Path) -> None:
+    first, second = _pair(2)
+    cases: list[Callable[[], bytes]] = [
+        lambda: _json_body(first.astype(np.float32), second.astype(np.float32)),  # re-encoded; wrong type
+        lambda: _json_body(first[:, :8], second[:, :8]),  # re-encoded; a shape the model does not take
+        lambda: _json_body(first, second).replace(b"INPUT0", b"INPUTX"),  # re-encoded; no such input
+        lambda: _json_body(first, second).replace(b'"shape":[1,16]', b'"shape":[1,15]', 1),  # whole
+        lambda: _json_body(first, second).replace(b'"INT32"', b'"BF16"', 1),  # whole
+    ]
+
+    async def scenario(app: HttpApp, session: WorkerSession, forwarder: HttpForwarder) -> None:
+        for case in cases:
+            via_worker = await forwarder(_request(case(), None))
+            _same(via_worker, await app(_request(case(), None)))
+            assert via_worker.status == 400, via_worker.body
+        assert session.layouts is not None and len(session.layouts) == 3
 
     _with_core(tmp_path, scenario)
 

@@ -381,7 +381,7 @@ def test_a_port_in_use_stops_the_server_with_the_usual_message(tmp_path: Path) -
     assert "Address already in use" in server.log()
 
 
-def test_binary_inference_requests_cross_by_layout_and_json_ones_whole(tmp_path: Path) -> None:
+def test_inference_requests_cross_by_layout_binary_and_json_alike(tmp_path: Path) -> None:
     write_simple(tmp_path / "repo")
     server = ServerProcess([tmp_path / "repo"], ["--frontend-workers=1", "--log-verbose=1"]).start(tmp_path)
     try:
@@ -390,12 +390,14 @@ def test_binary_inference_requests_cross_by_layout_and_json_ones_whole(tmp_path:
             data = np.full((1, 16), value, dtype=np.int32)
             result = client.infer("simple", simple_inputs(httpclient, data))
             np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), data + data)
-        as_json = [httpclient.InferInput(name, [1, 16], "INT32") for name in ("INPUT0", "INPUT1")]
-        for tensor in as_json:
-            tensor.set_data_from_numpy(DATA, binary_data=False)
-        np.testing.assert_array_equal(client.infer("simple", as_json).as_numpy("OUTPUT1"), DATA - DATA)
+        for value in range(3):  # tensors as JSON data, re-encoded in binary by the worker: one more
+            data = np.full((1, 16), value, dtype=np.int32)
+            as_json = [httpclient.InferInput(name, [1, 16], "INT32") for name in ("INPUT0", "INPUT1")]
+            for tensor in as_json:
+                tensor.set_data_from_numpy(data, binary_data=False)
+            np.testing.assert_array_equal(client.infer("simple", as_json).as_numpy("OUTPUT0"), data + data)
         client.close()
         layouts = [line for line in server.log().splitlines() if "layout" in line and "for model" in line]
-        assert len(layouts) == 1 and "layout 1 for model 'simple'" in layouts[0], layouts
+        assert len(layouts) == 2 and "layout 2 for model 'simple'" in layouts[1], layouts
     finally:
         server.stop()

@@ -21,6 +21,7 @@ from trt.server.grpc import compression
 from trt.server.grpc.app import Method, Reply
 from trt.server.grpc.call import GrpcCall
 from trt.server.grpc.errors import GrpcError, StatusCode
+from trt.server.http.limits import DEFAULT_MAX_BODY_SIZE
 from trt.server.http.messages import HttpRequest, HttpResponse
 
 
@@ -102,9 +103,12 @@ class HttpForwarder:
     """An ``HttpServer`` handler that answers through the core's ``HttpApp``. With ``layouts``,
     binary inference requests go apart (``frontend.layouts``); the rest whole."""
 
-    def __init__(self, link: CoreLink, layouts: LayoutNumbers | None = None) -> None:
+    def __init__(
+        self, link: CoreLink, layouts: LayoutNumbers | None = None, max_body_size: int = DEFAULT_MAX_BODY_SIZE
+    ) -> None:
         self.link = link
         self.layouts = layouts
+        self.max_body_size = max_body_size  # what a request sent apart may carry (the core's limit)
 
     async def __call__(self, request: HttpRequest) -> HttpResponse:
         link = self.link
@@ -112,7 +116,7 @@ class HttpForwarder:
         streamed = False
         try:
             layouts = self.layouts
-            cut = split(request) if layouts is not None else None
+            cut = split(request, self.max_body_size) if layouts is not None else None
             if layouts is not None and cut is not None:
                 await link.writable()
                 # Numbered and sent in one step: the core must read layouts in numbering order.

@@ -17,8 +17,9 @@ grow, a header is at most ``MAX_HEADER`` bytes, and a number the core does not h
 what the core keeps for a worker stays bounded whatever the worker sends.
 
 Sent apart: POSTs to ``/v2/models/<name>[/versions/<n>]/infer`` with an ``Inference-Header-Content-Length``
-and no ``Content-Encoding``, when ``--http-restricted-api`` leaves inference open (the core checks
-restrictions on headers, which an ``InferCall`` does not carry). Everything else goes whole.
+and no ``Content-Encoding``, and JSON ones whose tensors the worker re-encodes in binary
+(``json_tensors``), when ``--http-restricted-api`` leaves inference open (the core checks restrictions
+on headers, which an ``InferCall`` does not carry). Everything else goes whole.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from trt.server.frontend import messages as m
+from trt.server.frontend.json_tensors import binary_parts
 from trt.server.http.messages import HttpRequest, HttpResponse
 
 LAYOUTS = 64
@@ -49,25 +51,32 @@ class SplitRequest:
     binary: bytes
 
 
-def split(request: HttpRequest) -> SplitRequest | None:
-    """``request`` cut at its JSON header, or None when it must go whole."""
+def split(request: HttpRequest, max_body_size: int) -> SplitRequest | None:
+    """``request`` cut at its JSON header, or None when it must go whole. A JSON body whose tensors
+    are JSON data is cut as the binary body it re-encodes to (``json_tensors``), if that is at most
+    ``max_body_size`` bytes."""
     if request.method != "POST":
         return None
     match = _INFER_PATH.fullmatch(request.path)
     if match is None:
         return None
     headers = request.headers
-    length = headers.get("inference-header-content-length", "")
-    # ASCII digits, few enough for int(): anything else goes whole, for the core to refuse
-    if not (length.isascii() and length.isdigit() and len(length) <= 10) or "content-encoding" in headers:
-        return None
-    size = int(length)
-    body = request.body
-    if not 0 < size <= min(len(body), MAX_HEADER):
+    if "content-encoding" in headers:
         return None
     model, version = match.group(1), match.group(2) or ""
     accept_encoding = headers.get("accept-encoding", "")
     if len(model) > _MAX_NAME or len(accept_encoding) > _MAX_NAME:
+        return None
+    length = headers.get("inference-header-content-length")
+    body = request.body
+    if length is None:
+        parts = binary_parts(model, version, body, MAX_HEADER, max_body_size)
+        return None if parts is None else SplitRequest((model, version, accept_encoding, parts[0]), parts[1])
+    # ASCII digits, few enough for int(): anything else goes whole, for the core to refuse
+    if not (length.isascii() and length.isdigit() and len(length) <= 10):
+        return None
+    size = int(length)
+    if not 0 < size <= min(len(body), MAX_HEADER):
         return None
     return SplitRequest((model, version, accept_encoding, body[:size]), body[size:])
 

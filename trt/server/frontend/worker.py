@@ -58,7 +58,10 @@ async def run(config: WorkerConfig, parent: int) -> int:
     if config.http_fd >= 0:
         tls = server_context(config.http_tls) if config.http_tls is not None else None
         http_server = HttpServer(
-            HttpForwarder(link, LayoutNumbers() if config.infer_layouts else None), config.http_limits,
+            HttpForwarder(
+                link, LayoutNumbers() if config.infer_layouts else None, config.http_limits.max_body_size
+            ),
+            config.http_limits,
             cancellable=HttpApp.cancellable,
             queued_bytes=QueuedBytes(config.queued_bytes), ssl_context=tls,
             keep_header_spelling=config.forward_header_spelling,

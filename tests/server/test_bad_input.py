@@ -167,8 +167,15 @@ def _binary_body(declared: int, attached: int) -> tuple[bytes, int]:
 
 BINARY_CASES = {
     # (bytes declared per input, bytes attached, Inference-Header-Content-Length or None for the true one)
-    "payload shorter than binary_data_size": (64, 100, None, "only 36 bytes of binary data remain"),
-    "extra bytes no input claims": (64, 200, None, "72 bytes of binary data that no input claims"),
+    # Triton's texts, then trt's detail
+    "payload shorter than binary_data_size": (
+        64, 100, None,
+        "unexpected size for input 'INPUT1', expecting 28 additional bytes for model 'simple' "
+        "(binary_data_size is 64 but only 36 bytes of binary data remain",
+    ),
+    "extra bytes no input claims": (
+        64, 200, None, "unexpected additional input data for model 'simple' (72 bytes of binary data that no"
+    ),
     "binary_data_size that does not fit the shape": (60, 120, None, "Expected 64, got 60"),
     # Triton's texts; the body is the JSON header's 210 bytes and 128 attached
     "header length larger than the body": (64, 128, "99999", "should be in range (0, 338), got: 99999"),

@@ -63,9 +63,9 @@ def decode_request(
         tensor, offset = _decode_input(raw, binary, offset, model_name, request_id)
         inputs.append(tensor)
     if offset != len(binary):
-        raise InvalidInput(
-            f"the body has {len(binary) - offset} bytes of binary data that no input claims "
-            "(check each input's binary_data_size)"
+        raise InvalidInput(  # Triton's words, then how many
+            f"unexpected additional input data for model '{model_name}' ({len(binary) - offset} bytes of "
+            "binary data that no input claims: check each input's binary_data_size)"
         )
 
     default_binary = bool(parameters.get("binary_data_output", False))
@@ -301,9 +301,10 @@ def _decode_input(
             raise InvalidInput(f"input '{name}': Unable to parse 'binary_data_size'")
         end = offset + size
         if end > len(binary):
-            raise InvalidInput(
-                f"input '{name}': binary_data_size is {size} but only {len(binary) - offset} bytes of "
-                "binary data remain in the body (truncated request?)"
+            raise InvalidInput(  # Triton's words, then what was declared
+                f"unexpected size for input '{name}', expecting {end - len(binary)} additional bytes for "
+                f"model '{model_name}' (binary_data_size is {size} but only {len(binary) - offset} bytes of "
+                "binary data remain in the body: a truncated request?)"
             )
         data = tensor_from_bytes(binary[offset:end], datatype, shape, name, model_name, request_id)
         return InputTensor(name, datatype, shape, data, parameters), end

@@ -22,7 +22,14 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from trt.server.core.datatypes import tensor_from_bytes, tensor_to_bytes
-from trt.server.core.errors import AlreadyExists, InvalidArgument, InvalidInput, NotFound, Unsupported
+from trt.server.core.errors import (
+    AlreadyExists,
+    InvalidArgument,
+    InvalidInput,
+    NotFound,
+    ServerError,
+    Unsupported,
+)
 from trt.server.core.paths import shown, unsafe_segment
 from trt.server.core.types import InferenceRequest, InferenceResponse
 
@@ -85,7 +92,9 @@ class SharedMemoryRegistry:
             # As shm_open does: never follow a link out of /dev/shm.
             fd = os.open(os.path.join(SHM_DIRECTORY, stem), os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError as exc:
-            raise InvalidArgument(
+            # INTERNAL (500), as Triton answers it: its own tests match "[StatusCode.INTERNAL] Unable to
+            # open shared memory region: '<key>'", so the text begins as Triton's does.
+            raise ServerError(
                 f"Unable to open shared memory region: '{key}' ({exc.strerror}); create it first, e.g. "
                 "with tritonclient.utils.shared_memory.create_shared_memory_region"
             ) from None
@@ -159,8 +168,8 @@ class SharedMemoryRegistry:
         """The region and the position of [offset, offset + byte_size) in its object, all checked."""
         prefix = f"{what}: " if what else ""
         region = self._regions.get(name)
-        if region is None:
-            raise NotFound(f"{prefix}Unable to find shared memory region: '{name}'")
+        if region is None:  # Triton's text first, as it words it (clients match on it), then whose
+            raise NotFound(f"Unable to find shared memory region: '{name}'" + (f" ({what})" if what else ""))
         size = region.status.byte_size
         if offset < 0 or byte_size < 0 or offset + byte_size > size:
             raise InvalidInput(

@@ -212,7 +212,7 @@ class ModelSignature:
     def _shape_error(self, label: str, tensor: InputTensor, spec: TensorSpec) -> InvalidInput:
         expected, got = _dims_text(spec.shape), _dims_text(tensor.shape)
         message = f"{label}unexpected shape for input '{tensor.name}' for model '{self.model_name}'. "
-        message += f"Expected {expected}, got {got}."
+        message += f"Expected {expected}, got {got}. "  # the space even without the note, as Triton's
         if self.max_batch_size > 0:
             message += _IMPLICIT_BATCH_NOTE
         return InvalidInput(message)
@@ -221,7 +221,7 @@ class ModelSignature:
 # What Triton (core's infer_request.cc, 2.51 and today) adds for a batching model, word for word:
 # clients and test suites compare whole error texts.
 _IMPLICIT_BATCH_NOTE = (
-    " NOTE: Setting a non-zero max_batch_size in the model config requires a batch dimension to be "
+    "NOTE: Setting a non-zero max_batch_size in the model config requires a batch dimension to be "
     "prepended to each input shape. If you want to specify the full shape including the batch dim in "
     "your input dims config, try setting max_batch_size to zero. See the model configuration docs for "
     "more info on max_batch_size."

@@ -108,7 +108,8 @@ def describe_batching(config: Config) -> str:
         details = [f"max {config.max_batch_size}"]
         if settings.max_queue_delay_microseconds:
             details.append(f"delay {settings.max_queue_delay_microseconds} us")
-        if settings.preferred_batch_size:
+        # [max_batch_size] is Triton's default (config_defaults), which forms the batches none would
+        if list(settings.preferred_batch_size) not in ([], [config.max_batch_size]):
             details.append(f"preferred {','.join(map(str, settings.preferred_batch_size))}")
         return f"dynamic ({', '.join(details)})"
     return f"client batches up to {config.max_batch_size}" if config.max_batch_size else "none"

@@ -25,6 +25,7 @@ from trt.server.core.backends.base import (
 from trt.server.core.backends.registry import ENSEMBLE_PLATFORM, get_backend, resolve_entry
 from trt.server.core.errors import BackendUnavailable, ModelConfigError, ModelLoadError, ServerError
 from trt.server.core.models.config import read_config_file
+from trt.server.core.models.config_defaults import fill_triton_defaults
 from trt.server.core.models.config_paths import check_config_paths
 from trt.server.core.models.config_rules import check_config
 from trt.server.core.models.repository import version_folders
@@ -155,6 +156,7 @@ def effective_config(
             f"(python, or an ensemble); '{entry.name}' answers each request once",
             "model_transaction_policy",
         )
+    fill_triton_defaults(config, entry)
     if entry.name != ENSEMBLE_PLATFORM:  # an ensemble runs in its steps' instances, not its own
         fill_instance_groups(config, entry.gpu)
     return config, versions, available

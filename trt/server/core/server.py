@@ -166,6 +166,12 @@ class InferenceServer:
     def model_config(self, name: str, version: str = "") -> model_config_pb2.ModelConfig:
         return self.models.table.resolve(name, version).config
 
+    def check_trace_model(self, name: str) -> None:
+        """A model's own trace settings are read and set only while it is ready: else INVALID_ARG in
+        Triton's words (its trace handlers, HTTP and gRPC, and its tests, which match on them)."""
+        if not self.model_ready(name):
+            raise InvalidArgument(f"Request for unknown model : {name}")
+
     # -- inference ----------------------------------------------------------------------------
 
     def model(self, name: str, version: str = "") -> ModelVersion:

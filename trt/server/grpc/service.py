@@ -249,7 +249,7 @@ class GrpcInferenceService:
     async def TraceSetting(self, request: pb.TraceSettingRequest, call: GrpcCall) -> pb.TraceSettingResponse:
         model = request.model_name
         if model:
-            self.core.model_config(model)  # an unknown model is refused with Triton's error
+            self.core.check_trace_model(model)
         if request.settings:
             changes: dict[str, Any] = {}
             for key, value in request.settings.items():

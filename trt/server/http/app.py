@@ -290,7 +290,7 @@ class HttpApp:
             model = ""
             if path != "/v2/trace/setting":
                 model = path.removeprefix("/v2/models/").removesuffix("/trace/setting")
-                self.core.model_config(model)  # an unknown model is refused with Triton's error
+                self.core.check_trace_model(model)
             if method == "GET":
                 return _json(self.core.tracer.settings(model))
             _allow(method, "POST")

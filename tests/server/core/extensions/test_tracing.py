@@ -166,8 +166,10 @@ def test_settings_change_at_run_time_globally_and_per_model(tmp_path: Path) -> N
         ):
             with pytest.raises(InferenceServerException, match=message):
                 http.update_trace_settings(settings=settings)
-        with pytest.raises(InferenceServerException, match="nope"):
-            http.get_trace_settings(model_name="nope")
+        for client in (http, grpc):  # Triton's code and words, on both protocols
+            with pytest.raises(InferenceServerException, match="Request for unknown model : nope") as refused:
+                client.get_trace_settings(model_name="nope")
+            assert refused.value.status() in ("400", "StatusCode.INVALID_ARGUMENT")
     finally:
         server.stop()
     # log-frequency=2: the first two traces in trace.json.0, the third when the server stopped.

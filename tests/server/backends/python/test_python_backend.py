@@ -97,6 +97,26 @@ output [
 """
 
 
+# Returns what its input asks for: "none" of the responses, one "bare" response (not in a list).
+MISCOUNTS = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        how = pb_utils.get_input_tensor_by_name(requests[0], "HOW").as_numpy()[0]
+        if how == b"bare":
+            return pb_utils.InferenceResponse([])
+        return []
+"""
+MISCOUNTS_CONFIG = """
+backend: "python"
+input [{ name: "HOW" data_type: TYPE_STRING dims: [ 1 ] }]
+output [{ name: "OUT" data_type: TYPE_STRING dims: [ 1 ] }]
+"""
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     repo = tmp_path_factory.mktemp("python_repo")
@@ -113,6 +133,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     )
     _write(repo, "imports", IMPORTS, IMPORTS_CONFIG)
     _write(repo, "partial_outputs", PARTIAL_OUTPUTS, PARTIAL_OUTPUTS_CONFIG)
+    _write(repo, "miscounts", MISCOUNTS, MISCOUNTS_CONFIG)
     version_dir = repo / "imports" / "1"
     (version_dir / "scaling.py").write_text("SCALE = 3.0\n")
     (version_dir / "offsets.py").write_text("OFFSET = 0.5\n")
@@ -192,6 +213,31 @@ def test_an_exception_in_execute_fails_the_request_and_the_model_keeps_serving(s
     )
     tensor.set_data_from_numpy(np.array([b"fine"], dtype=np.object_))
     assert list(client.infer("strings", [tensor]).as_numpy("UPPER")) == [b"FINE"]
+
+
+@pytest.mark.parametrize(
+    ("how", "words"),
+    [
+        (  # Triton 2.51's words, seen side by side (less the newline it ends with)
+            b"none",
+            "Number of InferenceResponse objects do not match the number of InferenceRequest objects. "
+            "InferenceRequest(s) size is:1, and InferenceResponse(s) size is:0",
+        ),
+        (b"bare", "Expected a list in the execute return, found type '<class "),
+    ],
+)
+def test_execute_returning_the_wrong_number_of_responses_is_refused_in_tritons_words(
+    server: ServerProcess, how: bytes, words: str
+) -> None:
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    tensor = grpcclient.InferInput("HOW", [1], "BYTES")
+    tensor.set_data_from_numpy(np.array([how], dtype=np.object_))
+    with pytest.raises(InferenceServerException) as info:
+        client.infer("miscounts", [tensor])
+    assert info.value.status() == "StatusCode.INTERNAL"
+    assert info.value.message().startswith(
+        "Failed to process the request(s) for model 'miscounts_0_0', message: " + words
+    ), info.value.message()
 
 
 def _batch_request(url: str, value: int) -> dict[str, int] | str:

@@ -84,14 +84,20 @@ def execute(runtime: Any, model: Any, loop: asyncio.AbstractEventLoop, execution
             done["rescheduled"] = rescheduled
         runtime.send(("result", execution, done))
         return
-    if not isinstance(result, (list, tuple)) or len(result) != len(requests):
-        count = len(result) if isinstance(result, (list, tuple)) else type(result).__name__
+    if not isinstance(result, (list, tuple)):  # Triton's words (a tuple, which it refuses, is taken)
         _fail(
             runtime,
             execution,
             started_ns,
-            f"execute() must return one response per request ({len(requests)}), got {count}",
+            f"Expected a list in the execute return, found type '{type(result)}'.",
         )
+        return
+    if len(result) != len(requests):  # Triton's words
+        message = (
+            "Number of InferenceResponse objects do not match the number of InferenceRequest objects. "
+            f"InferenceRequest(s) size is:{len(requests)}, and InferenceResponse(s) size is:{len(result)}"
+        )
+        _fail(runtime, execution, started_ns, message)
         return
     for index in rescheduled:
         if result[index] is not None:  # Triton's words, its spelling included

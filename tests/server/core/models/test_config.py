@@ -11,7 +11,13 @@ import pytest
 from tests.server.repo.catalogue import ADD_SUB, ENSEMBLE_CYCLE, ENSEMBLE_HEAD, SEQUENCE
 from tests.support import ROOT
 from trt.server.core.errors import ModelConfigError
-from trt.server.core.models.config import config_from_json, config_to_text, parse_config_text
+from trt.server.core.models.config import (
+    config_from_json,
+    config_to_dict,
+    config_to_json,
+    config_to_text,
+    parse_config_text,
+)
 
 RICH = (
     ADD_SUB
@@ -120,3 +126,21 @@ def test_an_enum_number_it_does_not_define_is_refused_in_a_json_override_too() -
         ModelConfigError, match=re.escape("input[0].data_type: 32 is not a value of DataType")
     ):
         config_from_json(override)
+
+
+def test_the_json_config_writes_64_bit_numbers_where_triton_does_and_leaves_names_as_they_are() -> None:
+    """As Triton's model_config_utils.cc fixes them: dynamic batching's priority fields are numbers; a
+    batch input's source tensors are names (the JSON of a model with one failed: int('INPUT0'))."""
+    config = parse_config_text(
+        'name: "m" max_batch_size: 4\n'
+        'batch_input [{ kind: BATCH_ELEMENT_COUNT target_name: "N" data_type: TYPE_FP32\n'
+        '               source_input: "IN" }]\n'
+        "dynamic_batching { priority_levels: 2 default_priority_level: 1\n"
+        "                   max_queue_delay_microseconds: 100 }\n"
+    )
+    as_dict = config_to_dict(config)
+    assert as_dict["batch_input"][0]["source_input"] == ["IN"]
+    batching = as_dict["dynamic_batching"]
+    assert (batching["priority_levels"], batching["default_priority_level"]) == (2, 1)
+    assert batching["max_queue_delay_microseconds"] == 100
+    assert config_from_json(config_to_json(config)) == config

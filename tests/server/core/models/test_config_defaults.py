@@ -80,3 +80,21 @@ def test_tritonclient_reads_the_defaults_over_both_protocols(tmp_path: Path) -> 
             assert config["version_policy"] == {"latest": {"num_versions": 1}}
     finally:
         server.stop()
+
+
+def test_a_python_model_with_a_batch_input_loads_and_serves_its_config(tmp_path: Path) -> None:
+    """Its config crosses to the model process as JSON, which failed on the batch input's tensor names
+    (the model was UNAVAILABLE); as in Triton, a Python model is given no batch input tensors."""
+    config = ECHO_CONFIG.replace("sequence_batching { oldest { max_candidate_sequences: 2 } }", "") + (
+        'batch_input [{ kind: BATCH_ELEMENT_COUNT target_name: "N" data_type: TYPE_FP32\n'
+        '               source_input: "X" }]\n'
+        "dynamic_batching { }\n"
+    )
+    write_python_model(tmp_path / "repo", "echo", ECHO, config)
+    server = ServerProcess([tmp_path / "repo"]).start(tmp_path)
+    try:
+        client = httpclient.InferenceServerClient(server.http_url)
+        assert client.is_model_ready("echo"), server.log()
+        assert client.get_model_config("echo")["batch_input"][0]["source_input"] == ["X"]
+    finally:
+        server.stop()

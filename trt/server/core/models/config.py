@@ -32,6 +32,8 @@ _NUMERIC_INT64_PATHS: tuple[tuple[str, ...], ...] = (
     ("output", "*", "reshape", "shape"),
     ("version_policy", "specific", "versions"),
     ("dynamic_batching", "max_queue_delay_microseconds"),
+    ("dynamic_batching", "priority_levels"),
+    ("dynamic_batching", "default_priority_level"),
     ("dynamic_batching", "default_queue_policy", "default_timeout_microseconds"),
     ("dynamic_batching", "priority_queue_policy", "*", "default_timeout_microseconds"),
     ("sequence_batching", "direct", "max_queue_delay_microseconds"),
@@ -41,7 +43,6 @@ _NUMERIC_INT64_PATHS: tuple[tuple[str, ...], ...] = (
     ("sequence_batching", "state", "*", "initial_state", "*", "dims"),
     ("ensemble_scheduling", "step", "*", "model_version"),
     ("model_warmup", "*", "inputs", "*", "dims"),
-    ("batch_input", "*", "source_input"),
 )
 
 

@@ -206,9 +206,10 @@ def test_an_exception_in_execute_fails_the_request_and_the_model_keeps_serving(s
     with pytest.raises(InferenceServerException) as info:
         client.infer("strings", [tensor])
     assert info.value.status() == "500"
-    # Triton's stub words it so (seen with Triton 2.51), less the traceback it appends.
+    # Triton's stub words it so (seen with Triton 2.51), less the traceback it appends; a config
+    # without instance_group has one group named as the model, so its instance is strings_0.
     assert info.value.message() == (
-        "Failed to process the request(s) for model 'strings_0_0', message: "
+        "Failed to process the request(s) for model 'strings_0', message: "
         "TritonModelException: asked to raise"
     )
     tensor.set_data_from_numpy(np.array([b"fine"], dtype=np.object_))
@@ -236,7 +237,7 @@ def test_execute_returning_the_wrong_number_of_responses_is_refused_in_tritons_w
         client.infer("miscounts", [tensor])
     assert info.value.status() == "StatusCode.INTERNAL"
     assert info.value.message().startswith(
-        "Failed to process the request(s) for model 'miscounts_0_0', message: " + words
+        "Failed to process the request(s) for model 'miscounts_0', message: " + words
     ), info.value.message()
 
 

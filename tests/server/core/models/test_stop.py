@@ -113,7 +113,7 @@ def test_a_process_starting_again_at_the_exit_timeout_is_killed_then(tmp_path: P
     assert took < EXIT_TIMEOUT_S + 3, f"stopped in {took:.1f} s"  # before, initialize()'s 300 s
     log = server.log()
     assert "was still starting at the server's exit timeout: killed" in log
-    assert "with work unfinished: model 'crashing' (crashing_0_0) killed while it started" in log
+    assert "with work unfinished: model 'crashing' (crashing_0) killed while it started" in log
     _, alive = psutil.wait_procs(stubs, timeout=5)
     assert alive == []
 

@@ -176,10 +176,13 @@ def _hide_sequence_tensors(config: Config) -> None:
 
 
 def fill_instance_groups(config: Config, gpu_capable: bool) -> None:
-    """Triton's defaults: one group per config entry, named ``<model>_<i>``; KIND_AUTO resolved (to the
-    GPU only for a backend that runs there)."""
+    """Triton's defaults: a config without groups gets one named as the model, and any other group
+    without a name ``<model>_<i>`` (so a model's instances are ``<model>_0``, or ``<model>_0_0`` for
+    a group written without a name, as Triton names them); KIND_AUTO resolved (to the GPU only for a
+    backend that runs there)."""
     if not config.instance_group:
         group = config.instance_group.add()
+        group.name = config.name
         group.kind = KIND_AUTO
     has_gpu = devices.gpu_count() > 0 and gpu_capable
     for index, group in enumerate(config.instance_group):

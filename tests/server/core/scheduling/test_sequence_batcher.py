@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import http.client
 import json
 import time
 import urllib.request
@@ -161,8 +162,11 @@ def test_a_request_for_an_unknown_or_ended_sequence_needs_start(server: ServerPr
     _step(httpclient, client, "accumulate", 1, 4243, start=True, end=True)
     with pytest.raises(InferenceServerException, match="START flag"):
         _step(httpclient, client, "accumulate", 1, 4243)
-    with pytest.raises(InferenceServerException, match="sequence_id"):
+    with pytest.raises(InferenceServerException) as info:  # Triton's words
         _step(httpclient, client, "accumulate", 1, 0)
+    assert info.value.message() == (
+        "inference request to model 'accumulate' must specify a non-zero or non-empty correlation ID"
+    )
 
 
 def test_an_idle_sequence_is_released(server: ServerProcess) -> None:
@@ -194,7 +198,7 @@ def test_an_iterative_sequence_model_gives_a_request_without_an_id_a_sequence_of
     # A client's own ids still work, and an open one is never handed out.
     client.infer("iterative_corrid", [tensor], sequence_id=4, sequence_start=True)
     assert int(client.infer("iterative_corrid", [tensor]).as_numpy("ID")[0][0]) == 5
-    with pytest.raises(InferenceServerException, match="sequence_id"):
+    with pytest.raises(InferenceServerException, match="must specify a non-zero or non-empty correlation ID"):
         client.infer("corrid", [tensor])  # not iterative: an id is needed
 
 
@@ -202,9 +206,13 @@ def test_a_string_id_is_refused_where_the_corrid_control_carries_integers(server
     client = httpclient.InferenceServerClient(server.http_url)
     tensor = httpclient.InferInput("INPUT", [1, 1], "INT64")
     tensor.set_data_from_numpy(np.array([[6]], dtype=np.int64))
-    with pytest.raises(InferenceServerException, match="integer sequence_id") as info:
+    with pytest.raises(InferenceServerException) as info:
         client.infer("corrid", [tensor], sequence_id="user-7", sequence_start=True, sequence_end=True)
     assert info.value.status() == "400"
+    assert info.value.message() == (  # current Triton's words (core ValidateCorrelationId)
+        "[request id: <id_unknown>] sequence batching control 'CORRID' data-type is 'BYTES', but model "
+        "'corrid' expects 'INT64'"
+    )
 
 
 @pytest.mark.parametrize("module", [httpclient, grpcclient], ids=["http", "grpc"])
@@ -816,3 +824,44 @@ def test_a_backlogged_sequence_is_dropped_when_its_timeout_runs_out(batching_ser
         assert _step(httpclient, client, "two_slots", 1, 712, end=True) == 2
     finally:
         client.close()
+
+
+@pytest.mark.parametrize("module", [httpclient, grpcclient], ids=["http", "grpc"])
+def test_a_request_of_two_rows_to_a_sequence_model_is_refused_in_tritons_words(
+    python_server: ServerProcess, server: ServerProcess, module: Any
+) -> None:
+    """A sequence is one row a request: Triton refuses more (a Python model was given the two rows
+    and answered one, the second lost)."""
+    tensor = module.InferInput("INPUT", [2, 1], "INT32")
+    tensor.set_data_from_numpy(np.array([[1], [2]], dtype=np.int32))
+    for running, model in ((python_server, "py_sequence"), (server, "accumulate")):
+        url = running.http_url if module is httpclient else running.grpc_url
+        client = module.InferenceServerClient(url)
+        with pytest.raises(InferenceServerException) as info:
+            client.infer(model, [tensor], sequence_id=11, sequence_start=True, sequence_end=True)
+        assert info.value.message() == (
+            f"inference request to model '{model}' must specify batch-size 1 due to requirements of "
+            "sequence batcher"
+        )
+
+
+@pytest.mark.parametrize(
+    ("parameters", "refusal"),
+    [
+        ({"sequence_id": -5, "sequence_start": True}, "'sequence_id' must be an unsigned 64-bit integer"),
+        ({"sequence_id": 1.5, "sequence_start": True}, "'sequence_id' must be an unsigned 64-bit integer"),
+        ({"sequence_id": 2**64, "sequence_start": True}, "'sequence_id' must be an unsigned 64-bit integer"),
+        ({"sequence_id": 5, "sequence_start": 1}, "'sequence_start' must be true or false"),
+        ({"sequence_id": 5, "sequence_end": "yes"}, "'sequence_end' must be true or false"),
+    ],
+)
+def test_sequence_parameters_of_the_wrong_kind_are_refused(
+    python_server: ServerProcess, parameters: dict[str, Any], refusal: str
+) -> None:
+    """Triton refuses them as JSON it cannot parse; they were taken as ids and flags of their own."""
+    body = {"inputs": [{"name": "INPUT", "shape": [1, 1], "datatype": "INT32", "data": [[1]]}]}
+    connection = http.client.HTTPConnection(python_server.http_url, timeout=30)
+    connection.request("POST", "/v2/models/py_sequence/infer", json.dumps({**body, "parameters": parameters}))
+    answer = connection.getresponse()
+    assert answer.status == 400
+    assert refusal in json.loads(answer.read())["error"]

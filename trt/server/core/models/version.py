@@ -403,9 +403,9 @@ def _backend_request(
     if not parameters or parameters.keys() <= TRITON_CONTROL_PARAMETERS:
         return BackendRequest(request.id, feeds, tuple(output_names), {}, trace=request.trace)
     flags = 0
-    if parameters.get("sequence_start"):
+    if _sequence_flag(parameters, "sequence_start"):
         flags |= SEQUENCE_START
-    if parameters.get("sequence_end"):
+    if _sequence_flag(parameters, "sequence_end"):
         flags |= SEQUENCE_END
     priority, timeout_us = _schedule_parameters(parameters)
     return BackendRequest(
@@ -413,7 +413,7 @@ def _backend_request(
         feeds,
         tuple(output_names),
         {k: v for k, v in parameters.items() if k not in RESERVED_PARAMETERS},
-        parameters.get("sequence_id", 0) or 0,
+        _sequence_id(parameters),
         flags,
         priority,
         timeout_us,
@@ -435,6 +435,25 @@ def _class_counts(outputs: list[RequestedOutput] | None) -> dict[str, int] | Non
             counts = counts or {}
             counts[output.name] = output.class_count
     return counts
+
+
+def _sequence_id(parameters: dict[str, Any]) -> int | str:
+    """The ``sequence_id`` parameter: an unsigned 64-bit integer or a string, as Triton takes it (a
+    negative or fractional JSON number was taken as an id of its own)."""
+    value = parameters.get("sequence_id", 0)
+    if isinstance(value, str) or (type(value) is int and 0 <= value < 1 << 64):
+        return value or 0
+    raise InvalidInput(
+        f"request parameter 'sequence_id' must be an unsigned 64-bit integer or a string, got {value!r}"
+    )
+
+
+def _sequence_flag(parameters: dict[str, Any], name: str) -> bool:
+    """``sequence_start`` / ``sequence_end``: true or false (Triton refuses any other JSON value)."""
+    value = parameters.get(name, False)
+    if not isinstance(value, bool):
+        raise InvalidInput(f"request parameter '{name}' must be true or false, got {value!r}")
+    return value
 
 
 def _schedule_parameters(parameters: dict[str, Any]) -> tuple[int, int]:

@@ -53,6 +53,8 @@ from trt.server.core.scheduling.sequence_controls import (
     Row,
     SequenceControls,
     backlog_timeout,
+    batched_sequence_request,
+    missing_sequence_id,
     slots_per_instance,
 )
 from trt.server.core.scheduling.timers import DeadlineTimer, IdleTimer
@@ -164,19 +166,15 @@ class SequenceBatcher:
         start: bool,
         end: bool,
         timeout_us: int = 0,
+        request_id: str = "",
     ) -> Result:
+        if self._batching and batch_size > 1:  # checked first, as Triton does
+            raise batched_sequence_request(self._name)
         if sequence_id in (0, "", None):
             if not self._iterative:
-                raise InvalidInput(
-                    f"model '{self._name}' is a sequence model: each request needs a sequence_id"
-                )
+                raise missing_sequence_id(self._name)
             # A tensor backend cannot reschedule a request: its iterative sequence is this request.
             sequence_id, start, end = self._ids.take(self._open), True, True
-        if self._batching and batch_size > 1:
-            raise InvalidInput(
-                f"inference request to model '{self._name}' must specify batch-size 1 due to requirements "
-                "of sequence batcher"
-            )
         sequence = self._open.get(sequence_id)
         if sequence is None:
             if not start:
@@ -184,7 +182,7 @@ class SequenceBatcher:
                     f"inference request for sequence {sequence_id} to model '{self._name}' must specify "
                     "the START flag on the first request of the sequence"
                 )
-            self._controls.check_id(sequence_id)
+            self._controls.check_id(sequence_id, self._name, request_id)
             sequence = self._open[sequence_id] = _Sequence(sequence_id, self._controls.initial_state())
             self._place(sequence)
         request = _Request(
@@ -432,6 +430,7 @@ class SequenceBatcher:
             bool(request.flags & SEQUENCE_START),
             bool(request.flags & SEQUENCE_END),
             request.timeout_us,
+            request.id,
         )
         return BackendResponse(outputs), times
 

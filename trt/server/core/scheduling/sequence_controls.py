@@ -23,10 +23,11 @@ from trt.server.core.datatypes import (
     FIXED_SIZE_DTYPES,
     config_to_wire,
     element_count,
+    numpy_to_wire,
     tensor_from_bytes,
     wire_to_numpy,
 )
-from trt.server.core.errors import InvalidInput, ModelConfigError, ServerError, Unavailable
+from trt.server.core.errors import InvalidInput, ModelConfigError, ServerError, Unavailable, request_label
 from trt.server.core.models.data_files import check_config_tensor_size, read_data_file
 
 Control = model_config_pb2.ModelSequenceBatching.Control
@@ -169,13 +170,17 @@ class SequenceControls:
     def initial_state(self) -> dict[str, np.ndarray]:
         return dict(self._initial)
 
-    def check_id(self, sequence_id: int | str) -> None:
-        """Refuse an id that the CORRID control's data type cannot carry (a string for UINT64...)."""
+    def check_id(self, sequence_id: int | str, model: str, request_id: str = "") -> None:
+        """Refuse a string id where the CORRID control carries numbers, in current Triton's words (core
+        ``ValidateCorrelationId``; 2.51 took it). A number for a STRING control is carried as its text,
+        as 2.51 carries it (current Triton refuses that too)."""
+        if not isinstance(sequence_id, str):
+            return
         for name, dtype in self._corrids:
-            if dtype.kind != "O" and not isinstance(sequence_id, int):
+            if dtype.kind != "O":
                 raise InvalidInput(
-                    f"sequence id '{sequence_id}' is a string but control '{name}' carries "
-                    f"{dtype.name} correlation ids; send an integer sequence_id"
+                    f"{request_label(request_id)}sequence batching control '{name}' data-type is 'BYTES', "
+                    f"but model '{model}' expects '{numpy_to_wire(dtype)}'"
                 )
 
     def columns(self, rows: Sequence[Row]) -> dict[str, np.ndarray]:
@@ -229,3 +234,18 @@ def backlog_timeout() -> Unavailable:
     """What each request of a sequence dropped from the backlog gets: its ``timeout`` ran out before
     the sequence found a slot (Triton's sequence batcher's words)."""
     return Unavailable("timeout of the corresponding sequence has been expired")
+
+
+def missing_sequence_id(model: str) -> InvalidInput:
+    """A sequence model's request with no id, 0 or "" (Triton's words, its sequence_utils.h)."""
+    return InvalidInput(
+        f"inference request to model '{model}' must specify a non-zero or non-empty correlation ID"
+    )
+
+
+def batched_sequence_request(model: str) -> InvalidInput:
+    """A request of more than one row to a sequence model (Triton's words): a sequence is one row."""
+    return InvalidInput(
+        f"inference request to model '{model}' must specify batch-size 1 due to requirements of sequence "
+        "batcher"
+    )

@@ -51,6 +51,8 @@ from trt.server.core.scheduling.sequence_controls import (
     Row,
     SequenceControls,
     backlog_timeout,
+    batched_sequence_request,
+    missing_sequence_id,
     slots_per_instance,
 )
 from trt.server.core.scheduling.timers import IdleTimer
@@ -106,15 +108,15 @@ class SequenceRouter:
     async def schedule(
         self, request: BackendRequest, batch_size: int
     ) -> tuple[BackendResponse, ExecutionTimes]:
+        if batch_size > 1:  # checked first, as Triton does
+            raise batched_sequence_request(self._name)
         sequence_id = request.correlation_id
         if sequence_id in (0, "", None):
             if not self._iterative:
-                raise InvalidInput(
-                    f"model '{self._name}' is a sequence model: each request needs a sequence_id"
-                )
+                raise missing_sequence_id(self._name)
             sequence_id = request.correlation_id = self._ids.take(self._open)
             request.flags = SEQUENCE_START
-        self._controls.check_id(sequence_id)
+        self._controls.check_id(sequence_id, self._name, request.id)
         route = self._open.get(sequence_id)
         if route is None:
             if not request.flags & SEQUENCE_START:

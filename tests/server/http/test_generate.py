@@ -24,6 +24,9 @@ class TritonPythonModel:
         responses = []
         for request in requests:
             text = pb_utils.get_input_tensor_by_name(request, "text_input").as_numpy()[0].decode()
+            if text == "refuse":
+                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError("shout refuses")))
+                continue
             suffix = json.loads(request.parameters()).get("suffix", "")
             out = np.array([(text.upper() + suffix).encode()], dtype=np.object_)
             responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("text_output", out)]))
@@ -134,7 +137,7 @@ def test_generate_stream_sends_an_event_per_response(server: ServerProcess) -> N
 def test_errors_before_any_response_are_plain_json_with_their_status(server: ServerProcess) -> None:
     for path, body, status, message in (
         ("/v2/models/nope/generate_stream", {"text_input": "a"}, 404, "nope"),
-        ("/v2/models/spell/generate", {"text_input": "abc"}, 400, "generate_stream"),
+        ("/v2/models/spell/generate", {"text_input": "abc"}, 400, "use generate stream for model that"),
         ("/v2/models/shout/generate", {"text_input": 5}, 400, "text_input"),
         ("/v2/models/shout/generate", {"other": "a"}, 400, "text_input"),
         ("/v2/models/shout/generate", {"text_input": "a", "parameters": {"p": [1]}}, 400, "'p'"),
@@ -146,6 +149,17 @@ def test_errors_before_any_response_are_plain_json_with_their_status(server: Ser
     connection = http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=20)
     connection.request("GET", "/v2/models/shout/generate")
     assert connection.getresponse().status == 405
+
+
+def test_an_error_the_model_answers_with_is_a_400_and_an_event_on_the_stream(server: ServerProcess) -> None:
+    """As Triton 2.51 answers it, seen side by side: the status is the first response's, and the
+    stream's body is an event a client reading events sees (it was a 500 and plain JSON)."""
+    reply = _post(server, "/v2/models/shout/generate", {"text_input": "refuse"})
+    assert (reply.status, reply.getheader("content-type")) == (400, "application/json")
+    assert json.loads(reply.read()) == {"error": "shout refuses"}
+    reply = _post(server, "/v2/models/shout/generate_stream", {"text_input": "refuse"})
+    assert (reply.status, reply.getheader("content-type")) == (400, "text/event-stream; charset=utf-8")
+    assert reply.read() == b'data: {"error":"shout refuses"}\n\n'
 
 
 def test_a_client_that_leaves_a_stream_cancels_the_request(server: ServerProcess) -> None:

@@ -38,6 +38,9 @@ class ServerError(Exception):
     http_status: ClassVar[int] = 500
     grpc_code_name: ClassVar[str] = "INTERNAL"
     triton_code: ClassVar[str] = "INTERNAL"
+    # True when the model answered a request with this error (rather than the request being refused
+    # before it ran): Triton's generate routes answer those 400, as the body of the first response.
+    answered: bool = False
 
     def __init__(self, message: str) -> None:
         super().__init__(message)

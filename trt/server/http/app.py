@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,11 +20,12 @@ from trt.server.core.errors import InvalidArgument, ServerError
 from trt.server.core.extensions.tracing import TransportPoints
 from trt.server.core.models.config import config_to_json
 from trt.server.core.server import InferenceServer
-from trt.server.core.types import InferenceRequest, InferenceResponse, StreamItem
+from trt.server.core.types import InferenceRequest, InferenceResponse
 from trt.server.header_forwarding import HeaderForwarding
 from trt.server.http import codec, compression, generate
+from trt.server.http.generate_route import answer_generate
 from trt.server.http.header_numbers import inference_header_length
-from trt.server.http.messages import HttpRequest, HttpResponse, close_stream
+from trt.server.http.messages import HttpRequest, HttpResponse
 from trt.server.http.model_push import load_parameters
 from trt.server.http.statistics import statistics_json
 from trt.server.restrictions import Restrictions
@@ -39,7 +40,6 @@ _REPOSITORY_ROUTE = re.compile(r"/v2/repository(?:/([^/]+))?/(index|models/([^/]
 _SHM_ROUTE = re.compile(r"/v2/(system|cuda)sharedmemory(?:/region/([^/]+))?/(status|register|unregister)")
 
 _JSON_HEADERS = [(b"content-type", b"application/json")]
-_SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8")]
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -227,29 +227,10 @@ class HttpApp:
         if http_request.method != "POST":
             raise HttpError(405, "Method Not Allowed")
         name, version, action = match.group(1), match.group(2) or "", match.group(3)
-        config = self.core.model_config(name, version)
-        request = generate.decode_generate_request(name, version, await self._body(http_request), config)
-        answers = _answers(self.core.infer_stream(request))
-        if action == "generate":
-            responses = [response async for response in answers]
-            if len(responses) != 1:
-                raise InvalidArgument(
-                    f"generate expects exactly one response from model '{name}', got {len(responses)}; "
-                    "use generate_stream for models that send several"
-                )
-            return HttpResponse(200, generate.encode_generate_response(responses[0]), _JSON_HEADERS)
-        # The status is the first answer's, as in Triton: an error before or in encoding the first
-        # response is an ordinary JSON error; later ones arrive as events.
-        try:
-            first = await anext(answers)
-        except StopAsyncIteration:
-            first = None
-        try:
-            first_event = None if first is None else generate.encode_generate_response(first)
-        except ServerError:
-            await close_stream(answers)
-            raise
-        return HttpResponse(200, headers=_SSE_HEADERS, stream=_events(first_event, answers))
+        config = self.core.model_config(name, version)  # an unknown model before a body it cannot read
+        body = await self._body(http_request)
+        request = generate.decode_generate_request(name, version, body, config)
+        return await answer_generate(self.core, request, streamed=action == "generate_stream")
 
     async def _body(self, request: HttpRequest) -> bytes:
         encoding = request.headers.get("content-encoding")
@@ -398,35 +379,6 @@ class HttpApp:
             unload_dependents = parameters.get("unload_dependents", False)
             await self.core.unload_model(model_name, bool(unload_dependents))
         return HttpResponse(200, b"", _JSON_HEADERS)
-
-
-async def _answers(stream: AsyncIterator[StreamItem]) -> AsyncIterator[InferenceResponse]:
-    """The responses of a stream; its first error is raised (the end-only items are skipped)."""
-    try:
-        async for item in stream:
-            if item.error is not None:
-                if isinstance(item.error, ServerError):
-                    raise item.error
-                raise ServerError(f"inference failed: {item.error}")
-            if item.response is not None:
-                yield item.response
-    finally:
-        await close_stream(stream)  # a generator: closing it tells the model, if it still runs
-
-
-async def _events(first: bytes | None, answers: AsyncIterator[InferenceResponse]) -> AsyncIterator[bytes]:
-    """Server-sent events, one ``data:`` line per response (the first already encoded); an error
-    after the first is an event too."""
-    if first is None:
-        return
-    try:
-        yield b"data: " + first + b"\n\n"
-        async for response in answers:
-            yield b"data: " + generate.encode_generate_response(response) + b"\n\n"
-    except ServerError as exc:
-        yield b"data: " + generate.encode_generate_error(exc.message) + b"\n\n"
-    finally:
-        await close_stream(answers)
 
 
 def _is_inference(path: str) -> bool:

@@ -161,6 +161,7 @@ class ModelVersion:
                 _backend_request(request, feeds, output_names), batch_size
             )
             if answer.error is not None:
+                answer.error.answered = True
                 raise answer.error
             results = answer.outputs
             produced = output_names

@@ -11,7 +11,7 @@ import logging
 from enum import IntEnum
 
 from trt.http2.hpack import encode_literal
-from trt.server.core.errors import ServerError
+from trt.server.core.errors import DecoupledModelNeedsStream, ServerError
 
 logger = logging.getLogger("trt.grpc")
 
@@ -50,6 +50,11 @@ class GrpcError(Exception):
 
 def status_of(exc: BaseException, rpc: str) -> tuple[StatusCode, str]:
     """Status code and message a failed RPC answers with."""
+    if isinstance(exc, DecoupledModelNeedsStream):  # Triton's words, then which model and what to use
+        return StatusCode.UNIMPLEMENTED, (
+            f"{rpc} RPC doesn't support models with decoupled transaction policy (model "
+            f"'{exc.model_name}': use ModelStreamInfer)"
+        )
     if isinstance(exc, ServerError):
         return StatusCode[exc.grpc_code_name], exc.message
     if isinstance(exc, GrpcError):

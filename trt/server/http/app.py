@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from trt.server.core.errors import InvalidArgument, ServerError
+from trt.server.core.errors import DecoupledModelNeedsStream, InvalidArgument, ServerError
 from trt.server.core.extensions.tracing import TransportPoints
 from trt.server.core.models.config import config_to_json
 from trt.server.core.server import InferenceServer
@@ -434,6 +434,12 @@ def _error_response(exc: Exception, handling: str) -> HttpResponse:
     """What a client hears when handling its request raised ``exc``: a ``ServerError``'s status and
     text, a route's ``HttpError``; anything else is a bug of ours, logged and answered with a 500, so
     that it never takes the server down."""
+    if isinstance(exc, DecoupledModelNeedsStream):  # Triton's words, then which model and what to use
+        return _error(
+            exc.http_status,
+            "HTTP end point doesn't support models with decoupled transaction policy (model "
+            f"'{exc.model_name}': use /generate_stream or gRPC ModelStreamInfer)",
+        )
     if isinstance(exc, ServerError):
         return _error(exc.http_status, exc.message)
     if isinstance(exc, HttpError):

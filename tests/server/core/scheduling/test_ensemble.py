@@ -7,10 +7,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tests.support import ROOT, ServerProcess, int_inputs, write_simple
+from tests.support import ROOT, ServerProcess, int_inputs, write_python_model, write_simple
 
 
 def _ensemble(repo: Path, name: str, body: str) -> None:
@@ -159,3 +160,44 @@ def test_the_example_image_pipeline(tmp_path: Path) -> None:
         )
     finally:
         proc.stop()
+
+
+REFUSES_NEGATIVES = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            n = pb_utils.get_input_tensor_by_name(request, "N").as_numpy()
+            if n[0] < 0:
+                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError("plain refuses negatives")))
+            else:
+                responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", n * 2)]))
+        return responses
+"""
+ONE_NUMBER = """
+input [ { name: "N" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+"""
+
+
+def test_a_steps_error_is_the_ensembles_answer_in_tritons_words(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    write_python_model(repo, "plain", REFUSES_NEGATIVES, 'backend: "python"\n' + ONE_NUMBER)
+    (repo / "ens" / "1").mkdir(parents=True)
+    (repo / "ens" / "config.pbtxt").write_text(
+        'platform: "ensemble"\n' + ONE_NUMBER + 'ensemble_scheduling { step [ { model_name: "plain" '
+        'model_version: -1 input_map { key: "N" value: "N" } output_map { key: "OUT" value: "OUT" } } ] }\n'
+    )
+    server = ServerProcess([repo]).start(tmp_path)
+    try:
+        for module, url in ((httpclient, server.http_url), (grpcclient, server.grpc_url)):
+            tensor = module.InferInput("N", [1], "INT32")
+            tensor.set_data_from_numpy(np.array([-1], np.int32))
+            with pytest.raises(InferenceServerException) as info:
+                module.InferenceServerClient(url).infer("ens", [tensor])
+            assert info.value.message() == "in ensemble 'ens', plain refuses negatives"  # Triton 2.51's
+    finally:
+        server.stop()

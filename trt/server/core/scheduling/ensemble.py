@@ -118,6 +118,7 @@ class EnsembleInstance:
         # (model name, version) of each step: the model a request holds for it (``_hold_models``).
         self._step_models = [(step.model_name, _version(step)) for step in self._steps]
         self._namespace = namespace  # where a step's model is looked for first
+        self._name = config.name
         self._outputs = [output.name for output in config.output]
         self._services = services
         step_order(config)
@@ -142,8 +143,8 @@ class EnsembleInstance:
             models = self._hold_models()
         except ServerError as exc:
             if request.on_response is None:
-                return _failed(exc)
-            request.on_response(_failed(exc), True)
+                return _failed(self._name, exc)
+            request.on_response(_failed(self._name, exc), True)
             return BackendResponse({})
         try:
             if request.on_response is None:
@@ -177,7 +178,7 @@ class EnsembleInstance:
         try:
             await self._run_steps(range(len(self._steps)), tensors, request, models)
         except ServerError as exc:
-            return _failed(exc)
+            return _failed(self._name, exc)
         return BackendResponse({name: tensors[name] for name in request.requested_outputs or self._outputs})
 
     async def _stream(
@@ -214,7 +215,7 @@ class EnsembleInstance:
                 async for tensors in branches:
                     respond(BackendResponse({name: tensors[name] for name in names}), False)
         except ServerError as exc:
-            respond(_failed(exc), True)
+            respond(_failed(self._name, exc), True)
             return
         respond(None, True)
 
@@ -335,8 +336,9 @@ class EnsembleInstance:
         pass
 
 
-def _failed(exc: ServerError) -> BackendResponse:
-    return BackendResponse({}, error=type(exc)(f"in ensemble step: {exc.message}"))
+def _failed(ensemble: str, exc: ServerError) -> BackendResponse:
+    """A step's error as the ensemble's answer, in Triton's words (its ensemble scheduler's)."""
+    return BackendResponse({}, error=type(exc)(f"in ensemble '{ensemble}', {exc.message}"))
 
 
 def _step_request(

@@ -76,6 +76,84 @@ backend: "python"
 input [{ name: "HOW" data_type: TYPE_STRING dims: [ 1 ] }]
 output [{ name: "OUT" data_type: TYPE_STRING dims: [ 1 ] }]
 """
+# A decoupled model: N responses to N, an error response to a negative N.
+COUNTS = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            n = int(pb_utils.get_input_tensor_by_name(request, "N").as_numpy()[0])
+            sender = request.get_response_sender()
+            if n < 0:
+                sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError("negative")), flags=FINAL)
+                continue
+            for i in range(n):
+                sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([i], np.int32))]))
+            sender.send(flags=FINAL)
+"""
+# An ordinary model that refuses negatives, and an ensemble of it.
+DOUBLES = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            n = pb_utils.get_input_tensor_by_name(request, "N").as_numpy()
+            if n[0] < 0:
+                error = pb_utils.TritonError("doubles refuses negatives")
+                responses.append(pb_utils.InferenceResponse(error=error))
+            else:
+                responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", n * 2)]))
+        return responses
+"""
+ONE_NUMBER = """
+input [ { name: "N" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+"""
+ENSEMBLE_CONFIG = (
+    'platform: "ensemble"\n' + ONE_NUMBER + 'ensemble_scheduling { step [ { model_name: "doubles" '
+    'model_version: -1 input_map { key: "N" value: "N" } output_map { key: "OUT" value: "OUT" } } ] }\n'
+)
+# A sequence model (its CORRID a number) that adds up each sequence's values.
+TOTALS = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.totals = {}
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            start = pb_utils.get_input_tensor_by_name(request, "START").as_numpy().ravel()[0]
+            sequence = int(pb_utils.get_input_tensor_by_name(request, "CORRID").as_numpy().ravel()[0])
+            value = int(pb_utils.get_input_tensor_by_name(request, "X").as_numpy().ravel()[0])
+            self.totals[sequence] = (0 if start else self.totals.get(sequence, 0)) + value
+            total = np.array([[self.totals[sequence]]], np.int32)
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("Y", total)]))
+        return responses
+"""
+TOTALS_CONFIG = """
+backend: "python"
+max_batch_size: 2
+input [ { name: "X" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "Y" data_type: TYPE_INT32 dims: [ 1 ] } ]
+sequence_batching {
+  control_input [
+    { name: "START" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] },
+    { name: "CORRID" control [ { kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_UINT64 } ] }
+  ]
+}
+"""
 FOUR = np.array([1, 2, 3, 4], np.float32).tobytes()
 
 
@@ -94,9 +172,14 @@ def _write_repository(repo: Path) -> None:
         ("add_sub", ADD_SUB, ADD_SUB_CONFIG),
         ("add_sub_b", ADD_SUB, batched + "dynamic_batching { }\n"),
         ("answers", ANSWERS, ANSWERS_CONFIG),
+        ("counts", COUNTS, 'backend: "python"\nmodel_transaction_policy { decoupled: true }\n' + ONE_NUMBER),
+        ("doubles", DOUBLES, 'backend: "python"\n' + ONE_NUMBER),
+        ("pair", "", ENSEMBLE_CONFIG),
+        ("totals", TOTALS, TOTALS_CONFIG),
     ):
         (repo / name / "1").mkdir(parents=True)
-        (repo / name / "1" / "model.py").write_text(source)
+        if source:
+            (repo / name / "1" / "model.py").write_text(source)
         (repo / name / "config.pbtxt").write_text(config)
 
 
@@ -227,6 +310,35 @@ def http_cases() -> list[HttpCase]:
     for how in ("raise", "model_exception", "error", "not_found", "none", "bare", "other_name", "fine"):
         body = _infer({"name": "HOW", "shape": [1], "datatype": "BYTES", "data": [how]})
         cases.append((f"a Python model: {how}", "POST", "/v2/models/answers/infer", body, {}))
+    for model, n in (("doubles", 3), ("doubles", -1), ("pair", 3), ("pair", -1), ("counts", 2)):
+        body = _infer({"name": "N", "shape": [1], "datatype": "INT32", "data": [n]})
+        cases.append((f"infer {model}, N={n}", "POST", f"/v2/models/{model}/infer", body, {}))
+    for route in ("generate", "generate_stream"):
+        for model, n in (("doubles", 2), ("doubles", -1), ("counts", 2), ("counts", 0), ("counts", -1)):
+            cases.append(
+                (f"{route} {model}, N={n}", "POST", f"/v2/models/{model}/{route}", _json({"N": n}), {})
+            )
+    return cases + _sequence_cases()
+
+
+def _sequence_cases() -> list[HttpCase]:
+    """One after another (a sequence's requests depend on the ones before)."""
+    path = "/v2/models/totals/infer"
+    cases: list[HttpCase] = []
+    for name, parameters, rows in (
+        ("no sequence id", {}, 1),
+        ("a sequence starts", {"sequence_id": 7, "sequence_start": True}, 1),
+        ("it goes on", {"sequence_id": 7}, 1),
+        ("it ends", {"sequence_id": 7, "sequence_end": True}, 1),
+        ("after its end, without START", {"sequence_id": 7}, 1),
+        ("two rows", {"sequence_id": 8, "sequence_start": True}, 2),
+        ("a string id for a numeric CORRID", {"sequence_id": "abc", "sequence_start": True}, 1),
+        ("id 0", {"sequence_id": 0, "sequence_start": True}, 1),
+    ):
+        tensor = {"name": "X", "shape": [rows, 1], "datatype": "INT32", "data": [[1]] * rows}
+        cases.append(
+            (f"sequence: {name}", "POST", path, _json({"inputs": [tensor], "parameters": parameters}), {})
+        )
     return cases
 
 
@@ -240,6 +352,10 @@ def _grpc_request(**fields: Any) -> pb.ModelInferRequest:
         )
     request.raw_input_contents.extend(raw)
     return request
+
+
+def _number_request(model: str, n: int) -> pb.ModelInferRequest:
+    return _grpc_request(model=model, inputs=[("N", [1], "INT32")], raw=[np.array([n], np.int32).tobytes()])
 
 
 def grpc_cases() -> list[tuple[str, str, Any]]:
@@ -256,6 +372,8 @@ def grpc_cases() -> list[tuple[str, str, Any]]:
         ("wrong datatype", "ModelInfer", _grpc_request(inputs=[("INPUT0", [4], "INT32"), second])),
         ("an input missing", "ModelInfer", _grpc_request(inputs=[first], raw=[FOUR])),
         ("no batch dimension", "ModelInfer", _grpc_request(model="add_sub_b")),
+        ("a decoupled model", "ModelInfer", _number_request("counts", 2)),
+        ("an ensemble whose step fails", "ModelInfer", _number_request("pair", -1)),
         ("config", "ModelConfig", pb.ModelConfigRequest(name="add_sub")),
         ("unknown model's config", "ModelConfig", pb.ModelConfigRequest(name="nope")),
         ("unknown model's trace settings", "TraceSetting", pb.TraceSettingRequest(model_name="nope")),

@@ -118,3 +118,21 @@ def wait_model_ready(port: int, process: subprocess.Popen[bytes], model: str, ti
         except OSError:
             time.sleep(0.3)
     raise SystemExit(f"a server did not have {model} ready within {timeout:g} s")
+
+
+def rotated(count: int, round_index: int) -> list[int]:
+    """The order ``count`` servers are measured in, in round ``round_index``: each goes first in turn,
+    so that what going first costs falls on all of them."""
+    return [(index + round_index) % count for index in range(count)]
+
+
+def stop_all(processes: list[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM each server, then SIGKILL any that has not exited within 20 s."""
+    for process in processes:
+        process.terminate()
+    for process in processes:
+        try:
+            process.wait(20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()

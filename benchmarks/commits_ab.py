@@ -32,7 +32,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from _common import answered_requests, free_port, perf_analyzer_run, wait_model_ready  # noqa: E402
+from _common import (  # noqa: E402
+    answered_requests,
+    free_port,
+    perf_analyzer_run,
+    rotated,
+    stop_all,
+    wait_model_ready,
+)
 
 from tests.server.backends.python.python_models import ADD_SUB, ADD_SUB_CONFIG  # noqa: E402
 
@@ -150,8 +157,7 @@ def main() -> None:
             for process, ports in servers:  # warm: first requests pay imports and allocator growth
                 measure(perf_analyzer, args.protocol, process.pid, ports, args.concurrency, 500)
             for number in range(args.rounds):
-                order = [(index + number) % len(servers) for index in range(len(servers))]
-                for index in order:
+                for index in rotated(len(servers), number):
                     process, ports = servers[index]
                     figures, total_us, model_us = measure(
                         perf_analyzer, args.protocol, process.pid, ports, args.concurrency, args.window_ms
@@ -171,12 +177,7 @@ def main() -> None:
                     + "; ".join(f"{m.label}: {m.server_cpu_us:,.0f} us" for m in results if m.round == number)
                 )
         finally:
-            for process, _ in servers:
-                process.terminate()
-                try:
-                    process.wait(20)
-                except subprocess.TimeoutExpired:
-                    process.kill()
+            stop_all([process for process, _ in servers])
 
     def of(label: str, number: int) -> Measurement:
         return next(m for m in results if m.label == label and m.round == number)

@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from _common import answered_requests, free_port, wait_model_ready  # noqa: E402
+from _common import answered_requests, free_port, rotated, stop_all, wait_model_ready  # noqa: E402
 from commits_ab import Checkout, unpacked  # noqa: E402
 
 
@@ -119,7 +119,7 @@ def main() -> None:
         for _, _, port in servers:  # warm: first requests pay imports and allocator growth
             perf(args.model, port, args.concurrency, 500, *formats)
         for number in range(args.rounds):
-            for index in [(index + number) % len(servers) for index in range(len(servers))]:
+            for index in rotated(len(servers), number):
                 label, process, port = servers[index]
                 (core_before, workers_before), count_before = (
                     cpu_split(process.pid),
@@ -138,12 +138,7 @@ def main() -> None:
                 + "; ".join(f"{m.label}: {m.throughput:,.0f}/s" for m in results if m.round == number)
             )
     finally:
-        for _, process, _ in servers:
-            process.terminate()
-            try:
-                process.wait(20)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        stop_all([process for _, process, _ in servers])
 
     def of(label: str, number: int) -> Measurement:
         return next(m for m in results if m.label == label and m.round == number)

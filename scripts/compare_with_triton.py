@@ -38,7 +38,7 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.server.backends.python.python_models import ADD_SUB, ADD_SUB_CONFIG  # noqa: E402
+from tests.server.backends.python.python_models import ADD_SUB, ADD_SUB_CONFIG, DOUBLES, ONE_NUMBER  # noqa: E402
 from tests.support import free_port  # noqa: E402
 from trt.protos import grpc_service_pb2 as pb  # noqa: E402
 from trt.protos import grpc_service_pb2_grpc as pb_grpc  # noqa: E402
@@ -96,27 +96,7 @@ class TritonPythonModel:
                 sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([i], np.int32))]))
             sender.send(flags=FINAL)
 """
-# An ordinary model that refuses negatives, and an ensemble of it.
-DOUBLES = """
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            n = pb_utils.get_input_tensor_by_name(request, "N").as_numpy()
-            if n[0] < 0:
-                error = pb_utils.TritonError("doubles refuses negatives")
-                responses.append(pb_utils.InferenceResponse(error=error))
-            else:
-                responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", n * 2)]))
-        return responses
-"""
-ONE_NUMBER = """
-input [ { name: "N" data_type: TYPE_INT32 dims: [ 1 ] } ]
-output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
-"""
+# An ensemble of DOUBLES (from the tests' Python models).
 ENSEMBLE_CONFIG = (
     'platform: "ensemble"\n' + ONE_NUMBER + 'ensemble_scheduling { step [ { model_name: "doubles" '
     'model_version: -1 input_map { key: "N" value: "N" } output_map { key: "OUT" value: "OUT" } } ] }\n'

@@ -292,3 +292,24 @@ input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
 output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
 instance_group [ { kind: KIND_CPU count: 1 } ]
 """
+
+# N -> 2N, and an error response ("negative input") for a negative N.
+DOUBLES = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            n = pb_utils.get_input_tensor_by_name(request, "N").as_numpy()
+            if n[0] < 0:
+                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError("negative input")))
+            else:
+                responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", n * 2)]))
+        return responses
+"""
+ONE_NUMBER = """
+input [ { name: "N" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+"""

@@ -11,6 +11,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from tests.server.backends.python.python_models import DOUBLES, ONE_NUMBER
 from tests.support import ROOT, ServerProcess, int_inputs, write_python_model, write_simple
 
 
@@ -162,30 +163,9 @@ def test_the_example_image_pipeline(tmp_path: Path) -> None:
         proc.stop()
 
 
-REFUSES_NEGATIVES = """
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            n = pb_utils.get_input_tensor_by_name(request, "N").as_numpy()
-            if n[0] < 0:
-                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError("plain refuses negatives")))
-            else:
-                responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", n * 2)]))
-        return responses
-"""
-ONE_NUMBER = """
-input [ { name: "N" data_type: TYPE_INT32 dims: [ 1 ] } ]
-output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
-"""
-
-
 def test_a_steps_error_is_the_ensembles_answer_in_tritons_words(tmp_path: Path) -> None:
     repo = tmp_path / "repo"
-    write_python_model(repo, "plain", REFUSES_NEGATIVES, 'backend: "python"\n' + ONE_NUMBER)
+    write_python_model(repo, "plain", DOUBLES, 'backend: "python"\n' + ONE_NUMBER)
     (repo / "ens" / "1").mkdir(parents=True)
     (repo / "ens" / "config.pbtxt").write_text(
         'platform: "ensemble"\n' + ONE_NUMBER + 'ensemble_scheduling { step [ { model_name: "plain" '
@@ -198,6 +178,6 @@ def test_a_steps_error_is_the_ensembles_answer_in_tritons_words(tmp_path: Path) 
             tensor.set_data_from_numpy(np.array([-1], np.int32))
             with pytest.raises(InferenceServerException) as info:
                 module.InferenceServerClient(url).infer("ens", [tensor])
-            assert info.value.message() == "in ensemble 'ens', plain refuses negatives"  # Triton 2.51's
+            assert info.value.message() == "in ensemble 'ens', negative input"  # Triton 2.51's
     finally:
         server.stop()

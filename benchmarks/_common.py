@@ -6,11 +6,14 @@ import csv
 import json
 import os
 import socket
+import statistics
 import subprocess
 import tempfile
 import time
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -136,3 +139,30 @@ def stop_all(processes: list[subprocess.Popen[bytes]]) -> None:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+def summary_against_first(
+    results: Sequence[Any], labels: Sequence[str], rounds: int, measure: str, medians: Sequence[str]
+) -> list[dict[str, Any]]:
+    """Per label (the first is the base): each round's ``measure`` divided by the base's in that round,
+    the median of those ratios, and the median of each of ``medians`` over the rounds. ``results``
+    hold ``label``, ``round`` and the named attributes."""
+
+    def of(label: str, number: int) -> Any:
+        return next(r for r in results if r.label == label and r.round == number)
+
+    summary = []
+    for label in labels:
+        ratios = [getattr(of(label, n), measure) / getattr(of(labels[0], n), measure) for n in range(rounds)]
+        mine = [r for r in results if r.label == label]
+        row: dict[str, Any] = {"label": label, "ratios": ratios, "median_ratio": statistics.median(ratios)}
+        row.update({f"median_{name}": statistics.median(getattr(r, name) for r in mine) for name in medians})
+        summary.append(row)
+    return summary
+
+
+def ratio_cells(row: dict[str, Any], *medians: str) -> list[str]:
+    """A ``summary_against_first`` row as table cells: the label, each round's ratio, their median,
+    then the medians named (as whole numbers)."""
+    cells = [row["label"], " / ".join(f"{r:.2f}" for r in row["ratios"]), f"{row['median_ratio']:.2f}"]
+    return cells + [f"{row[f'median_{name}']:,.0f}" for name in medians]

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -36,8 +35,10 @@ from _common import (  # noqa: E402
     answered_requests,
     free_port,
     perf_analyzer_run,
+    ratio_cells,
     rotated,
     stop_all,
+    summary_against_first,
     wait_model_ready,
 )
 
@@ -179,33 +180,19 @@ def main() -> None:
         finally:
             stop_all([process for process, _ in servers])
 
-    def of(label: str, number: int) -> Measurement:
-        return next(m for m in results if m.label == label and m.round == number)
-
-    base = checkouts[0].label
+    labels = [checkout.label for checkout in checkouts]
+    summary = summary_against_first(
+        results, labels, args.rounds, "server_cpu_us", ("server_cpu_us", "model_cpu_us", "throughput")
+    )
     table = Table(
         title=f"add_sub under perf_analyzer ({args.protocol}, c={args.concurrency}), "
-        f"server CPU per request against {base} in each round"
+        f"server CPU per request against {labels[0]} in each round"
     )
     for column in ("checkout", "CPU/req ratio, each round", "median ratio", "median CPU/req (us)",
                    "of it, model process", "median infer/s"):  # fmt: skip
         table.add_column(column, justify="right")
-    summary = []
-    for checkout in checkouts:
-        ratios = [of(checkout.label, n).server_cpu_us / of(base, n).server_cpu_us for n in range(args.rounds)]
-        mine = [m for m in results if m.label == checkout.label]
-        row = {
-            "checkout": checkout.label,
-            "ratios": ratios,
-            "median_ratio": statistics.median(ratios),
-            "median_cpu_us": statistics.median(m.server_cpu_us for m in mine),
-            "median_model_cpu_us": statistics.median(m.model_cpu_us for m in mine),
-            "median_throughput": statistics.median(m.throughput for m in mine),
-        }
-        summary.append(row)
-        table.add_row(checkout.label, " / ".join(f"{r:.2f}" for r in ratios), f"{row['median_ratio']:.2f}",
-                      f"{row['median_cpu_us']:,.0f}", f"{row['median_model_cpu_us']:,.0f}",
-                      f"{row['median_throughput']:,.0f}")  # fmt: skip
+    for row in summary:
+        table.add_row(*ratio_cells(row, "server_cpu_us", "model_cpu_us", "throughput"))
     console.print(table)
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import subprocess
 import sys
 from dataclasses import asdict, dataclass
@@ -33,7 +32,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from _common import answered_requests, free_port, rotated, stop_all, wait_model_ready  # noqa: E402
+from _common import (  # noqa: E402
+    answered_requests,
+    free_port,
+    ratio_cells,
+    rotated,
+    stop_all,
+    summary_against_first,
+    wait_model_ready,
+)
 from commits_ab import Checkout, unpacked  # noqa: E402
 
 
@@ -140,34 +147,19 @@ def main() -> None:
     finally:
         stop_all([process for _, process, _ in servers])
 
-    def of(label: str, number: int) -> Measurement:
-        return next(m for m in results if m.label == label and m.round == number)
-
     labels = [label for label, _, _ in servers]
-    base = labels[0]
+    summary = summary_against_first(
+        results, labels, args.rounds, "throughput", ("throughput", "core_cpu_us", "workers_cpu_us")
+    )
     table = Table(
         title=f"{args.model}, tensors as {args.input_tensor_format}, answers as {args.output_tensor_format}, "
-        f"trt perf at c={args.concurrency}: against {base} in each round"
+        f"trt perf at c={args.concurrency}: against {labels[0]} in each round"
     )
     for column in ("server", "infer/s ratio, each round", "median ratio", "median infer/s",
                    "core CPU/req (us)", "workers CPU/req (us)"):  # fmt: skip
         table.add_column(column, justify="right")
-    summary = []
-    for label in labels:
-        ratios = [of(label, n).throughput / of(base, n).throughput for n in range(args.rounds)]
-        mine = [m for m in results if m.label == label]
-        row = {
-            "server": label,
-            "throughput_ratios": ratios,
-            "median_ratio": statistics.median(ratios),
-            "median_throughput": statistics.median(m.throughput for m in mine),
-            "median_core_cpu_us": statistics.median(m.core_cpu_us for m in mine),
-            "median_workers_cpu_us": statistics.median(m.workers_cpu_us for m in mine),
-        }
-        summary.append(row)
-        table.add_row(label, " / ".join(f"{r:.2f}" for r in ratios), f"{row['median_ratio']:.2f}",
-                      f"{row['median_throughput']:,.0f}", f"{row['median_core_cpu_us']:,.0f}",
-                      f"{row['median_workers_cpu_us']:,.0f}")  # fmt: skip
+    for row in summary:
+        table.add_row(*ratio_cells(row, "throughput", "core_cpu_us", "workers_cpu_us"))
     console.print(table)
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(

@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+from rich.console import Console
+from rich.table import Table
 
 
 def free_port() -> int:
@@ -166,3 +168,24 @@ def ratio_cells(row: dict[str, Any], *medians: str) -> list[str]:
     then the medians named (as whole numbers)."""
     cells = [row["label"], " / ".join(f"{r:.2f}" for r in row["ratios"]), f"{row['median_ratio']:.2f}"]
     return cells + [f"{row[f'median_{name}']:,.0f}" for name in medians]
+
+
+def report_against_first(
+    console: Console,
+    title: str,
+    columns: Sequence[str],
+    summary: list[dict[str, Any]],
+    medians: Sequence[str],
+    json_path: Path,
+    document: dict[str, Any],
+) -> None:
+    """Print ``summary`` (``summary_against_first``'s, with ``medians`` after its ratios) as a table
+    of ``columns``, and write ``document`` with the summary added to ``json_path``."""
+    table = Table(title=title)
+    for column in columns:
+        table.add_column(column, justify="right")
+    for row in summary:
+        table.add_row(*ratio_cells(row, *medians))
+    console.print(table)
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    json_path.write_text(json.dumps({**document, "summary": summary}, indent=2))

@@ -16,7 +16,6 @@ gives those ratios and their median. Compare ratios within one run, never absolu
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 import tempfile
@@ -25,7 +24,6 @@ from pathlib import Path
 
 import psutil
 from rich.console import Console
-from rich.table import Table
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -35,7 +33,7 @@ from _common import (  # noqa: E402
     answered_requests,
     free_port,
     perf_analyzer_run,
-    ratio_cells,
+    report_against_first,
     rotated,
     stop_all,
     summary_against_first,
@@ -181,32 +179,19 @@ def main() -> None:
             stop_all([process for process, _ in servers])
 
     labels = [checkout.label for checkout in checkouts]
-    summary = summary_against_first(
-        results, labels, args.rounds, "server_cpu_us", ("server_cpu_us", "model_cpu_us", "throughput")
-    )
-    table = Table(
-        title=f"add_sub under perf_analyzer ({args.protocol}, c={args.concurrency}), "
-        f"server CPU per request against {labels[0]} in each round"
-    )
-    for column in ("checkout", "CPU/req ratio, each round", "median ratio", "median CPU/req (us)",
-                   "of it, model process", "median infer/s"):  # fmt: skip
-        table.add_column(column, justify="right")
-    for row in summary:
-        table.add_row(*ratio_cells(row, "server_cpu_us", "model_cpu_us", "throughput"))
-    console.print(table)
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(
-        json.dumps(
-            {
-                "protocol": args.protocol,
-                "concurrency": args.concurrency,
-                "window_ms": args.window_ms,
-                "summary": summary,
-                "rounds": [asdict(m) for m in results],
-            },
-            indent=2,
-        )
-    )
+    medians = ("server_cpu_us", "model_cpu_us", "throughput")
+    report_against_first(
+        console,
+        f"add_sub under perf_analyzer ({args.protocol}, c={args.concurrency}), server CPU per request "
+        f"against {labels[0]} in each round",
+        ("checkout", "CPU/req ratio, each round", "median ratio", "median CPU/req (us)",
+         "of it, model process", "median infer/s"),
+        summary_against_first(results, labels, args.rounds, "server_cpu_us", medians),
+        medians,
+        args.json,
+        {"protocol": args.protocol, "concurrency": args.concurrency, "window_ms": args.window_ms,
+         "rounds": [asdict(m) for m in results]},
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -26,7 +26,6 @@ from pathlib import Path
 
 import psutil
 from rich.console import Console
-from rich.table import Table
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -35,7 +34,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from _common import (  # noqa: E402
     answered_requests,
     free_port,
-    ratio_cells,
+    report_against_first,
     rotated,
     stop_all,
     summary_against_first,
@@ -148,30 +147,18 @@ def main() -> None:
         stop_all([process for _, process, _ in servers])
 
     labels = [label for label, _, _ in servers]
-    summary = summary_against_first(
-        results, labels, args.rounds, "throughput", ("throughput", "core_cpu_us", "workers_cpu_us")
-    )
-    table = Table(
-        title=f"{args.model}, tensors as {args.input_tensor_format}, answers as {args.output_tensor_format}, "
-        f"trt perf at c={args.concurrency}: against {labels[0]} in each round"
-    )
-    for column in ("server", "infer/s ratio, each round", "median ratio", "median infer/s",
-                   "core CPU/req (us)", "workers CPU/req (us)"):  # fmt: skip
-        table.add_column(column, justify="right")
-    for row in summary:
-        table.add_row(*ratio_cells(row, "throughput", "core_cpu_us", "workers_cpu_us"))
-    console.print(table)
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(
-        json.dumps(
-            {
-                "arguments": {k: str(v) for k, v in vars(args).items()},
-                "summary": summary,
-                "rounds": [asdict(m) for m in results],
-            },
-            indent=2,
-        )
-    )
+    medians = ("throughput", "core_cpu_us", "workers_cpu_us")
+    report_against_first(
+        console,
+        f"{args.model}, tensors as {args.input_tensor_format}, answers as {args.output_tensor_format}, "
+        f"trt perf at c={args.concurrency}: against {labels[0]} in each round",
+        ("server", "infer/s ratio, each round", "median ratio", "median infer/s", "core CPU/req (us)",
+         "workers CPU/req (us)"),
+        summary_against_first(results, labels, args.rounds, "throughput", medians),
+        medians,
+        args.json,
+        {"arguments": {k: str(v) for k, v in vars(args).items()}, "rounds": [asdict(m) for m in results]},
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

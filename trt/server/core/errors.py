@@ -15,7 +15,8 @@ The tree, with the Triton error code each one stands for::
     │   └── DecoupledModelNeedsStream
     ├── AlreadyExists              ALREADY_EXISTS HTTP 400  gRPC ALREADY_EXISTS
     ├── ModelLoadError             a model could not be loaded (message says why)
-    └── ModelConfigError           a config.pbtxt is malformed or inconsistent
+    │   ├── ModelConfigError       a config.pbtxt is malformed or inconsistent
+    │   └── ModelVersionsUnavailable  INVALID_ARG  HTTP 400  no version of it loaded (Triton's "load failed")
 
 Transports map these once (``server.http.errors`` / ``server.grpc.service``); nothing else in the
 core decides a status code.
@@ -117,6 +118,15 @@ class AlreadyExists(ServerError):
 
 class ModelLoadError(ServerError):
     """A model failed to load; the message is what the repository index shows as its reason."""
+
+
+class ModelVersionsUnavailable(ModelLoadError):
+    """No version of a model could be loaded (none in its folder, or each failed): Triton answers a
+    load request so with INVALID_ARG, ``load failed for model '<m>': ...``, and its tests match on it."""
+
+    http_status = 400
+    grpc_code_name = "INVALID_ARGUMENT"
+    triton_code = "INVALID_ARG"
 
 
 class ModelConfigError(ModelLoadError):

@@ -171,3 +171,13 @@ def _same_dims(first: tuple[int, ...], other: tuple[int, ...]) -> bool:
 
 def _dims_text(dims: tuple[int, ...]) -> str:
     return "[" + ",".join(str(d) for d in dims) + "]"
+
+
+def ensemble_refusal(key: ModelKey, config: Config, table: ModelTable) -> UnmetNeed | None:
+    """Why the ensemble ``key`` cannot serve now; None for other models and for ensembles that can.
+    A tensor that disagrees with a step's model waits for that model to change."""
+    if not is_ensemble(config):
+        return None
+    unmet = unmet_need(key, config, table)
+    problem = tensor_problem(key, config, table) if unmet is None else None
+    return UnmetNeed(problem, frozenset(step_names(config))) if problem else unmet

@@ -20,19 +20,17 @@ from trt.server.core.errors import (
     BackendUnavailable,
     InvalidArgument,
     ModelLoadError,
-    ModelNotFound,
     ServerError,
     Unavailable,
 )
 from trt.server.core.models.canary import canary_router
 from trt.server.core.models.dependencies import (
-    UnmetNeed,
+    ensemble_refusal,
     is_ensemble,
     step_keys,
     step_names,
-    tensor_problem,
-    unmet_need,
 )
+from trt.server.core.models.load_failures import load_failure, no_version_loaded
 from trt.server.core.models.loader import LoadResult, close_instances, load_model, read_model_config
 from trt.server.core.models.repository import Fingerprint, ModelLocation, ModelRepository, fingerprint
 from trt.server.core.models.retirement import Retirements
@@ -241,13 +239,13 @@ class ModelManager:
             except ServerError as exc:
                 reason = scrub(exc.message)
                 self._record_failure(entry, was_serving, reason)
-                raise ModelLoadError(f"failed to load '{name}': {reason}") from None
+                raise load_failure(name, exc, reason) from None
             except Exception as exc:
                 logger.exception("loading '%s' failed unexpectedly", key)
                 reason = scrub(f"{type(exc).__name__}: {exc}")
                 self._record_failure(entry, was_serving, reason)
                 raise ModelLoadError(f"failed to load '{name}': {reason}") from None
-            unmet = self._ensemble_refusal(key, result.config)
+            unmet = ensemble_refusal(key, result.config, self.table)
             if unmet is not None:  # Triton does not serve such an ensemble, even the one loaded before
                 for loaded in result.versions.values():
                     close_instances(loaded.instances)
@@ -262,7 +260,7 @@ class ModelManager:
                 if not was_serving:
                     entry.unavailable = dict(result.failed)
                     entry.state, entry.reason = UNAVAILABLE, reasons
-                raise ModelLoadError(f"failed to load '{name}': {reasons}")
+                raise no_version_loaded(name, result.failed)
             result.failed = {version: scrub(reason) for version, reason in result.failed.items()}
             try:
                 canary = canary_router(result.config, set(result.versions))
@@ -282,15 +280,6 @@ class ModelManager:
         logger.info("loaded '%s' versions %s", key, sorted(result.versions))
         await self._withdraw_broken_ensembles()  # a step's model may now disagree with its ensemble
         await self._load_awaiting(name)
-
-    def _ensemble_refusal(self, key: ModelKey, config: model_config_pb2.ModelConfig) -> UnmetNeed | None:
-        """Why the ensemble ``key`` cannot serve now; None for other models and for ensembles that can.
-        A tensor that disagrees with a step's model waits for that model to change."""
-        if not is_ensemble(config):
-            return None
-        unmet = unmet_need(key, config, self.table)
-        problem = tensor_problem(key, config, self.table) if unmet is None else None
-        return UnmetNeed(problem, frozenset(step_names(config))) if problem else unmet
 
     async def _load_awaiting(self, name: str) -> None:
         """Load the ensembles that a model called ``name`` kept from loading (Triton checks them again
@@ -374,7 +363,9 @@ class ModelManager:
         ensemble's step models that were loaded only for it and that no other ensemble runs."""
         entries = self.table.all_named(name)
         if not entries and not self.repository.keys_named(name):
-            raise ModelNotFound(f"failed to unload '{name}': model is not known to the server")
+            # Nothing to unload: done, as Triton answers it (its unload of a name it does not know succeeds).
+            logger.info("unload of '%s': no such model, nothing to unload", name)
+            return
         for entry in entries:
             config = entry.config
             await self._unload_entry(entry)
@@ -437,7 +428,7 @@ class ModelManager:
             for entry in self.table:
                 if not entry.versions or not is_ensemble(entry.config):
                     continue
-                unmet = self._ensemble_refusal(entry.key, entry.config)
+                unmet = ensemble_refusal(entry.key, entry.config, self.table)
                 if unmet is not None:
                     async with entry.lock:
                         entry.awaits = unmet.awaits

@@ -23,7 +23,12 @@ from trt.server.core.backends.base import (
     ServerServices,
 )
 from trt.server.core.backends.registry import ENSEMBLE_PLATFORM, get_backend, resolve_entry
-from trt.server.core.errors import BackendUnavailable, ModelConfigError, ModelLoadError, ServerError
+from trt.server.core.errors import (
+    BackendUnavailable,
+    ModelConfigError,
+    ModelVersionsUnavailable,
+    ServerError,
+)
 from trt.server.core.models.config import read_config_file
 from trt.server.core.models.config_defaults import fill_triton_defaults
 from trt.server.core.models.config_paths import check_config_paths
@@ -136,7 +141,10 @@ def effective_config(
     run_load_agents(config, model_dir)  # as Triton, before the config is completed
     available = version_folders(model_dir)
     if not available:
-        raise ModelLoadError(f"model '{name}' has no version folder; put the model file in '{model_dir}/1/'")
+        raise ModelVersionsUnavailable(  # Triton's words, then where the file goes
+            f"at least one version must be available under the version policy of model '{name}' (it has "
+            f"no version folder: put the model file in '{model_dir}/1/')"
+        )
     versions = select_versions(config, available)
     entry = resolve_entry(config, [available[v] for v in versions])
     latest = versions[-1]

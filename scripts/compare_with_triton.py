@@ -161,6 +161,21 @@ def _write_repository(repo: Path) -> None:
         if source:
             (repo / name / "1" / "model.py").write_text(source)
         (repo / name / "config.pbtxt").write_text(config)
+    # Models that cannot load, for the load requests' answers.
+    (repo / "broken" / "1").mkdir(parents=True)
+    (repo / "broken" / "1" / "model.py").write_text("raise RuntimeError('cannot import')\n")
+    (repo / "broken" / "config.pbtxt").write_text('backend: "python"\n' + ONE_NUMBER)
+    (repo / "badcfg" / "1").mkdir(parents=True)
+    (repo / "badcfg" / "1" / "model.py").write_text(DOUBLES)
+    (repo / "badcfg" / "config.pbtxt").write_text('backend: "python"\nmax_batch_size: oops\n')
+    (repo / "noversion").mkdir()
+    (repo / "noversion" / "config.pbtxt").write_text('backend: "python"\n' + ONE_NUMBER)
+
+
+# Explicit mode, every model loaded at start, the ones that cannot load left unavailable: load requests
+# are among the cases.
+CONTROL_FLAGS = ("--model-control-mode=explicit", "--load-model=*", "--exit-on-error=false",
+                 "--strict-readiness=false")  # fmt: skip
 
 
 @contextmanager
@@ -168,13 +183,13 @@ def _servers(peers: Path, repo: Path, logs: Path) -> Iterator[tuple[list[int], l
     triton_ports, trt_ports = [free_port() for _ in range(3)], [free_port() for _ in range(3)]
     script = ROOT.parent / "shared" / "peers" / "run-triton.sh"
     triton = subprocess.Popen(
-        ["bash", str(script), str(peers), str(repo), *map(str, triton_ports)],
+        ["bash", str(script), str(peers), str(repo), *map(str, triton_ports), *CONTROL_FLAGS],
         stdout=(logs / "triton.log").open("w"), stderr=subprocess.STDOUT,
     )  # fmt: skip
     ours = subprocess.Popen(
         [sys.executable, "-m", "trt", "serve", f"--model-repository={repo}", "--http-address=127.0.0.1",
          f"--http-port={trt_ports[0]}", "--grpc-address=127.0.0.1", f"--grpc-port={trt_ports[1]}",
-         f"--metrics-port={trt_ports[2]}"],
+         f"--metrics-port={trt_ports[2]}", *CONTROL_FLAGS],
         cwd=ROOT, stdout=(logs / "trt.log").open("w"), stderr=subprocess.STDOUT,
     )  # fmt: skip
     try:
@@ -279,6 +294,11 @@ def http_cases() -> list[HttpCase]:
         ("unknown model's trace settings", "GET", "/v2/models/nope/trace/setting", b"", {}),
         ("load an unknown model", "POST", "/v2/repository/models/nope/load", b"", {}),
         ("register a missing key", "POST", "/v2/systemsharedmemory/region/x/register", register, {}),
+        ("load a model whose model.py raises", "POST", "/v2/repository/models/broken/load", b"", {}),
+        ("load a model with no version", "POST", "/v2/repository/models/noversion/load", b"", {}),
+        ("load a model whose config is broken", "POST", "/v2/repository/models/badcfg/load", b"", {}),
+        ("load a model that is not there", "POST", "/v2/repository/models/missing/load", b"", {}),
+        ("unload a model that is not there", "POST", "/v2/repository/models/missing/unload", b"", {}),
         (
             "generate",
             "POST",

@@ -243,6 +243,22 @@ input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
 output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] }, { name: "IDX" data_type: TYPE_INT32 dims: [ 1 ] } ]
 """
 
+# A decoupled model that returns its responses from execute(), which Triton's stub refuses.
+RETURNS_RESPONSES = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [
+            pb_utils.InferenceResponse([
+                pb_utils.Tensor("OUT", np.array([1], np.int32)), pb_utils.Tensor("IDX", np.array([0], np.int32))
+            ])
+            for _ in requests
+        ]
+"""
+
 # exec(decoupled=True) from a decoupled model: each response of `square` is forwarded the moment
 # it arrives, with the seconds since the call began.
 RELAY = """
@@ -361,6 +377,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         ("forgetful_unary", FORGETFUL, FORGETFUL_UNARY_CONFIG),
         ("late_reader", LATE_READER, one_instance),
         ("thread_forgetful", THREAD_FORGETFUL, CONFIG),
+        ("returns_responses", RETURNS_RESPONSES, CONFIG),
     ):
         write_python_model(repo, name, source, config)
     for name, config in (
@@ -430,6 +447,18 @@ def test_a_decoupled_model_streams_many_responses_per_request(server: ServerProc
 def test_without_empty_final_responses_only_data_arrives(server: ServerProcess) -> None:
     answers = _stream(server, [2, 1], empty_final=False)
     assert len(answers) == 3 and all(error is None for _, error in answers)
+
+
+def test_a_decoupled_model_that_returns_responses_from_execute_is_refused_in_tritons_words(
+    server: ServerProcess,
+) -> None:
+    """As Triton's stub (its L0_backend_python decoupled test matches the text); trt delivered them."""
+    ((result, error),) = _answers(server, "returns_responses", [1], 1)
+    assert result is None and error is not None
+    assert (
+        "Python model 'returns_responses_0' is using the decoupled mode and the execute function must "
+        "return None." in error.message()
+    ), error.message()
 
 
 def test_unary_requests_to_a_decoupled_model_are_refused(server: ServerProcess) -> None:

@@ -84,6 +84,13 @@ def execute(runtime: Any, model: Any, loop: asyncio.AbstractEventLoop, execution
             done["rescheduled"] = rescheduled
         runtime.send(("result", execution, done))
         return
+    if runtime.decoupled:  # Triton's words: a decoupled model answers through its response senders
+        message = (
+            f"Python model '{runtime.instance_name}' is using the decoupled mode and the execute function "
+            "must return None."
+        )
+        _fail(runtime, execution, started_ns, message)
+        return
     if not isinstance(result, (list, tuple)):  # Triton's words (a tuple, which it refuses, is taken)
         _fail(
             runtime,

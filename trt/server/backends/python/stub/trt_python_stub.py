@@ -69,6 +69,7 @@ class Runtime:
         self._server_gone = False
         self.input_arenas: list[_ipc.Arena] = []  # one per execution slot
         self.instance_name = ""  # the model instance's name, as Triton's errors give it
+        self.decoupled = False  # the model's transaction policy: execute() must return None
         self.readiness_check: Any = None  # the model's is_ready(), when it has one (see _watch_server)
         self.output_arenas: list[_ipc.Arena] = []
 
@@ -358,6 +359,7 @@ def serve(fd: int) -> None:
         return
     _, args, model_path, input_arena, output_arena, channel = message
     runtime.instance_name = args.get("model_instance_name") or args.get("model_name", "")
+    runtime.decoupled = _decoupled(args.get("model_config", "{}"))
     runtime.use_codec(trt_pb_wire.Codec(channel["tag"]))
     try:
         runtime.input_arenas = _ipc.slot_arenas(*input_arena)
@@ -397,6 +399,15 @@ def serve(fd: int) -> None:
                     traceback.print_exc()
             runtime.send(("finalized",))
             return
+
+
+def _decoupled(model_config: str) -> bool:
+    try:
+        config = json.loads(model_config)
+    except ValueError:
+        return False
+    policy = config.get("model_transaction_policy") if isinstance(config, dict) else None
+    return isinstance(policy, dict) and policy.get("decoupled") is True
 
 
 def main() -> None:

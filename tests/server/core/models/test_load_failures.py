@@ -63,3 +63,25 @@ def test_a_failed_load_is_answered_in_tritons_words(
 def test_unloading_a_name_the_server_does_not_know_succeeds(server: ServerProcess, module: object) -> None:
     url = server.http_url if module is httpclient else server.grpc_url
     module.InferenceServerClient(url).unload_model("no_such_model")  # type: ignore[attr-defined]
+
+
+# Triton's L0_input_validation cases, which match on these texts.
+TRAVERSALS = ["../etc", "a/../b", "../../etc/passwd", "model/..", "..", "/etc/passwd", "model/", " ..", ".. "]
+BLANKS = ["", " ", "   ", "\t", "\n", " \t \n "]
+
+
+@pytest.mark.parametrize("name", TRAVERSALS)
+def test_a_name_that_would_leave_the_repository_is_refused_in_tritons_words(
+    server: ServerProcess, name: str
+) -> None:
+    with pytest.raises(InferenceServerException) as info:
+        grpcclient.InferenceServerClient(server.grpc_url).load_model(name)
+    assert info.value.status() == "StatusCode.INVALID_ARGUMENT"
+    assert "model name must not contain path traversal characters" in info.value.message()
+
+
+@pytest.mark.parametrize("name", BLANKS)
+def test_an_empty_or_blank_name_is_refused_in_tritons_words(server: ServerProcess, name: str) -> None:
+    with pytest.raises(InferenceServerException) as info:
+        grpcclient.InferenceServerClient(server.grpc_url).load_model(name)
+    assert info.value.message() == "Model name cannot be empty. Please enter a valid name to deploy."

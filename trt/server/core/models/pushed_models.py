@@ -38,10 +38,17 @@ def poll_failure(name: str, reason: str) -> str:
 
 def check_model_name(name: str) -> None:
     """A name a client asks to load must be one folder name (it names a folder of the repository or
-    of a push)."""
-    reason = unsafe_segment(name)
+    of a push), checked as it is and without its surrounding blanks; refused in Triton's words (its
+    ``ValidateModelName``, which its L0_input_validation test matches)."""
+    trimmed = name.strip()
+    if not trimmed:
+        raise InvalidArgument("Model name cannot be empty. Please enter a valid name to deploy.")
+    reason = unsafe_segment(name) or unsafe_segment(trimmed)
     if reason is not None:
-        raise UnsafePath(poll_failure(name, f"invalid model name (found {reason})"))
+        raise UnsafePath(
+            f"invalid model name '{shown(name)}', model name must not contain path traversal characters "
+            f"(found {reason})"
+        )
 
 
 def _relative_path(name: str, key: str) -> PurePosixPath:

@@ -257,12 +257,28 @@ def test_messages_over_grpcs_default_4_mib_limit_go_both_ways(
     np.testing.assert_array_equal(result.as_numpy("OUT_FP32"), data)
 
 
-def test_an_output_requested_twice_is_returned_once(client: grpcclient.InferenceServerClient) -> None:
-    inputs, first, second = _simple_inputs()
+def test_an_output_requested_twice_is_refused_in_current_tritons_words(
+    server: ServerProcess, client: grpcclient.InferenceServerClient
+) -> None:
+    """Triton 2.51 answered it once; current Triton refuses it (its L0_http and L0_grpc tests match the
+    text), and so does trt, over both protocols."""
+    inputs, _, _ = _simple_inputs()
     outputs = [grpcclient.InferRequestedOutput("OUTPUT0"), grpcclient.InferRequestedOutput("OUTPUT0")]
-    result = client.infer("simple", inputs, outputs=outputs)
-    assert [o.name for o in result.get_response().outputs] == ["OUTPUT0"]
-    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), first + second)
+    with pytest.raises(InferenceServerException) as refused:
+        client.infer("simple", inputs, outputs=outputs, request_id="twice")
+    assert refused.value.status() == "StatusCode.INVALID_ARGUMENT"
+    assert refused.value.message() == "[request id: twice] output 'OUTPUT0' already exists in request"
+    http = httpclient.InferenceServerClient(server.http_url)
+    http_inputs = []
+    for name in ("INPUT0", "INPUT1"):
+        tensor = httpclient.InferInput(name, [1, 16], "INT32")
+        tensor.set_data_from_numpy(np.zeros((1, 16), np.int32))
+        http_inputs.append(tensor)
+    with pytest.raises(InferenceServerException) as refused:
+        http.infer("simple", http_inputs, outputs=[httpclient.InferRequestedOutput("OUTPUT0")] * 2)
+    assert refused.value.status() == "400"
+    assert refused.value.message() == "[request id: <id_unknown>] output 'OUTPUT0' already exists in request"
+    http.close()
 
 
 def test_classification_returns_top_k_with_labels(client: grpcclient.InferenceServerClient) -> None:

@@ -255,3 +255,29 @@ def test_bf16_in_json_is_refused_in_tritons_words() -> None:
     )
     half = json.dumps({"inputs": [{"name": "IN", "datatype": "FP16", "shape": [2], "data": [1, 2]}]}).encode()
     assert decode_request("m", "", half, None)[0].inputs[0].data.tolist() == [1.0, 2.0]
+
+
+def _nested(depth: int, value: object) -> object:
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(("datatype", "value"), [("BYTES", "hello"), ("INT64", 123)], ids=["BYTES", "INT64"])
+def test_json_data_nested_as_deep_as_triton_refuses_is_refused_in_its_words(
+    datatype: str, value: object
+) -> None:
+    """Triton's L0_http cases: 50 levels decode (one element), 100 or more are refused (BYTES data was
+    taken at any depth)."""
+
+    def body(depth: int) -> bytes:
+        tensor = {"name": "X", "datatype": datatype, "shape": [1, 1], "data": _nested(depth, value)}
+        return json.dumps({"inputs": [tensor]}).encode()
+
+    request, _, _ = decode_request("m", "", body(50), None)
+    assert request.inputs[0].data is not None and request.inputs[0].data.size == 1
+    for depth in (100, 120):
+        with pytest.raises(
+            InvalidInput, match=re.escape("JSON nesting depth exceeds maximum allowed limit (100)")
+        ):
+            decode_request("m", "", body(depth), None)

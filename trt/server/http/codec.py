@@ -334,8 +334,12 @@ def _all_sizes(values: list[Any]) -> bool:
     return True
 
 
+MAX_JSON_DATA_DEPTH = 100  # Triton's HTTP_MAX_JSON_NESTING_DEPTH
+
+
 def _json_data(name: str, datatype: str, shape: tuple[int, ...], data: Any) -> np.ndarray:
     count = element_count(shape)
+    _check_depth(data)
     if datatype == "BYTES":
         check_bytes_elements(name, count)
         flat = _flatten(data)
@@ -366,6 +370,17 @@ def _json_data(name: str, datatype: str, shape: tuple[int, ...], data: Any) -> n
             f"input '{name}': shape {list(shape)} needs {count} elements but 'data' has {array.size}"
         )
     return array.reshape(shape)
+
+
+def _check_depth(data: Any) -> None:
+    """Refuse ``data`` nested as deep as Triton refuses it, in its words. Measured along the first
+    items: a list nested deeper elsewhere is ragged, which the decoding refuses anyway."""
+    depth = 0
+    while isinstance(data, list) and data:
+        depth += 1
+        if depth >= MAX_JSON_DATA_DEPTH:
+            raise InvalidInput(f"JSON nesting depth exceeds maximum allowed limit ({MAX_JSON_DATA_DEPTH})")
+        data = data[0]
 
 
 def _flatten(data: Any) -> list[Any]:

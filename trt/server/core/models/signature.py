@@ -187,11 +187,15 @@ class ModelSignature:
             f"{got}, but missing required input(s) {missing}]. Please provide all required input(s)."
         )
 
-    def check_outputs(self, outputs: list[RequestedOutput] | None) -> tuple[str, ...]:
+    def check_outputs(self, outputs: list[RequestedOutput] | None, request_id: str = "") -> tuple[str, ...]:
         if outputs is None:
             return tuple(self.outputs)
         names: list[str] = []
         for output in outputs:
+            if output.name in names:  # current Triton's words (2.51 answered it once)
+                raise InvalidInput(
+                    f"{request_label(request_id)}output '{output.name}' already exists in request"
+                )
             spec = self.outputs.get(output.name)
             if spec is None:
                 raise InvalidInput(
@@ -201,7 +205,7 @@ class ModelSignature:
             if output.class_count < 0:
                 raise InvalidInput(f"output '{output.name}': classification count must be positive")
             names.append(output.name)
-        return tuple(dict.fromkeys(names))  # an output requested twice is answered once, as Triton
+        return tuple(names)
 
     @staticmethod
     def _dims_match(shape: tuple[int, ...], dims: tuple[int, ...]) -> bool:

@@ -308,7 +308,7 @@ class ModelVersion:
             if checked is not None:
                 return checked
         signature = self.signature
-        output_names = signature.check_outputs(request.outputs)  # first, as Triton
+        output_names = signature.check_outputs(request.outputs, request.id)  # first, as Triton
         checked = signature.check_inputs(request.inputs, request.id), output_names
         if layout is not None:
             if len(self._checked) >= _CHECKED_LAYOUTS:

@@ -200,9 +200,6 @@ class Executions:
                 BackendResponse({}, rescheduled=True) if index in rescheduled else backend_response(d, arena)
                 for index, d in enumerate(payload["responses"])
             ]
-            for request, answer in zip(execution.requests, answers, strict=True):
-                if request.on_response is not None and not answer.rescheduled:
-                    request.on_response(answer, True)  # a decoupled model that returned its responses anyway
             # Every request has its final answer: nothing more can come for it, and its arenas are
             # free for the next execution, which ``settle`` may start.
             del self._executions[number]

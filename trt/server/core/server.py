@@ -34,7 +34,8 @@ from trt.server.core.extensions.tracing import Trace, Tracer, TransportPoints
 from trt.server.core.models.config import config_from_json, read_config_file
 from trt.server.core.models.config_paths import check_config_paths
 from trt.server.core.models.lifecycle import ModelManager
-from trt.server.core.models.pushed_models import PushedModels, check_model_name, poll_failure
+from trt.server.core.models.load_failures import poll_failure
+from trt.server.core.models.pushed_models import PushedModels, check_model_name
 from trt.server.core.models.table import parse_version
 from trt.server.core.models.version import ModelVersion
 from trt.server.core.options import CoreOptions, ModelControlMode

@@ -30,7 +30,7 @@ from trt.server.core.models.dependencies import (
     step_keys,
     step_names,
 )
-from trt.server.core.models.load_failures import load_failure, no_version_loaded
+from trt.server.core.models.load_failures import load_failure, no_version_loaded, poll_failure
 from trt.server.core.models.loader import LoadResult, close_instances, load_model, read_model_config
 from trt.server.core.models.repository import Fingerprint, ModelLocation, ModelRepository, fingerprint
 from trt.server.core.models.retirement import Retirements
@@ -313,8 +313,7 @@ class ModelManager:
         location = self.repository.locate(key)
         if location is None:
             raise ModelLoadError(
-                f"failed to load '{name}', failed to poll from model repository: no model folder named "
-                f"'{name}' in {self.repository.describe()}"
+                poll_failure(name, f"no model folder named '{name}' in {self.repository.describe()}")
             )
         if location.duplicate_of is not None:
             reason = (

@@ -9,6 +9,12 @@ version <v> is at UNAVAILABLE state: <why>`` (INVALID_ARG). trt adds its reason 
 from __future__ import annotations
 
 from trt.server.core.errors import ModelConfigError, ModelLoadError, ModelVersionsUnavailable, ServerError
+from trt.server.core.paths import shown
+
+
+def poll_failure(name: str, reason: str) -> str:
+    """Triton's text for a load that failed before the model could be read, with the reason."""
+    return f"failed to load '{shown(name)}', failed to poll from model repository: {reason}"
 
 
 def load_failure(name: str, exc: ServerError, reason: str) -> ModelLoadError:
@@ -16,7 +22,7 @@ def load_failure(name: str, exc: ServerError, reason: str) -> ModelLoadError:
     if isinstance(exc, ModelVersionsUnavailable):
         return ModelVersionsUnavailable(f"load failed for model '{name}': {reason}")
     if isinstance(exc, ModelConfigError):
-        return ModelLoadError(f"failed to load '{name}', failed to poll from model repository: {reason}")
+        return ModelLoadError(poll_failure(name, reason))
     return ModelLoadError(f"failed to load '{name}': {reason}")
 
 

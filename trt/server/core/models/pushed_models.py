@@ -23,17 +23,13 @@ import tempfile
 from pathlib import Path, PurePosixPath
 
 from trt.server.core.errors import InvalidArgument, ServerError, UnsafePath
+from trt.server.core.models.load_failures import poll_failure
 from trt.server.core.paths import relative_path_problem, shown, unsafe_segment
 
 logger = logging.getLogger("trt.repository")
 
 FILE_PREFIX = "file:"
 MAX_PUSHED_FILES = 10_000
-
-
-def poll_failure(name: str, reason: str) -> str:
-    """Triton's text for a load that failed before the model could be read, with the reason."""
-    return f"failed to load '{shown(name)}', failed to poll from model repository: {reason}"
 
 
 def check_model_name(name: str) -> None:

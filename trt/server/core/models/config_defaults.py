@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from trt.protos import model_config_pb2
 from trt.server.core.backends.registry import ENSEMBLE_PLATFORM, BackendEntry, format_of
-from trt.server.core.scheduling.sequence_batcher import DEFAULT_IDLE_US
+from trt.server.core.scheduling.sequence_controls import DEFAULT_IDLE_US
 
 
 def fill_triton_defaults(config: model_config_pb2.ModelConfig, entry: BackendEntry) -> None:

@@ -49,6 +49,7 @@ from trt.server.core.errors import InvalidInput
 from trt.server.core.extensions.statistics import ModelStatistics
 from trt.server.core.scheduling.instance_pool import InstancePool
 from trt.server.core.scheduling.sequence_controls import (
+    DEFAULT_IDLE_US,
     IterativeIds,
     Row,
     SequenceControls,
@@ -60,7 +61,6 @@ from trt.server.core.scheduling.sequence_controls import (
 from trt.server.core.scheduling.timers import DeadlineTimer, IdleTimer
 from trt.server.core.scheduling.timing import ExecutionTimes
 
-DEFAULT_IDLE_US = 1_000_000
 Result = tuple[dict[str, np.ndarray], ExecutionTimes]
 ShapeKey = tuple[tuple[str, tuple[int, ...], str], ...]
 

@@ -31,6 +31,8 @@ from trt.server.core.errors import InvalidInput, ModelConfigError, ServerError, 
 from trt.server.core.models.data_files import check_config_tensor_size, read_data_file
 
 Control = model_config_pb2.ModelSequenceBatching.Control
+# max_sequence_idle_microseconds when a config leaves it 0 (Triton's SEQUENCE_IDLE_DEFAULT_MICROSECONDS)
+DEFAULT_IDLE_US = 1_000_000
 _U64 = (1 << 64) - 1
 _FLAG_KINDS = (
     Control.CONTROL_SEQUENCE_START,

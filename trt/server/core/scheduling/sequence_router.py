@@ -47,6 +47,7 @@ from trt.server.core.extensions.statistics import ModelStatistics
 from trt.server.core.scheduling.rate_limiter import Needs, RateLimiter
 from trt.server.core.scheduling.request_scheduler import RequestScheduler
 from trt.server.core.scheduling.sequence_controls import (
+    DEFAULT_IDLE_US,
     IterativeIds,
     Row,
     SequenceControls,
@@ -57,8 +58,6 @@ from trt.server.core.scheduling.sequence_controls import (
 )
 from trt.server.core.scheduling.timers import IdleTimer
 from trt.server.core.scheduling.timing import ExecutionTimes
-
-DEFAULT_IDLE_US = 1_000_000
 
 
 @dataclass(slots=True, eq=False)

@@ -50,6 +50,11 @@ class Linear(torch.nn.Module):
         return self.layer(features)
 
 
+class Positive(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x > 0).to(torch.int64)
+
+
 def _tensors(kind: str, specs: list[tuple[str, str]], extra: str = "") -> str:
     entries = ", ".join(f'{{ name: "{n}" data_type: {t} dims: [ 4 ]{extra} }}' for n, t in specs)
     return f"{kind} [ {entries} ]\n"
@@ -99,6 +104,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
            + 'input [ { name: "INPUT__0" data_type: TYPE_FP32 dims: [ -1 ] },'
            + ' { name: "INPUT__1" data_type: TYPE_FP32 dims: [ -1 ] } ]\n'
            + _tensors("output", [("OUTPUT__0", "TYPE_FP32")]))  # fmt: skip
+    # forward() answers INT64: one config says so, the other says FP32.
+    positive_in = _tensors("input", [("INPUT__0", "TYPE_FP32")])
+    for name, answered in (("positive", "TYPE_INT64"), ("positive_as_float", "TYPE_FP32")):
+        _write(repo, name, Positive(), batch + positive_in + _tensors("output", [("OUTPUT__0", answered)]))
     # Refused at load, each with its reason in the repository index.
     _write(repo, "no_dims", AddSub(), 'input [ { name: "INPUT__0" data_type: TYPE_FP32 } ]\n')
     strings = _tensors("input", [("INPUT__0", "TYPE_STRING"), ("INPUT__1", "TYPE_FP32")])
@@ -203,6 +212,19 @@ def test_a_model_that_fails_answers_with_torchs_reason_and_the_server_stays_up(s
     )
     out = _infer(server, "any_width", {"INPUT__0": five, "INPUT__1": five})
     np.testing.assert_array_equal(out["OUTPUT__0"], np.full((1, 5), 2, np.float32))
+
+
+def test_an_output_of_another_type_than_the_configs_is_refused_not_cast(server: ServerProcess) -> None:
+    features = np.array([[-1, 2, 0, 3]], np.float32)
+    out = _infer(server, "positive", {"INPUT__0": features})
+    assert out["OUTPUT__0"].dtype == np.int64
+    np.testing.assert_array_equal(out["OUTPUT__0"], [[0, 1, 0, 1]])
+    with pytest.raises(InferenceServerException) as failure:
+        _infer(server, "positive_as_float", {"INPUT__0": features})
+    # Triton's pytorch backend's words and status: INVALID_ARG.
+    assert str(failure.value) == (
+        "[400] configuration expects datatype TYPE_FP32 for output 'OUTPUT__0', model provides TYPE_INT64"
+    )
 
 
 @pytest.mark.parametrize(

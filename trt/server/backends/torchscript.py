@@ -18,8 +18,8 @@ import torch
 from trt.protos import model_config_pb2
 from trt.server.backends.pytorch_plan import CallPlan, ForwardSignature, TorchOptions, config_plan
 from trt.server.core.backends.base import InstanceSpec
-from trt.server.core.datatypes import BF16_DTYPE
-from trt.server.core.errors import ModelLoadError, ServerError
+from trt.server.core.datatypes import BF16_DTYPE, config_to_wire, numpy_to_wire
+from trt.server.core.errors import InvalidInput, ModelLoadError, ServerError
 
 logger = logging.getLogger("trt.backends.pytorch")
 
@@ -92,6 +92,12 @@ class TorchScriptInstance:
         self._module = load(path, self._device)
         self._plan = config_plan(config, ForwardSignature.of(self._module))
         self._call = self._caller(self._plan)
+        # A TorchScript file declares no output types, so each answer is checked against the config's.
+        declared = [(t.name, t.data_type) for t in config.output]
+        declared += [(s.output_name, s.data_type) for s in config.sequence_batching.state]
+        self._output_types = {
+            name: config_to_wire(model_config_pb2.DataType.Name(data_type)) for name, data_type in declared
+        }
         # torch's intra-op thread count belongs to the calling thread (OpenMP): set_num_threads sets
         # it there, plus the default for threads that have not yet run torch. An instance runs in
         # whichever thread the core picks (its pool thread, or the event loop for quick models, shared
@@ -162,10 +168,22 @@ class TorchScriptInstance:
                     )
                 value = value.detach().cpu()  # .cpu() waits for a GPU stream's work
                 if value.dtype == torch.bfloat16:
-                    outputs[name] = value.view(torch.int16).numpy().view(BF16_DTYPE)
+                    array = value.view(torch.int16).numpy().view(BF16_DTYPE)
                 else:
-                    outputs[name] = value.numpy()
+                    array = value.numpy()
+                self._check_type(name, array)
+                outputs[name] = array
         return outputs
+
+    def _check_type(self, name: str, array: np.ndarray) -> None:
+        """Triton's pytorch backend refuses an output whose type is not the config's, in these words."""
+        expected = self._output_types.get(name)
+        provided = numpy_to_wire(array.dtype)
+        if expected is not None and provided != expected:
+            raise InvalidInput(
+                f"configuration expects datatype TYPE_{expected} for output '{name}', "
+                f"model provides TYPE_{provided}"
+            )
 
     def close(self) -> None:
         del self._module, self._call

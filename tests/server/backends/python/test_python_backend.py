@@ -97,6 +97,32 @@ output [
 """
 
 
+# Answers in its own types, not the config's: halves as FP64 into an INT32 output, a count as INT32
+# into an FP32 one.
+OWN_TYPES = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "X").as_numpy()
+            halves = pb_utils.Tensor("HALVES", x / 2)
+            count = pb_utils.Tensor("COUNT", np.array([x.size], np.int32))
+            responses.append(pb_utils.InferenceResponse([halves, count]))
+        return responses
+"""
+OWN_TYPES_CONFIG = """
+backend: "python"
+input [ { name: "X" data_type: TYPE_INT32 dims: [ 2 ] } ]
+output [
+  { name: "HALVES" data_type: TYPE_INT32 dims: [ 2 ] },
+  { name: "COUNT" data_type: TYPE_FP32 dims: [ 1 ] }
+]
+"""
+
+
 # Returns what its input asks for: "none" of the responses, one "bare" response (not in a list).
 MISCOUNTS = """
 import numpy as np
@@ -134,6 +160,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     _write(repo, "imports", IMPORTS, IMPORTS_CONFIG)
     _write(repo, "partial_outputs", PARTIAL_OUTPUTS, PARTIAL_OUTPUTS_CONFIG)
     _write(repo, "miscounts", MISCOUNTS, MISCOUNTS_CONFIG)
+    _write(repo, "own_types", OWN_TYPES, OWN_TYPES_CONFIG)
     version_dir = repo / "imports" / "1"
     (version_dir / "scaling.py").write_text("SCALE = 3.0\n")
     (version_dir / "offsets.py").write_text("OFFSET = 0.5\n")
@@ -197,6 +224,20 @@ def test_an_output_the_model_leaves_out_is_absent_from_the_response_as_in_triton
         assert client.infer("partial_outputs", [tensor], outputs=asked).as_numpy("OUTPUT1") is None
         result = client.infer("partial_outputs", [tensor], parameters={"both": True})
         np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), data + 2)
+
+
+def test_outputs_keep_the_type_the_model_gave_them_as_in_triton(server: ServerProcess) -> None:
+    # Cast to the config's types, 3 / 2 would have been answered as 1, without a word.
+    data = np.array([3, -5], dtype=np.int32)
+    for client_module, url in ((httpclient, server.http_url), (grpcclient, server.grpc_url)):
+        client = client_module.InferenceServerClient(url)
+        tensor = client_module.InferInput("X", [2], "INT32")
+        tensor.set_data_from_numpy(data)
+        result = client.infer("own_types", [tensor])
+        halves, count = result.as_numpy("HALVES"), result.as_numpy("COUNT")
+        assert (halves.dtype, count.dtype) == (np.float64, np.int32)
+        np.testing.assert_array_equal(halves, [1.5, -2.5])
+        np.testing.assert_array_equal(count, [2])
 
 
 def test_an_exception_in_execute_fails_the_request_and_the_model_keeps_serving(server: ServerProcess) -> None:

@@ -20,7 +20,7 @@ from trt.server.core.backends.base import (
     ModelInstance,
     RequestLevelInstance,
 )
-from trt.server.core.datatypes import FIXED_SIZE_DTYPES, numpy_to_wire, wire_to_numpy
+from trt.server.core.datatypes import FIXED_SIZE_DTYPES, numpy_to_wire
 from trt.server.core.errors import InvalidInput, ModelNotReady, ServerError
 from trt.server.core.extensions.classification import classify
 from trt.server.core.extensions.latency_distributions import (
@@ -342,10 +342,8 @@ class ModelVersion:
                 batch = (data.shape[0],) if self.batching else ()
                 data = data.reshape(batch + spec.dims)
             datatype = spec.datatype
-            expected = FIXED_SIZE_DTYPES.get(datatype)  # None for BYTES and BF16
-            converts = expected is None or data.dtype != expected  # not the config's dtype: rare
-            if converts and datatype != "BYTES" and numpy_to_wire(data.dtype) != datatype:
-                data = data.astype(wire_to_numpy(datatype))
+            if data.dtype != FIXED_SIZE_DTYPES.get(datatype):  # BYTES, or not the config's type: rare
+                datatype = _answered_datatype(name, data)
             tensor = OutputTensor(name, datatype, tuple(data.shape), data)
             if class_counts and name in class_counts:
                 tensor = classify(tensor, class_counts[name], self.batching, spec.labels)
@@ -375,6 +373,16 @@ class ModelVersion:
                 instance.close()
         except Exception:
             logger.exception("closing an instance of '%s' failed", self.name)
+
+
+def _answered_datatype(name: str, data: np.ndarray) -> str:
+    """The datatype of an output as the model produced it. Triton hands a Python model's output on in
+    the type the model gave it, not the config's (casting would truncate a float answered into an
+    integer output without a word); backends whose models declare their types are checked at load."""
+    try:
+        return numpy_to_wire(data.dtype)
+    except InvalidInput:
+        raise ServerError(f"output '{name}' has numpy dtype {data.dtype}: no Triton type holds it") from None
 
 
 def _trace_points(received: int, queued: int, times: ExecutionTimes, done: int) -> list[tuple[str, int]]:

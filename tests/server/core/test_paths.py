@@ -12,6 +12,7 @@ from trt.server.core.paths import (
     escape_problem,
     inside,
     relative_path_problem,
+    relative_to_holder,
     safe_name,
     shown,
 )
@@ -75,3 +76,14 @@ def test_an_operators_name_is_judged_once_dots_resolve(
 def test_names_in_messages_are_bounded_and_escaped() -> None:
     assert shown("a\x00b\nc") == "a\\x00b\\nc"
     assert shown("x" * 1000) == "x" * 77 + "..."
+
+
+def test_paths_under_a_holder_read_from_it_and_other_paths_are_left_alone(tmp_path: Path) -> None:
+    holder = tmp_path / "m"
+    holder.mkdir()
+    (tmp_path / "linked").symlink_to(holder)
+    text = f"cannot read {holder}/x/config.pbtxt; '{tmp_path}/linked/y/1' "
+    text += f"(from {holder.resolve()}/z) /mnt{holder}/w"
+    assert relative_to_holder(text, tmp_path / "linked") == (
+        f"cannot read x/config.pbtxt; 'y/1' (from z) /mnt{holder}/w"
+    )

@@ -17,6 +17,7 @@ client sends (a pushed model's files, a load request's config) meets the strict 
 from __future__ import annotations
 
 import posixpath
+import re
 from pathlib import Path, PurePosixPath
 
 from trt.server.core.errors import UnsafePath
@@ -100,3 +101,12 @@ def shown(value: str) -> str:
     """A name as an error message may quote it: bounded, control characters escaped."""
     text = value if len(value) <= 80 else value[:77] + "..."
     return "".join(char if char.isprintable() else ascii(char)[1:-1] for char in text)
+
+
+def relative_to_holder(text: str, holder: Path) -> str:
+    """``text`` with every path under ``holder`` shown relative to it: a model's files as
+    ``<model>/1/model.onnx``, as clients see them, not where the server keeps its repository. Only a
+    path that starts a word is rewritten (``/m/`` inside ``/mnt/m/x`` is left alone)."""
+    for spelling in {str(holder), str(holder.resolve())}:
+        text = re.sub(r"(?<![^\s'\"(:=,])" + re.escape(spelling.rstrip("/") + "/"), "", text)
+    return text

@@ -302,11 +302,7 @@ class InferenceServer:
         if folder is None:
             await self.models.refresh_repository()  # as Triton, a load reads the repository anew
         try:
-            if folder is None:
-                await self.models.load(name, override)
-            else:
-                pushed = folder
-                await self.models.load(name, override, folder, lambda text: self.pushed.conceal(text, pushed))
+            await self.models.load(name, override, folder)
         except BaseException:
             if folder is not None:
                 self.pushed.discard(folder)

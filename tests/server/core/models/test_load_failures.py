@@ -25,7 +25,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     write_python_model(repo, "badcfg", DOUBLES, 'backend: "python"\nmax_batch_size: oops\n')
     (repo / "noversion").mkdir()
     (repo / "noversion" / "config.pbtxt").write_text('backend: "python"\n' + ONE_NUMBER)
+    (repo / "nofile" / "1").mkdir(parents=True)
+    (repo / "nofile" / "config.pbtxt").write_text('platform: "onnxruntime_onnx"\n' + ONE_NUMBER)
     proc = ServerProcess([repo], ["--model-control-mode=explicit"]).start(tmp_path_factory.mktemp("logs"))
+    proc.repo = repo  # type: ignore[attr-defined]
     yield proc
     proc.stop()
 
@@ -57,6 +60,28 @@ def test_a_failed_load_is_answered_in_tritons_words(
         client.load_model(model)
     assert info.value.status() == codes[0 if module is httpclient else 1]
     assert info.value.message().startswith(words), info.value.message()
+
+
+@pytest.mark.parametrize(
+    ("model", "words"),
+    [
+        ("badcfg", "badcfg/config.pbtxt"),
+        ("nofile", "model file not found: nofile/1/model.onnx"),
+        ("missing", "no model folder named 'missing' in the model repository"),
+    ],
+)
+def test_a_failed_load_names_the_models_files_not_where_the_server_keeps_them(
+    server: ServerProcess, model: str, words: str
+) -> None:
+    client = httpclient.InferenceServerClient(server.http_url)
+    with pytest.raises(InferenceServerException) as info:
+        client.load_model(model)
+    repo = str(server.repo)  # type: ignore[attr-defined]
+    assert words in info.value.message()
+    assert repo not in info.value.message()
+    reasons = [row.get("reason", "") for row in client.get_model_repository_index()]
+    assert not [reason for reason in reasons if repo in reason]
+    assert repo in server.log()  # the operator's log still says where
 
 
 @pytest.mark.parametrize("module", [httpclient, grpcclient], ids=["http", "grpc"])

@@ -181,7 +181,7 @@ def test_without_namespacing_a_name_in_two_repositories_is_not_served(tmp_path: 
     try:
         client = httpclient.InferenceServerClient(server.http_url)
         index = {row["name"]: row for row in client.get_model_repository_index()}
-        assert "more than one repository" in index["simple"]["reason"]
+        assert index["simple"]["reason"] == "the name appears in more than one model repository"
         assert client.is_model_ready("solo")
         with pytest.raises(InferenceServerException):
             _run(server, "pipeline_sums")

@@ -248,7 +248,7 @@ def test_a_model_named_in_two_repositories_is_not_served(tmp_path: Path) -> None
         assert client.is_model_ready("only_in_b")
         assert not client.is_model_ready("simple")
         index = {row["name"]: row for row in client.get_model_repository_index()}
-        assert "more than one repository" in index["simple"]["reason"]
+        assert index["simple"]["reason"] == "the name appears in more than one model repository"
     finally:
         proc.stop()
 

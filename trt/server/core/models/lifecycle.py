@@ -10,8 +10,8 @@ Triton's does. A reload that fails leaves the loaded versions serving, as Triton
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
-from collections.abc import Callable
 from pathlib import Path
 
 from trt.protos import model_config_pb2
@@ -46,6 +46,7 @@ from trt.server.core.models.table import (
 from trt.server.core.models.version import ModelVersion
 from trt.server.core.models.warmup import warm_request_level
 from trt.server.core.options import CoreOptions, ModelControlMode
+from trt.server.core.paths import relative_to_holder
 from trt.server.core.scheduling.rate_limiter import RateLimiter
 from trt.server.core.scheduling.response_cache import ResponseCache
 from trt.server.core.types import RepositoryIndexEntry
@@ -178,19 +179,16 @@ class ModelManager:
         name: str,
         override: model_config_pb2.ModelConfig | None = None,
         model_dir: Path | None = None,
-        scrub: Callable[[str], str] = str,
     ) -> None:
         """Load or reload a model (in each namespace that holds it); raise ModelLoadError (with the
         reason) if nothing could be loaded.
 
         ``model_dir`` is a folder outside the repositories: the model it holds replaces the one of
-        that name, or is a model without a namespace. ``scrub`` rewrites every reason before it is
-        shown or kept (a pushed model's folder is a server-side temporary path that clients are not
-        shown)."""
+        that name, or is a model without a namespace."""
         if model_dir is not None:
             existing = self.table.all_named(name)
             key = existing[0].key if len(existing) == 1 else ModelKey("", name)
-            await self.load_key(key, override, model_dir, scrub)
+            await self.load_key(key, override, model_dir)
             return
         keys = self._keys_named(name)
         pulled = self._steps_to_pull(keys, override)
@@ -212,12 +210,14 @@ class ModelManager:
         key: ModelKey,
         override: model_config_pb2.ModelConfig | None = None,
         model_dir: Path | None = None,
-        scrub: Callable[[str], str] = str,
     ) -> None:
-        """Load or reload the one model ``key`` names (``load``'s steps, for each of its keys)."""
+        """Load or reload the one model ``key`` names (``load``'s steps, for each of its keys). Every
+        reason shown or kept names the model's files from its folder's parent (``<model>/config.pbtxt``):
+        clients are not shown where the server keeps its repositories or a pushed model (the log is)."""
         name = key.name
         if model_dir is None:
             model_dir = self._model_dir(key)
+        scrub = functools.partial(relative_to_holder, holder=model_dir.parent)
         entry = self.table.add(key)
         async with entry.lock:
             entry.attempted = True
@@ -312,13 +312,15 @@ class ModelManager:
         name = key.name
         location = self.repository.locate(key)
         if location is None:
+            logger.error(
+                "failed to load '%s': no model folder of that name in %s", key, self.repository.describe()
+            )
             raise ModelLoadError(
-                poll_failure(name, f"no model folder named '{name}' in {self.repository.describe()}")
+                poll_failure(name, f"no model folder named '{name}' in the model repository")
             )
         if location.duplicate_of is not None:
-            reason = (
-                f"the name appears in more than one repository ({location.path} and {location.duplicate_of})"
-            )
+            logger.error("failed to load '%s': both %s and %s", key, location.path, location.duplicate_of)
+            reason = "the name appears in more than one model repository"
             entry = self.table.add(key)
             entry.attempted = True
             self._record_failure(entry, bool(entry.versions), reason)

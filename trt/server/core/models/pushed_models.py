@@ -10,8 +10,8 @@ push of one 40 MB file held every model's requests for half a second on the even
 20,000 small files for 2.6 s. At most ``MAX_PUSHED_FILES`` files a push (Triton has no such bound):
 a 64 MiB request of empty files would otherwise make over a million.
 
-Messages never show where the folders are (a server-side temporary path): ``conceal`` turns a pushed
-folder into the model's name in the text of a load error.
+Messages never show where the folders are (a server-side temporary path): the lifecycle names a
+model's files from its folder (``<model>/1/model.py``) in every load error, pushed or not.
 """
 
 from __future__ import annotations
@@ -115,13 +115,6 @@ class PushedModels:
 
     def discard(self, folder: Path) -> None:
         self._remove(folder.parent)
-
-    def conceal(self, text: str, folder: Path) -> str:
-        """``text`` with the pushed ``folder`` shown as the model's name alone."""
-        holder = folder.parent
-        for spelling in {str(holder), str(holder.resolve())}:
-            text = text.replace(spelling + "/", "").replace(spelling, "")
-        return text
 
     def close(self) -> None:
         shutil.rmtree(self._root, ignore_errors=True)

@@ -124,6 +124,38 @@ def write_square(repo: Path) -> None:
     )
 
 
+FLAKY = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.count = 0
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            self.count += 1
+            if self.count % 3 == 0:
+                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError("every third fails")))
+            else:
+                value = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
+                responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", value)]))
+        return responses
+"""
+
+
+def write_flaky(repo: Path) -> None:
+    """A Python model that answers every third request with an error."""
+    (repo / "flaky" / "1").mkdir(parents=True)
+    (repo / "flaky" / "1" / "model.py").write_text(FLAKY)
+    (repo / "flaky" / "config.pbtxt").write_text(
+        'backend: "python"\n'
+        'input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
+        'output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
+    )
+
+
 @dataclass
 class RecordingServer:
     """KServe v2 over HTTP/1.1 keep-alive, as MLServer and KServe serve it: metadata and infer (JSON

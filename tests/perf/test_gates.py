@@ -39,6 +39,24 @@ def test_gates_pass_and_fail_with_clear_messages(perf_server: ServerProcess, tmp
     assert "2 gate(s) failed" in failing.stderr
 
 
+def test_failed_requests_fail_the_run_as_perf_analyzers_do_unless_accepted(
+    perf_server: ServerProcess,
+) -> None:
+    args = ["-m", "flaky", "-u", perf_server.http_url, "--concurrency", "1", *FAST, "--confirm", "0"]
+    failing = run_perf(*args, "--json")
+    assert failing.returncode == 1, failing
+    assert "gate 'errors==0' added" in failing.stderr
+    assert "FAIL gate 'errors==0' FAILED: errors over the sweep is" in failing.stderr
+    assert '(first: HTTP 500: {"error":"every third fails"})' in failing.stderr
+    assert [g["gate"] for g in failing.report["gates"]] == ["errors==0"]
+
+    accepted = run_perf(*args, "--allow-errors")
+    assert accepted.returncode == 0 and "errors==0" not in accepted.stderr, accepted
+    own = run_perf(*args, "--gate", "error_rate<90%")
+    assert own.returncode == 0 and "errors==0" not in own.stderr, own
+    assert "PASS gate 'error_rate<90%'" in own.stderr
+
+
 def test_a_malformed_gate_is_refused_before_measuring() -> None:
     run = run_perf("-m", "simple", "--gate", "p99<20")
     assert run.returncode == 2 and "give the latency a unit" in run.stderr, run

@@ -18,7 +18,8 @@ these run as written::
 ``--concurrency 1:64`` doubles (1, 2, 4, ... 64); ``--concurrency-range 1:64`` steps by 1 as perf_analyzer
 does; give a step (``1:64:8``) for either. Exit status: 0 measured (and every gate passed; a level that did
 not settle is reported, marked unstable), 1 a gate or the baseline failed on every measurement of its
-level, 2 a bad option or input data, 3 a level did not stabilize and ``--require-stable`` was given, 4 the
+level (requests that failed are a gate of their own, ``errors==0``, unless ``--allow-errors`` or a gate
+on errors says otherwise), 2 a bad option or input data, 3 a level did not stabilize and ``--require-stable`` was given, 4 the
 server or the measurement failed.
 """
 
@@ -34,7 +35,7 @@ from trt.cli.perf_genai import GenAIOutputs, build_options, run_genai_command
 from trt.cli.termination import interrupt_on_sigterm
 from trt.open_files import raise_open_file_limit
 from trt.perf.errors import OptionError, PerfError
-from trt.perf.gating import GateSettings, judge, options_for_levels
+from trt.perf.gating import NO_ERRORS, GateSettings, judge, options_for_levels, with_error_gate
 from trt.perf.genai.options import EndpointType
 from trt.perf.options import (
     Distribution,
@@ -211,6 +212,9 @@ def perf_command(
     confirm: int = typer.Option(
         1, "--confirm", help="Re-measures of a level that fails a gate before the run fails (0: none)."
     ),
+    allow_errors: bool = typer.Option(
+        False, "--allow-errors", help="Exit 0 though requests failed (without: exit 1, as perf_analyzer)."
+    ),
     require_stable: bool = typer.Option(
         False, "--require-stable", help="Exit 3 when a level did not settle (perf_analyzer's strictness)."
     ),
@@ -361,6 +365,13 @@ def perf_command(
             finally:
                 again.close()
 
+        if not allow_errors and (gated := with_error_gate(settings, report)) is not settings:
+            settings = gated
+            err.print(
+                f"[yellow]note:[/] requests failed: gate '{NO_ERRORS}' added, as perf_analyzer fails such a "
+                "run (--allow-errors, or a gate on errors or error_rate of your own, to accept some)",
+                highlight=False,
+            )
         report, outcomes = judge(
             settings, report, remeasure, lambda note: err.print(f"[yellow]note:[/] {note}", highlight=False)
         )

@@ -30,6 +30,21 @@ class GateSettings:
         return bool(self.thresholds) or self.baseline is not None
 
 
+NO_ERRORS = "errors==0"
+
+
+def with_error_gate(settings: GateSettings, report: ProfileReport) -> GateSettings:
+    """``settings`` with ``errors==0`` added when requests failed and no gate of the user's judges
+    errors: perf_analyzer fails a run at its first failed request, and a CI script written for it must
+    not pass one that counted failures. trt measures on and reports them; the gate, like any, has the
+    failing level measured again first (``--allow-errors`` leaves it out)."""
+    if any(gate.metric in ("errors", "error_rate") for gate in settings.thresholds):
+        return settings
+    if not any(result.error_count for result in report.results):
+        return settings
+    return replace(settings, thresholds=(*settings.thresholds, gates.parse_gate(NO_ERRORS)))
+
+
 def evaluate(settings: GateSettings, report: ProfileReport) -> list[gates.GateResult]:
     outcomes = gates.evaluate(list(settings.thresholds), report)
     if settings.baseline is not None:

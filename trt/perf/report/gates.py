@@ -130,6 +130,14 @@ def _show(metric: str, value: float) -> str:
     return f"{value / 1000:.3f} ms"
 
 
+def _first_error(gate: Gate, results: list[LevelResult]) -> str:
+    """What the first failed request was told, for a failed gate on errors."""
+    if gate.metric not in ("errors", "error_rate"):
+        return ""
+    samples = [sample for result in results for sample in result.error_samples]
+    return f" (first: {samples[0]})" if samples else ""
+
+
 def evaluate(gates: list[Gate], report: ProfileReport) -> list[GateResult]:
     outcomes = []
     for gate in gates:
@@ -156,7 +164,8 @@ def evaluate(gates: list[Gate], report: ProfileReport) -> list[GateResult]:
                 gate.text,
                 passed,
                 round(observed, 3),
-                f"gate '{gate.text}' {verdict}: {gate.metric} {where} is {_show(gate.metric, observed)}",
+                f"gate '{gate.text}' {verdict}: {gate.metric} {where} is {_show(gate.metric, observed)}"
+                + ("" if passed else _first_error(gate, results)),
                 levels,
             )
         )

@@ -38,7 +38,14 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.server.backends.python.python_models import ADD_SUB, ADD_SUB_CONFIG, DOUBLES, ONE_NUMBER  # noqa: E402
+from tests.server.backends.python.python_models import (  # noqa: E402
+    ADD_SUB,
+    ADD_SUB_CONFIG,
+    DOUBLES,
+    ONE_NUMBER,
+    OWN_TYPES,
+    OWN_TYPES_CONFIG,
+)
 from tests.support import free_port  # noqa: E402
 from trt.protos import grpc_service_pb2 as pb  # noqa: E402
 from trt.protos import grpc_service_pb2_grpc as pb_grpc  # noqa: E402
@@ -156,6 +163,7 @@ def _write_repository(repo: Path) -> None:
         ("doubles", DOUBLES, 'backend: "python"\n' + ONE_NUMBER),
         ("pair", "", ENSEMBLE_CONFIG),
         ("totals", TOTALS, TOTALS_CONFIG),
+        ("own_types", OWN_TYPES, OWN_TYPES_CONFIG),
     ):
         (repo / name / "1").mkdir(parents=True)
         if source:
@@ -310,6 +318,16 @@ def http_cases() -> list[HttpCase]:
     for how in ("raise", "model_exception", "error", "not_found", "none", "bare", "other_name", "fine"):
         body = _infer({"name": "HOW", "shape": [1], "datatype": "BYTES", "data": [how]})
         cases.append((f"a Python model: {how}", "POST", "/v2/models/answers/infer", body, {}))
+    body = _infer({"name": "X", "shape": [2], "datatype": "INT32", "data": [3, -5]})
+    cases.append(
+        (
+            "a Python model answering in other types than its config's",
+            "POST",
+            "/v2/models/own_types/infer",
+            body,
+            {},
+        )
+    )
     for model, n in (("doubles", 3), ("doubles", -1), ("pair", 3), ("pair", -1), ("counts", 2)):
         body = _infer({"name": "N", "shape": [1], "datatype": "INT32", "data": [n]})
         cases.append((f"infer {model}, N={n}", "POST", f"/v2/models/{model}/infer", body, {}))

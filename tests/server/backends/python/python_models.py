@@ -313,3 +313,28 @@ ONE_NUMBER = """
 input [ { name: "N" data_type: TYPE_INT32 dims: [ 1 ] } ]
 output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
 """
+
+# Answers in its own types, not the config's: halves as FP64 into an INT32 output, a count as INT32
+# into an FP32 one.
+OWN_TYPES = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "X").as_numpy()
+            halves = pb_utils.Tensor("HALVES", x / 2)
+            count = pb_utils.Tensor("COUNT", np.array([x.size], np.int32))
+            responses.append(pb_utils.InferenceResponse([halves, count]))
+        return responses
+"""
+OWN_TYPES_CONFIG = """
+backend: "python"
+input [ { name: "X" data_type: TYPE_INT32 dims: [ 2 ] } ]
+output [
+  { name: "HALVES" data_type: TYPE_INT32 dims: [ 2 ] },
+  { name: "COUNT" data_type: TYPE_FP32 dims: [ 1 ] }
+]
+"""

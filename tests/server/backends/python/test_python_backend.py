@@ -97,32 +97,6 @@ output [
 """
 
 
-# Answers in its own types, not the config's: halves as FP64 into an INT32 output, a count as INT32
-# into an FP32 one.
-OWN_TYPES = """
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            x = pb_utils.get_input_tensor_by_name(request, "X").as_numpy()
-            halves = pb_utils.Tensor("HALVES", x / 2)
-            count = pb_utils.Tensor("COUNT", np.array([x.size], np.int32))
-            responses.append(pb_utils.InferenceResponse([halves, count]))
-        return responses
-"""
-OWN_TYPES_CONFIG = """
-backend: "python"
-input [ { name: "X" data_type: TYPE_INT32 dims: [ 2 ] } ]
-output [
-  { name: "HALVES" data_type: TYPE_INT32 dims: [ 2 ] },
-  { name: "COUNT" data_type: TYPE_FP32 dims: [ 1 ] }
-]
-"""
-
-
 # Returns what its input asks for: "none" of the responses, one "bare" response (not in a list).
 MISCOUNTS = """
 import numpy as np
@@ -160,7 +134,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     _write(repo, "imports", IMPORTS, IMPORTS_CONFIG)
     _write(repo, "partial_outputs", PARTIAL_OUTPUTS, PARTIAL_OUTPUTS_CONFIG)
     _write(repo, "miscounts", MISCOUNTS, MISCOUNTS_CONFIG)
-    _write(repo, "own_types", OWN_TYPES, OWN_TYPES_CONFIG)
+    _write(repo, "own_types", models.OWN_TYPES, models.OWN_TYPES_CONFIG)
     version_dir = repo / "imports" / "1"
     (version_dir / "scaling.py").write_text("SCALE = 3.0\n")
     (version_dir / "offsets.py").write_text("OFFSET = 0.5\n")

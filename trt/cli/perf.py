@@ -19,8 +19,8 @@ these run as written::
 does; give a step (``1:64:8``) for either. Exit status: 0 measured (and every gate passed; a level that did
 not settle is reported, marked unstable), 1 a gate or the baseline failed on every measurement of its
 level (requests that failed are a gate of their own, ``errors==0``, unless ``--allow-errors`` or a gate
-on errors says otherwise), 2 a bad option or input data, 3 a level did not stabilize and ``--require-stable`` was given, 4 the
-server or the measurement failed.
+on errors says otherwise), 2 a bad option or input data, 3 a level did not stabilize and
+``--require-stable`` was given, 4 the server or the measurement failed.
 """
 
 from __future__ import annotations

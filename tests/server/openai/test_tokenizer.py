@@ -14,7 +14,8 @@ from tests.server.openai.test_chat import RENDERED
 from tests.support import ROOT
 from trt.server.openai.errors import OpenAIError
 from trt.server.openai.schemas import ChatMessage
-from trt.server.openai.tokenizer import MAX_TEXT_BYTES, OFF_LOOP_CHARS, ModelTokenizer, tokenizer_folder
+from trt.server.openai.token_counter import TokenCounter
+from trt.server.openai.tokenizer import MAX_TEXT_BYTES, ModelTokenizer, tokenizer_folder
 
 EXAMPLE = ROOT / "model_repository" / "tiny_llm" / "1"
 MESSAGES = (ChatMessage("system", "You are terse."), ChatMessage("user", "Name a port."))
@@ -35,31 +36,31 @@ def test_the_example_models_template_renders_the_conversation() -> None:
     assert ModelTokenizer("tiny_llm", EXAMPLE, None).render_chat(MESSAGES) == RENDERED
 
 
-def test_tokens_are_counted_with_the_models_tokenizer() -> None:
-    tokenizer = Tokenizer.from_file(str(EXAMPLE / "tokenizer.json"))
-    counted = ModelTokenizer("tiny_llm", EXAMPLE, None)
-    assert asyncio.run(counted.count("hello there", with_special_tokens=True)) == len(
-        tokenizer.encode("hello there").ids
-    )
-    assert asyncio.run(counted.count("hello there", with_special_tokens=False)) == len(
-        tokenizer.encode("hello there", add_special_tokens=False).ids
-    )
+def _counts(folder: Path | None, texts: list[tuple[str, bool]]) -> list[int | None]:
+    """What a model's tokenizer counts for each (text, with special tokens), through the process."""
+
+    async def count_all() -> list[int | None]:
+        counter = TokenCounter()
+        try:
+            tokenizer = ModelTokenizer("m", folder, None, counter=counter)
+            return [await tokenizer.count(text, with_special_tokens=special) for text, special in texts]
+        finally:
+            await counter.close()
+
+    return asyncio.run(count_all())
 
 
-def test_a_long_text_is_counted_the_same_off_the_event_loop() -> None:
-    """Past OFF_LOOP_CHARS the text goes to a thread (encode_batch lets go of the GIL): same count."""
+def test_tokens_are_counted_with_the_models_tokenizer_short_and_long_texts_alike() -> None:
     tokenizer = Tokenizer.from_file(str(EXAMPLE / "tokenizer.json"))
-    long_text = "hello there, general kenobi. " * (OFF_LOOP_CHARS // 10)
-    assert len(long_text) > OFF_LOOP_CHARS
-    counted = ModelTokenizer("tiny_llm", EXAMPLE, None)
-    for special in (True, False):
-        expected = len(tokenizer.encode(long_text, add_special_tokens=special).ids)
-        assert asyncio.run(counted.count(long_text, with_special_tokens=special)) == expected
+    short, long = "hello there", "general kenobi. " * 50_000
+    texts = [(text, special) for text in (short, long) for special in (True, False)]
+    expected = [len(tokenizer.encode(text, add_special_tokens=special).ids) for text, special in texts]
+    assert _counts(EXAMPLE, texts) == expected
 
 
 def test_without_a_tokenizer_nothing_is_counted(tmp_path: Path) -> None:
-    for tokenizer in (ModelTokenizer("m", _folder(tmp_path), None), ModelTokenizer("m", None, None)):
-        assert asyncio.run(tokenizer.count("hello", with_special_tokens=True)) is None
+    for folder in (_folder(tmp_path), None):
+        assert _counts(folder, [("hello", True)]) == [None]
 
 
 def test_the_template_sees_the_special_tokens_and_named_templates_pick_default(tmp_path: Path) -> None:

@@ -91,3 +91,8 @@ class HttpServer:
             await asyncio.sleep(0.05)
         for connection in list(self.connections):
             connection.abort()
+        # A handler that holds resources of its own lets them go with its server (the OpenAI
+        # front end's token counting process).
+        closing = getattr(self.handler, "aclose", None)
+        if closing is not None:
+            await closing()

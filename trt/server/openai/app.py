@@ -30,6 +30,7 @@ from trt.server.openai.errors import OpenAIError, from_server_error, model_not_f
 from trt.server.openai.generation import VllmContract
 from trt.server.openai.options import OpenAIOptions
 from trt.server.openai.schemas import parse_chat, parse_completion, parse_embedding
+from trt.server.openai.token_counter import TokenCounter
 from trt.server.openai.tokenizer import ModelTokenizer, tokenizer_folder
 
 if TYPE_CHECKING:
@@ -59,6 +60,10 @@ class OpenAIApp:
         self.options = options
         self.metrics = metrics  # the Prometheus text, or None when metrics are off
         self._served: weakref.WeakKeyDictionary[ModelVersion, _Served] = weakref.WeakKeyDictionary()
+        self.token_counter = TokenCounter()  # every model's counts, in a process started when first needed
+
+    async def aclose(self) -> None:
+        await self.token_counter.close()
 
     @staticmethod
     def cancellable(path: str) -> bool:
@@ -166,13 +171,14 @@ class OpenAIApp:
     def _served_for(self, model: ModelVersion) -> _Served:
         served = self._served.get(model)
         if served is None:
-            configured = self.options.tokenizer
+            configured, template = self.options.tokenizer, self.options.chat_template
+            counter = self.token_counter
             if configured is not None:
                 given = configured.parent if configured.is_file() else configured
-                tokenizer = ModelTokenizer(model.name, given, self.options.chat_template, confined=False)
+                tokenizer = ModelTokenizer(model.name, given, template, confined=False, counter=counter)
             else:
                 own = tokenizer_folder([model.files.version_dir, model.files.model_dir])
-                tokenizer = ModelTokenizer(model.name, own, self.options.chat_template)
+                tokenizer = ModelTokenizer(model.name, own, template, counter=counter)
             served = self._served[model] = _Served(int(time.time()), tokenizer)
         return served
 

@@ -7,14 +7,16 @@ template is ``--chat-template``, else ``tokenizer_config.json``'s ``chat_templat
 same helpers (``raise_exception``, ``strftime_now``, a ``tojson`` that keeps non-ASCII text).
 
 Tokens are counted with ``tokenizers`` only for models that do not report their own counts
-(``num_input_tokens`` / ``num_output_tokens``). Both libraries come with the ``genai`` extra and are
-imported on first use.
+(``num_input_tokens`` / ``num_output_tokens``), in a process of its own (``token_counter``): it holds
+the GIL while it loads a tokenizer. Both libraries come with the ``genai`` extra; jinja2 is imported
+on first use.
 """
 
 from __future__ import annotations
 
-import asyncio
 import datetime
+import functools
+import importlib.util
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,18 +24,15 @@ from typing import TYPE_CHECKING, Any
 from trt import DISTRIBUTION
 from trt.server.openai.errors import OpenAIError, invalid
 from trt.server.openai.schemas import ChatMessage
+from trt.server.openai.token_counter import TokenCounter, TokenizerUnreadable
 
 if TYPE_CHECKING:
     from jinja2 import Template
-    from tokenizers import Tokenizer
 
 TOKENIZER_FILE = "tokenizer.json"
 CONFIG_FILE = "tokenizer_config.json"
 TEMPLATE_FILE = "chat_template.jinja"
-# Read whole: bounded, since a model folder may come from anywhere (Llama 3's tokenizer.json is 9 MB).
-MAX_TOKENIZER_BYTES = 64 * 1024 * 1024
 MAX_TEXT_BYTES = 4 * 1024 * 1024
-OFF_LOOP_CHARS = 16 * 1024  # shorter texts are counted in place: a thread would cost more than it saves
 
 
 def tokenizer_folder(candidates: list[Path]) -> Path | None:
@@ -48,7 +47,12 @@ class ModelTokenizer:
     """The chat template and the tokenizer of one model, each loaded when first needed."""
 
     def __init__(
-        self, model: str, folder: Path | None, chat_template: Path | None, confined: bool = True
+        self,
+        model: str,
+        folder: Path | None,
+        chat_template: Path | None,
+        confined: bool = True,
+        counter: TokenCounter | None = None,
     ) -> None:
         self.model = model
         self.folder = folder
@@ -58,8 +62,7 @@ class ModelTokenizer:
         self._template_path = chat_template
         self._config: dict[str, Any] | None = None
         self._template: Template | None = None
-        self._tokenizer: Tokenizer | None = None
-        self._no_tokenizer = False
+        self._counter = counter  # None: nothing is counted
 
     def render_chat(self, messages: tuple[ChatMessage, ...]) -> str:
         """The prompt for a conversation, ending where the assistant's answer begins."""
@@ -85,21 +88,15 @@ class ModelTokenizer:
 
     async def count(self, text: str, with_special_tokens: bool) -> int | None:
         """How many tokens ``text`` is; None when the model has no tokenizer.json (or the library is
-        missing: token counts are then left out, not guessed). A long text is encoded on a thread, by
-        ``encode_batch``, which lets go of the GIL (``encode`` holds it: 1.8 s for a 2.4 MB prompt, every
-        other request waiting)."""
-        if self._tokenizer is None and not self._no_tokenizer:
-            self._tokenizer = self._load_tokenizer()
-            self._no_tokenizer = self._tokenizer is None
-        tokenizer = self._tokenizer
-        if tokenizer is None:
+        missing, or the counting process died meanwhile): token counts are then left out, not guessed."""
+        path = self._tokenizer_file
+        if path is None or self._counter is None:
             return None
-        if len(text) <= OFF_LOOP_CHARS:
-            return len(tokenizer.encode(text, add_special_tokens=with_special_tokens).ids)
-        (encoding,) = await asyncio.to_thread(
-            tokenizer.encode_batch, [text], add_special_tokens=with_special_tokens
-        )
-        return len(encoding.ids)
+        try:
+            return await self._counter.count(path, text, with_special_tokens)
+        except TokenizerUnreadable as exc:
+            unreadable = f"{TOKENIZER_FILE} of model '{self.model}' cannot be read: {exc}"
+            raise OpenAIError(500, unreadable) from None
 
     def _load_template(self) -> Template:
         try:
@@ -162,19 +159,15 @@ class ModelTokenizer:
         assert self.folder is not None
         return _inside(self.folder, name) if self.confined else self.folder / name
 
-    def _load_tokenizer(self) -> Tokenizer | None:
+    @functools.cached_property
+    def _tokenizer_file(self) -> Path | None:
+        """The model's tokenizer.json, inside its folder; None without one, or without ``tokenizers``
+        (looked for once: a model's files are read again only when it loads again, and this with it)."""
         if self.folder is None or not (self.folder / TOKENIZER_FILE).is_file():
             return None
-        try:
-            from tokenizers import Tokenizer
-        except ModuleNotFoundError:
+        if importlib.util.find_spec("tokenizers") is None:
             return None
-        try:
-            return Tokenizer.from_str(_read_text(self._file(TOKENIZER_FILE), MAX_TOKENIZER_BYTES))
-        except Exception as exc:  # a malformed file: counts are left out rather than the request failed
-            raise OpenAIError(
-                500, f"{TOKENIZER_FILE} of model '{self.model}' cannot be read: {exc}"
-            ) from None
+        return self._file(TOKENIZER_FILE)
 
 
 def _inside(folder: Path, name: str) -> Path:

@@ -3,6 +3,7 @@ HTTP (base64) and gRPC (bytes), and paths that would leave the model folder refu
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import threading
@@ -25,7 +26,8 @@ from tests.support import (
     wait_until,
     write_simple,
 )
-from trt.server.core.models.pushed_models import MAX_PUSHED_FILES
+from trt.server.core.errors import ServerError
+from trt.server.core.models.pushed_models import MAX_PUSHED_FILES, PushedModels
 
 CONFIG = {
     "name": "pushed",
@@ -378,3 +380,20 @@ def test_more_files_than_a_push_may_hold_are_refused(
     assert refused.value.status() == "400"
     assert f"{MAX_PUSHED_FILES + 1} files pushed: at most {MAX_PUSHED_FILES} may be" in str(refused.value)
     assert not client.is_model_ready("too_many") and client.is_model_ready("simple")
+
+
+def test_a_server_stopping_while_a_push_is_written_leaves_no_file_behind() -> None:
+    """The stop removes the pushes' folders while a push's thread still writes: before, its next
+    ``mkdir(parents=True)`` made them again, and what it wrote after outlived the server."""
+    pushed = PushedModels()
+    files = {f"file:1/assets/{i // 500}/{i}.txt": b"asset" for i in range(MAX_PUSHED_FILES)}
+
+    async def stop_while_writing() -> None:
+        writing = asyncio.ensure_future(pushed.stage("many_files", files))
+        await asyncio.sleep(0.05)
+        pushed.close()
+        with pytest.raises(ServerError, match="the server is stopping"):
+            await writing
+
+    asyncio.run(stop_while_writing())
+    assert not pushed._root.exists()

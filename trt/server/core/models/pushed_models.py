@@ -30,6 +30,7 @@ logger = logging.getLogger("trt.repository")
 
 FILE_PREFIX = "file:"
 MAX_PUSHED_FILES = 10_000
+STOPPING = "the server is stopping"
 
 
 def check_model_name(name: str) -> None:
@@ -67,6 +68,7 @@ class PushedModels:
     def __init__(self) -> None:
         self._root = Path(tempfile.mkdtemp(prefix="trt-pushed-"))
         self._folders: dict[str, Path] = {}
+        self._closed = False
 
     async def stage(self, name: str, files: dict[str, bytes]) -> Path:
         """Write ``files`` into a fresh folder for ``name``, off the event loop; return the folder
@@ -91,18 +93,27 @@ class PushedModels:
             self.discard(writing.result())
 
     def _write(self, name: str, files: dict[str, bytes], paths: dict[str, PurePosixPath]) -> Path:
-        holder = Path(tempfile.mkdtemp(prefix="push-", dir=self._root))
-        folder = holder / name
+        holder: Path | None = None
         try:
+            holder = Path(tempfile.mkdtemp(prefix="push-", dir=self._root))
+            folder = holder / name
             folder.mkdir()
             for key, relative in paths.items():
                 target = folder.joinpath(*relative.parts)
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_bytes(files[key])
         except OSError as exc:
-            self._remove(holder)
+            if holder is not None:
+                self._remove(holder)
             what = f"cannot write the pushed files: {exc.strerror or type(exc).__name__}"
-            raise ServerError(poll_failure(name, what)) from None
+            raise ServerError(poll_failure(name, STOPPING if self._closed else what)) from None
+        finally:
+            if self._closed:
+                # The server stopped while this wrote, and removed the folders; the writes since (their
+                # ``mkdir(parents=True)`` makes them again) would outlive it.
+                shutil.rmtree(self._root, ignore_errors=True)
+        if self._closed:
+            raise ServerError(poll_failure(name, STOPPING))
         return folder
 
     def adopt(self, name: str, folder: Path | None) -> Path | None:
@@ -117,6 +128,7 @@ class PushedModels:
         self._remove(folder.parent)
 
     def close(self) -> None:
+        self._closed = True  # first: a write still running sees it when done, and removes what it made
         shutil.rmtree(self._root, ignore_errors=True)
         self._folders.clear()
 

@@ -15,6 +15,7 @@ import psutil
 import pytest
 import tritonclient.http as httpclient
 
+from tests.perf.perf_support import FAST, run_perf
 from tests.support import ROOT, ServerProcess, still_running, wait_until
 
 
@@ -55,3 +56,48 @@ def test_a_killed_trt_perf_takes_its_load_generators_with_it(
         log = (tmp_path / "perf.log").read_text()
         assert perf.returncode == 130, log
         assert "interrupted" in log
+
+
+def _perf_with_shared_memory(server: ServerProcess, log: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "trt", "perf", "-m", "simple", "-u", server.http_url, "--shared-memory",
+         "system", "--concurrency-range", "2", "--measurement-interval", "60000"],
+        cwd=ROOT, stdout=log.open("w"), stderr=subprocess.STDOUT,
+    )  # fmt: skip
+
+
+def test_the_regions_a_killed_trt_perf_left_registered_are_released_by_the_next_run(
+    perf_server: ServerProcess, tmp_path: Path
+) -> None:
+    """A SIGKILL leaves no chance to unregister: the server kept both regions mapped for good. The next
+    run with shared memory releases them, and only them: a run still going keeps its own."""
+    client = httpclient.InferenceServerClient(perf_server.http_url)
+
+    def registered() -> set[str]:
+        return {region["name"] for region in client.get_system_shared_memory_status()}
+
+    killed, living = (_perf_with_shared_memory(perf_server, tmp_path / f"{n}.log") for n in ("k", "l"))
+    try:
+        regions = {
+            name: {f"trt_perf_{p.pid}_in", f"trt_perf_{p.pid}_out"}
+            for name, p in (("killed", killed), ("living", living))
+        }
+        wait_until(lambda: regions["killed"] | regions["living"] <= registered(), 60)
+        killed.kill()
+        killed.wait(timeout=30)
+        assert regions["killed"] <= registered()
+
+        run = run_perf("-m", "simple", "-u", perf_server.http_url, "--shared-memory", "system",
+                       "--concurrency", "1", *FAST)  # fmt: skip
+        assert run.returncode == 0, run
+        assert "released 2 shared-memory region(s)" in run.stderr, run
+        left = registered()
+        assert not regions["killed"] & left
+        assert regions["living"] <= left
+        assert not [name for name in regions["killed"] if (Path("/dev/shm") / name).exists()]
+    finally:
+        for perf in (killed, living):
+            if perf.poll() is None:
+                perf.terminate()
+                perf.wait(timeout=30)
+    assert not regions["living"] & registered()  # it let its own go as it ended

@@ -23,7 +23,7 @@ from trt.perf.options import LoadKind, MeasurementMode, PerfOptions, Protocol, S
 from trt.perf.results import ProfileReport
 from trt.perf.schedule import ScheduleSpec
 from trt.perf.server_stats import StatsSnapshot, breakdown
-from trt.perf.shared_memory import SystemShmRegions, create_regions
+from trt.perf.shared_memory import SystemShmRegions, create_regions, release_abandoned_regions
 from trt.perf.stability import STABILITY_WINDOWS, is_stable
 from trt.perf.worker.plan import LoadAssignment, WorkerPlan
 from trt.perf.worker.pool import WorkerPool
@@ -317,6 +317,12 @@ class Profiler:
                 options.seed,
             )
             if options.shared_memory is SharedMemoryKind.SYSTEM:
+                released = release_abandoned_regions(control)
+                if released:
+                    self._warn(
+                        f"released {len(released)} shared-memory region(s) that killed trt perf runs left "
+                        f"registered with the server: {', '.join(released)}"
+                    )
                 shm = create_regions(control, info, data, options.output_shared_memory_size)
             streams = self._requests(info, data, fmt_in, fmt_out, shm)
             host, port = options.endpoint

@@ -1,12 +1,23 @@
 """``--shared-memory system``: every request's inputs written once into a POSIX region the server maps,
-outputs into a second region; requests then carry only region names and offsets."""
+outputs into a second region; requests then carry only region names and offsets.
+
+A ``trt perf`` killed outright (SIGKILL, the OOM killer, a CI timeout) cannot unregister its regions:
+the server kept them mapped, their memory held until it restarted. So each run holds a lock on its
+regions' files while it lives, and a run with shared memory first releases the regions of runs that
+no longer do (``release_abandoned_regions``): named as trt perf names them, and whose file is
+unlocked, or gone (Python's resource tracker unlinks it when its process dies) with no process of
+that number left.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from multiprocessing import shared_memory
+from pathlib import Path
 
 from trt.perf.control import ControlClient
 from trt.perf.encoding import ShmOutputs, ShmSlot
@@ -23,6 +34,7 @@ class SystemShmRegions:
     input_slots: list[list[dict[str, ShmSlot]]]  # [stream][request] -> input name -> slot
     outputs: ShmOutputs
     _segments: list[tuple[str, shared_memory.SharedMemory]]
+    _locks: list[int] = field(default_factory=list)  # an open file holding each region's lock
 
     def close(self) -> None:
         for name, segment in self._segments:
@@ -31,6 +43,57 @@ class SystemShmRegions:
             with contextlib.suppress(FileNotFoundError):
                 segment.unlink()
         self._segments = []
+        for lock in self._locks:
+            os.close(lock)
+        self._locks = []
+
+    def hold(self, name: str) -> None:
+        """Lock region ``name``'s file for as long as this run lives (the kernel lets go at its death)."""
+        lock = os.open(SHM_FOLDER / name, os.O_RDONLY | os.O_CLOEXEC)
+        self._locks.append(lock)
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+SHM_FOLDER = Path("/dev/shm")
+_OURS = re.compile(r"trt_perf_(?P<pid>\d+)_(?:in|out)")
+
+
+def _abandoned(name: str) -> bool:
+    """Whether the region trt perf named ``name`` belongs to a run that has ended."""
+    try:
+        lock = os.open(SHM_FOLDER / name, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        match = _OURS.fullmatch(name)
+        assert match is not None
+        try:
+            os.kill(int(match["pid"]), 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False  # a process of that number lives (another user's)
+        return False
+    except OSError:
+        return False
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False  # its run holds it
+    finally:
+        os.close(lock)
+    return True
+
+
+def release_abandoned_regions(control: ControlClient) -> list[str]:
+    """Unregister (and unlink) the regions of trt perf runs that ended without doing so; their names."""
+    released = []
+    for name, key in sorted(control.system_shm_regions().items()):
+        if _OURS.fullmatch(name) is None or key != f"/{name}" or not _abandoned(name):
+            continue
+        control.unregister_system_shm(name)
+        with contextlib.suppress(FileNotFoundError):
+            (SHM_FOLDER / name).unlink()
+        released.append(name)
+    return released
 
 
 def create_regions(
@@ -47,6 +110,7 @@ def create_regions(
     try:
         inputs = shared_memory.SharedMemory(name=f"{tag}_in", create=True, size=max(total, 1))
         segments.append((f"{tag}_in", inputs))
+        regions.hold(f"{tag}_in")
         offset = 0
         for stream in blobs:
             slots = []
@@ -65,6 +129,7 @@ def create_regions(
             name=f"{tag}_out", create=True, size=max(1, output_size * len(info.outputs))
         )
         segments.append((f"{tag}_out", outputs))
+        regions.hold(f"{tag}_out")
         control.register_system_shm(f"{tag}_out", f"/{tag}_out", max(1, output_size * len(info.outputs)))
     except BaseException:
         regions.close()

@@ -21,6 +21,10 @@ class ControlClient(TypingProtocol):
 
     def unregister_system_shm(self, name: str) -> None: ...
 
+    def system_shm_regions(self) -> dict[str, str]:
+        """The system shared-memory regions registered with the server: name -> key."""
+        ...
+
     def close(self) -> None: ...
 
 

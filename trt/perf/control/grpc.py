@@ -91,5 +91,13 @@ class GrpcControl:
         except grpc.RpcError:
             pass
 
+    def system_shm_regions(self) -> dict[str, str]:
+        try:
+            request = pb.SystemSharedMemoryStatusRequest()
+            reply = self._stub.SystemSharedMemoryStatus(request, timeout=self.timeout)
+        except grpc.RpcError:
+            return {}
+        return {name: region.key for name, region in reply.regions.items()}
+
     def close(self) -> None:
         self._channel.close()

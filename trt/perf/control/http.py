@@ -92,6 +92,16 @@ class HttpControl:
     def unregister_system_shm(self, name: str) -> None:
         self._call("POST", f"/v2/systemsharedmemory/region/{quote(name, safe='')}/unregister")
 
+    def system_shm_regions(self) -> dict[str, str]:
+        status, body = self._call("GET", "/v2/systemsharedmemory/status")
+        if status != 200 or not isinstance(body, list):
+            return {}
+        return {
+            str(region["name"]): str(region.get("key", ""))
+            for region in body
+            if isinstance(region, dict) and "name" in region
+        }
+
     def close(self) -> None:
         if self._conn is not None:
             self._conn.close()

@@ -40,6 +40,7 @@ from trt.server.core.types import (
     RequestedOutput,
 )
 from trt.server.grpc import request_wire
+from trt.server.grpc.packed_contents import packed_values
 from trt.server.grpc.response_wire import plain_response_parts
 from trt.server.grpc.varints import read_varint, varint
 
@@ -252,6 +253,9 @@ def _typed_contents(
                 f"[{info.min}, {info.max}]"
             )
         return wide.astype(dtype).reshape(shape)
+    packed = packed_values(contents, field, count) if field is not None else None  # FP32 and FP64
+    if packed is not None:
+        return packed.reshape(shape)
     return np.fromiter(values, dtype=dtype, count=count).reshape(shape)
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from onnx import TensorProto, helper
 
-from tests.support import ROOT, save_onnx
+from tests.support import ROOT, save_onnx, write_python_model
 
 # Short windows keep the suite fast; --allow-unstable because these tests check behaviour, not figures.
 FAST = ["-p", "200", "--warmup", "100", "-s", "100", "-r", "4", "--allow-unstable"]
@@ -114,13 +114,16 @@ class TritonPythonModel:
 """
 
 
+ONE_INT32_IN_ONE_OUT = """
+backend: "python"
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+"""
+
+
 def write_square(repo: Path) -> None:
-    (repo / "square" / "1").mkdir(parents=True)
-    (repo / "square" / "1" / "model.py").write_text(SQUARE)
-    (repo / "square" / "config.pbtxt").write_text(
-        'backend: "python"\nmodel_transaction_policy { decoupled: true }\n'
-        'input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
-        'output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
+    write_python_model(
+        repo, "square", SQUARE, ONE_INT32_IN_ONE_OUT + "model_transaction_policy { decoupled: true }\n"
     )
 
 
@@ -147,13 +150,7 @@ class TritonPythonModel:
 
 def write_flaky(repo: Path) -> None:
     """A Python model that answers every third request with an error."""
-    (repo / "flaky" / "1").mkdir(parents=True)
-    (repo / "flaky" / "1" / "model.py").write_text(FLAKY)
-    (repo / "flaky" / "config.pbtxt").write_text(
-        'backend: "python"\n'
-        'input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
-        'output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
-    )
+    write_python_model(repo, "flaky", FLAKY, ONE_INT32_IN_ONE_OUT)
 
 
 @dataclass

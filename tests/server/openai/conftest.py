@@ -5,8 +5,10 @@ official client for it."""
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import openai
 import pytest
@@ -193,9 +195,25 @@ class OpenAIServer:
 
     def client(self, **options: object) -> openai.OpenAI:
         """The official client; no retries, so that an error is seen as the server gave it."""
-        return openai.OpenAI(
-            base_url=f"{self.base_url}/v1", api_key="unused", max_retries=0, timeout=60, **options
-        )
+        settings: dict[str, object] = {"max_retries": 0, "timeout": 60, **options}
+        return openai.OpenAI(base_url=f"{self.base_url}/v1", api_key="unused", **settings)  # type: ignore[arg-type]
+
+
+@contextmanager
+def word_echo_server(tmp_path: Path, tokenizer_json: Callable[[Path], None]) -> Iterator[OpenAIServer]:
+    """A server of its own for word_echo (which reports no token counts), whose tokenizer.json
+    ``tokenizer_json`` writes at the path it is given."""
+    repo = tmp_path / "repo"
+    write_python_model(repo, "word_echo", WORD_ECHO, WORD_ECHO_CONFIG)
+    tokenizer_json(repo / "word_echo" / "1" / "tokenizer.json")
+    port = free_port()
+    process = ServerProcess(
+        [repo], ["--allow-openai=true", "--openai-address=127.0.0.1", f"--openai-port={port}"]
+    ).start(tmp_path)
+    try:
+        yield OpenAIServer(process, port)
+    finally:
+        process.stop()
 
 
 @pytest.fixture(scope="session")

@@ -11,12 +11,11 @@ import os
 import signal
 from pathlib import Path
 
-import openai
 import psutil
 import pytest
 
-from tests.server.openai.conftest import WORD_ECHO, WORD_ECHO_CONFIG
-from tests.support import ServerProcess, free_port, longest_health_wait_while, write_python_model
+from tests.server.openai.conftest import word_echo_server
+from tests.support import longest_health_wait_while
 from trt.server.openai.token_counter import PROCESS_MODULE, TokenCounter, TokenizerUnreadable
 from trt.server.openai.token_counter_process import MAX_TOKENIZER_BYTES
 
@@ -36,36 +35,26 @@ def _word_level_tokenizer(path: Path, words: int) -> None:
 
 
 def test_loading_a_large_tokenizer_holds_no_request_of_the_server(tmp_path: Path) -> None:
-    repo = tmp_path / "repo"
-    write_python_model(repo, "word_echo", WORD_ECHO, WORD_ECHO_CONFIG)  # reports no token counts
-    _word_level_tokenizer(repo / "word_echo" / "1" / "tokenizer.json", 500_000)
-    port = free_port()
-    server = ServerProcess(
-        [repo], ["--allow-openai=true", "--openai-address=127.0.0.1", f"--openai-port={port}"]
-    ).start(tmp_path)
-    try:
-        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", timeout=120)
+    with word_echo_server(tmp_path, lambda path: _word_level_tokenizer(path, 500_000)) as server:
+        client = server.client(timeout=120)
         usages = []
 
         def complete() -> None:
-            usages.append(
-                client.completions.create(model="word_echo", prompt="w1 w2 w3 zzz", max_tokens=2).usage
-            )
+            answer = client.completions.create(model="word_echo", prompt="w1 w2 w3 zzz", max_tokens=2)
+            usages.append(answer.usage)
 
-        took, worst = longest_health_wait_while(server, complete)
+        took, worst = longest_health_wait_while(server.process, complete)
         assert usages[0] is not None and usages[0].prompt_tokens == 4
         assert took > 0.3, f"the tokenizer loaded in {took:.2f} s: too small to tell"
-        assert worst < max(0.25 * took, 0.15), (
-            f"a health check waited {worst:.2f} s of a {took:.2f} s request"
-        )
+        waited = f"a health check waited {worst:.2f} s of a {took:.2f} s request"
+        assert worst < max(0.25 * took, 0.15), waited
+        assert server.process.process is not None
         counters = [
             child
-            for child in psutil.Process(server.process.pid if server.process else 0).children(recursive=True)
+            for child in psutil.Process(server.process.process.pid).children(recursive=True)
             if PROCESS_MODULE in " ".join(child.cmdline())
         ]
         assert len(counters) == 1
-    finally:
-        server.stop()
     assert not counters[0].is_running() or counters[0].status() == psutil.STATUS_ZOMBIE
 
 

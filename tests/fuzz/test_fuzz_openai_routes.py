@@ -319,7 +319,12 @@ def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpenAIApp]:
         for name in names:
             shutil.copyfile(tiny_llm / name, repo / model / "1" / name)
     with core_on(LOOP, repo, *MODELS) as core:
-        yield OpenAIApp(core, OpenAIOptions(default_max_tokens=3))
+        app = OpenAIApp(core, OpenAIOptions(default_max_tokens=3))
+        # The token counting process and the task reading its answers serve every request: started
+        # here, so that what each request leaves running is its own work alone.
+        LOOP.run_until_complete(app.token_counter.start())
+        yield app
+        LOOP.run_until_complete(app.aclose())
 
 
 async def _answer(app: OpenAIApp, request: HttpRequest, reads: int) -> None:

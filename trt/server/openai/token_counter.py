@@ -54,6 +54,10 @@ class TokenCounter:
         self._starting = asyncio.Lock()
         self._slots = asyncio.Semaphore(MAX_PENDING)
 
+    async def start(self) -> None:
+        """Start the process now rather than at the first count (nothing if it runs)."""
+        await self._started()
+
     @property
     def pid(self) -> int | None:
         return self._link.process.pid if self._link is not None else None

@@ -699,6 +699,7 @@ def main() -> None:
                      for flag in ("use-ssl=true", f"server-cert={cert}", f"server-key={key}")]  # fmt: skip
         command = [
             sys.executable, "-m", "trt", "serve", "--model-repository", str(Path(tmp) / "repo"),
+            "--allow-client-shm=true",  # the drill's clients hand tensors over in shared memory
             "--http-port", str(drill.http_port), "--grpc-port", str(drill.grpc_port),
             "--metrics-port", str(drill.metrics_port),
             "--http-address", "127.0.0.1", "--grpc-address", "127.0.0.1",

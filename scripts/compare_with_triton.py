@@ -197,7 +197,8 @@ def _servers(peers: Path, repo: Path, logs: Path) -> Iterator[tuple[list[int], l
     ours = subprocess.Popen(
         [sys.executable, "-m", "trt", "serve", f"--model-repository={repo}", "--http-address=127.0.0.1",
          f"--http-port={trt_ports[0]}", "--grpc-address=127.0.0.1", f"--grpc-port={trt_ports[1]}",
-         f"--metrics-port={trt_ports[2]}", *CONTROL_FLAGS],
+         f"--metrics-port={trt_ports[2]}", *CONTROL_FLAGS,
+         "--allow-client-shm=true"],  # Triton 2.51 takes client shared memory without the flag
         cwd=ROOT, stdout=(logs / "trt.log").open("w"), stderr=subprocess.STDOUT,
     )  # fmt: skip
     try:

@@ -46,8 +46,11 @@ def model_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def server(model_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    """One server for the read-mostly protocol tests (broken models present, so --exit-on-error=false)."""
-    proc = ServerProcess([model_repo], ["--exit-on-error=false", "--strict-readiness=false"])
+    """One server for the read-mostly protocol tests (broken models present, so --exit-on-error=false;
+    client shared memory allowed, as the shared-memory tests need)."""
+    proc = ServerProcess(
+        [model_repo], ["--exit-on-error=false", "--strict-readiness=false", "--allow-client-shm=true"]
+    )
     proc.start(tmp_path_factory.mktemp("logs"))
     yield proc
     assert proc.alive(), f"the server died during the tests:\n{proc.log()}"

@@ -397,7 +397,10 @@ async def running_core(repository: Path, *models: str) -> AsyncIterator[Inferenc
     from trt.server.core.server import InferenceServer
 
     options = CoreOptions(
-        model_repositories=(repository,), model_control_mode=ModelControlMode.EXPLICIT, load_models=models
+        model_repositories=(repository,),
+        model_control_mode=ModelControlMode.EXPLICIT,
+        load_models=models,
+        allow_client_shm=True,  # as the protocol tests' server: their requests may name regions
     )
     core = InferenceServer(options)
     await core.start()

@@ -19,7 +19,7 @@ def perf_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProc
     write_accumulator(repo)
     write_square(repo)
     write_flaky(repo)
-    proc = ServerProcess([repo]).start(tmp_path_factory.mktemp("perf_logs"))
+    proc = ServerProcess([repo], ["--allow-client-shm=true"]).start(tmp_path_factory.mktemp("perf_logs"))
     yield proc
     assert proc.alive(), f"the server died during the perf tests:\n{proc.log()}"
     proc.stop()

@@ -174,7 +174,6 @@ IGNORED_TRITON_FLAGS = {
     "--grpc-infer-thread-count": "gRPC runs on the event loop",
     "--grpc-infer-allocation-pool-size": "a call's state is a few Python objects, made per call",
     "--metrics-interval-ms": "metrics are read when Prometheus scrapes",
-    "--allow-client-shm": "shared memory registration is always allowed",
 }
 
 # tritonserver's deprecated flags (it still takes them, with a warning), each as the flag that replaced

@@ -161,6 +161,12 @@ def serve_command(
     ),
     json_output: bool = typer.Option(False, "--json", help="Print the start-up summary as one JSON line."),
     # -- limits and TLS (README "Security"): what a client can make the server hold, and HTTPS ----------
+    allow_client_shm: str = typer.Option(
+        "false",
+        "--allow-client-shm",
+        metavar="BOOL",
+        help="Let clients register system shared memory (any object in /dev/shm this user can open).",
+    ),
     max_queued_bytes: int = typer.Option(
         DEFAULT_QUEUED_BYTES,
         "--max-queued-bytes",
@@ -301,6 +307,7 @@ def serve_command(
         rate_limit_resources=_parsed(parse_rate_limit_resources, rate_limit_resource or []),
         log=log,
         trace=_parsed(parse_trace_config, triton_only.values_of("--trace-config") + (trace_config or [])),
+        allow_client_shm=parse_bool(allow_client_shm, "--allow-client-shm"),
         max_queued_bytes=max_queued_bytes,
         max_bytes_elements=max_bytes_elements,
         max_unread_response_bytes=max_unread_response_bytes,

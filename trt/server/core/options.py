@@ -45,6 +45,9 @@ class CoreOptions:
     backend_config: dict[str, dict[str, str]] = field(default_factory=dict)
     log: LogOptions = field(default_factory=LogOptions)  # --log-*
     trace: TraceSettings = field(default_factory=TraceSettings)  # --trace-config
+    # --allow-client-shm: clients may register system shared memory (any object in /dev/shm the
+    # server's user can open); off by default, as in current Triton.
+    allow_client_shm: bool = False
     # Limits on what clients can make the server hold (see the README's Security section).
     max_queued_bytes: int = DEFAULT_LIMIT  # --max-queued-bytes: bytes of requests not yet answered; 0 = none
     max_bytes_elements: int = DEFAULT_MAX_BYTES_ELEMENTS  # --max-bytes-elements: per BYTES tensor; 0 = none

@@ -86,7 +86,7 @@ class InferenceServer:
         # What the logging API reports; `trt serve` applied these settings before the server existed.
         self.log_settings = LogSettings(options.log)
         self.tracer = Tracer(options.trace)
-        self.shared_memory = SharedMemoryRegistry()
+        self.shared_memory = SharedMemoryRegistry(options.allow_client_shm)
         # Bytes held by requests taken and not yet answered (--max-queued-bytes); HTTP counts its
         # bodies here too while they arrive.
         self.queued_bytes = QueuedBytes(options.max_queued_bytes)

@@ -497,7 +497,7 @@ def test_unregistering_during_requests_never_takes_the_server_down(
 
 @pytest.fixture
 def registry(regions: tuple[Any, Any]) -> Iterator[SharedMemoryRegistry]:
-    registry = SharedMemoryRegistry()
+    registry = SharedMemoryRegistry(allow_client_shm=True)
     registry.register("input_data", _key("in"), 0, 2 * BYTES_PER_TENSOR)
     yield registry
     registry.close()
@@ -510,7 +510,7 @@ def _mappings_of(key: str) -> int:
 def test_reads_are_copies_and_the_server_maps_nothing(regions: tuple[Any, Any]) -> None:
     """A client may truncate its object at any time; the server never maps it, so it cannot fault."""
     client_mappings = _mappings_of(_key("in"))  # tritonclient's own, in this process
-    registry = SharedMemoryRegistry()
+    registry = SharedMemoryRegistry(allow_client_shm=True)
     registry.register("input_data", _key("in"), 0, 2 * BYTES_PER_TENSOR)
     assert _mappings_of(_key("in")) == client_mappings
     view = registry.read("input_data", BYTES_PER_TENSOR, BYTES_PER_TENSOR)
@@ -535,7 +535,7 @@ def test_reads_and_writes_stay_inside_the_region(registry: SharedMemoryRegistry)
 
 
 def test_a_window_starts_at_its_offset(regions: tuple[Any, Any]) -> None:
-    registry = SharedMemoryRegistry()
+    registry = SharedMemoryRegistry(allow_client_shm=True)
     try:
         registry.register("second", _key("in"), BYTES_PER_TENSOR, BYTES_PER_TENSOR)
         second = np.frombuffer(registry.read("second", 0, BYTES_PER_TENSOR), dtype=np.int32)
@@ -546,3 +546,38 @@ def test_a_window_starts_at_its_offset(regions: tuple[Any, Any]) -> None:
             registry.register("empty", _key("in"), 0, 0)
     finally:
         registry.close()
+
+
+@pytest.fixture(scope="module")
+def default_server(model_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """A server started without --allow-client-shm."""
+    proc = ServerProcess([model_repo], ["--exit-on-error=false", "--strict-readiness=false"])
+    proc.start(tmp_path_factory.mktemp("default_logs"))
+    yield proc
+    proc.stop()
+
+
+@CLIENTS
+def test_without_allow_client_shm_clients_cannot_register_regions_as_in_current_triton(
+    default_server: ServerProcess, client_module: Any, regions: tuple[Any, Any]
+) -> None:
+    """Current Triton's default and words (its L0_cuda_shared_memory test matches them): a region is
+    any object in /dev/shm the server's user can open, other programs' included."""
+    client = _client(default_server, client_module)
+    unsupported = "501" if client_module is httpclient else "StatusCode.UNIMPLEMENTED"
+    calls = [
+        lambda: client.register_system_shared_memory("in", _key("in"), 2 * BYTES_PER_TENSOR),
+        lambda: client.unregister_system_shared_memory("in"),
+        lambda: client.unregister_system_shared_memory(),
+        lambda: client.register_cuda_shared_memory("gpu", b"aGFuZGxl", 0, 8),
+        lambda: client.unregister_cuda_shared_memory(),
+    ]
+    for call in calls:
+        with pytest.raises(InferenceServerException) as refused:
+            call()
+        assert refused.value.status() == unsupported
+        assert refused.value.message() == (
+            "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable."
+        )
+    assert not _region_names(client.get_system_shared_memory_status())  # status still answers
+    assert not _region_names(client.get_cuda_shared_memory_status())

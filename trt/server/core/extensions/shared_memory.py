@@ -12,6 +12,11 @@ time, even after unlinking it: touching a mapped page past the new end raises SI
 the server (Triton too), and no check before the access can close that window. ``pread`` on a short
 object just returns fewer bytes, which is a 400. The cost is one copy of each input, at memory speed.
 CUDA shared memory needs a GPU build; this server answers its register call with UNSUPPORTED.
+
+As in current Triton, clients may register (and unregister) regions only when the server was started
+with ``--allow-client-shm=true``: a region is any object in ``/dev/shm`` the server's user can open,
+other programs' included. Without it the calls are UNSUPPORTED (HTTP 501, gRPC UNIMPLEMENTED) in
+Triton's words, and the status calls answer that nothing is registered.
 """
 
 from __future__ import annotations
@@ -38,6 +43,10 @@ SHM_DIRECTORY = "/dev/shm"
 # corrupt other requests' tensors.
 TRITON_RESERVED_KEY_PREFIX = "triton_python_backend_shm_region_"
 CUDA_UNSUPPORTED = "CUDA shared memory needs a GPU build; this server has none"
+# Triton's words (its common.h), which its own tests match.
+CLIENT_SHM_DISABLED = (
+    "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable."
+)
 _PARAMETERS = ("shared_memory_region", "shared_memory_byte_size", "shared_memory_offset")
 
 
@@ -60,13 +69,19 @@ class _Region:
 class SharedMemoryRegistry:
     """The system shared memory regions clients registered, by name; one per server."""
 
-    def __init__(self) -> None:
+    def __init__(self, allow_client_shm: bool) -> None:
         self._regions: dict[str, _Region] = {}
+        self.allow_client_shm = allow_client_shm  # --allow-client-shm
+
+    def _check_allowed(self) -> None:
+        if not self.allow_client_shm:
+            raise Unsupported(CLIENT_SHM_DISABLED)
 
     # -- the extension's operations ---------------------------------------------------------------
 
     def register(self, name: str, key: str, offset: int, byte_size: int) -> None:
         """Register ``byte_size`` bytes at ``offset`` of the POSIX shm object ``key`` under ``name``."""
+        self._check_allowed()
         if not name:
             raise InvalidArgument("'region name' is necessary to register system shared memory region")
         if name in self._regions:
@@ -114,6 +129,7 @@ class SharedMemoryRegistry:
 
     def unregister(self, name: str = "") -> None:
         """Unregister one region, or every region when ``name`` is empty (unknown names are fine)."""
+        self._check_allowed()
         names = [name] if name else list(self._regions)
         for region_name in names:
             region = self._regions.pop(region_name, None)
@@ -130,11 +146,14 @@ class SharedMemoryRegistry:
         return [region.status]
 
     def close(self) -> None:
-        self.unregister()
+        for region in self._regions.values():
+            os.close(region.fd)
+        self._regions.clear()
 
     # CUDA shared memory: a GPU build would map cudaIpcMemHandle_t handles; this one has no GPU.
 
     def register_cuda(self, name: str) -> NoReturn:
+        self._check_allowed()
         raise Unsupported(CUDA_UNSUPPORTED)
 
     def cuda_status(self, name: str = "") -> list[RegionStatus]:
@@ -144,6 +163,7 @@ class SharedMemoryRegistry:
 
     def unregister_cuda(self, name: str = "") -> None:
         """Nothing can be registered, so there is nothing to unregister (OK, as Triton answers)."""
+        self._check_allowed()
 
     # -- bytes in and out of a region -------------------------------------------------------------
 

@@ -129,3 +129,25 @@ def test_a_head_whose_end_straddles_two_reads_is_not_counted_with_the_body(serve
         sock.sendall(b"\n" + body)
         status, _, payload = _read_response(sock, bytearray())
     assert status == 200, payload
+
+
+def test_a_chunked_body_of_too_many_chunks_is_refused_in_tritons_words(server: ServerProcess) -> None:
+    """Each chunk's bytes were kept as an object of their own: a 64 MiB body of one-byte chunks made
+    some 2.8 GB of them. Triton's bound (65,536 non-empty chunks) and words, the connection closed."""
+    head = b"POST /v2/models/simple/infer HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+    with _connect(server) as sock:
+        sent, answer = _stream_until_answered(sock, head, b"1\r\nx\r\n" * 4096, most=8 * 1024 * 1024)
+    assert sent < 2 * 65_536 * 6, f"the server took {sent} bytes of one-byte chunks"
+    assert answer.startswith(b"HTTP/1.1 400 "), answer
+    assert (
+        b'{"error":"Chunked request body exceeds maximum of 65536 non-empty chunks. Send fewer or larger '
+        b'HTTP chunks."}' in answer
+    )
+    # Up to the bound, chunks are a body like any other.
+    chunks = [INFER_BODY[i : i + 1] for i in range(len(INFER_BODY))]
+    assert len(chunks) < 65_536
+    body = b"".join(b"1\r\n%s\r\n" % chunk for chunk in chunks) + b"0\r\n\r\n"
+    with _connect(server) as sock:
+        sock.sendall(head + body)
+        assert _read_response(sock, bytearray())[0] == 200
+    _assert_serving(server)

@@ -22,6 +22,13 @@ DEFAULT_HEAD_TIMEOUT_S = 60.0
 # large upload on a slow link goes through while a byte now and then does not hold a connection.
 DEFAULT_BODY_TIMEOUT_S = 60.0
 DEFAULT_BODY_MIN_RATE = 500  # bytes per second
+# The non-empty chunks a ``Transfer-Encoding: chunked`` body may have, and the 400's words: Triton's
+# bound (each piece is an object of its own: a 64 MiB body of one-byte chunks made some 2.8 GB of them).
+MAX_BODY_CHUNKS = 1 << 16
+TOO_MANY_CHUNKS = (
+    f"Chunked request body exceeds maximum of {MAX_BODY_CHUNKS} non-empty chunks. "
+    "Send fewer or larger HTTP chunks."
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,9 +30,10 @@ from typing import TYPE_CHECKING, Any
 import httptools
 
 from trt.server.http.heads import HEAD_END, HeadPlan, plannable
-from trt.server.http.limits import head_rejection, over_budget
+from trt.server.http.limits import MAX_BODY_CHUNKS, TOO_MANY_CHUNKS, head_rejection, over_budget
 from trt.server.http.lingering import refuse
 from trt.server.http.messages import Handler, HttpRequest, HttpResponse, close_stream, response_head
+from trt.server.http.streamed_body import write_chunks
 
 if TYPE_CHECKING:
     from trt.server.http.server import HttpServer
@@ -44,6 +45,10 @@ _MAX_PIPELINED = 32  # stop reading from a client that queues more than this
 
 class _HeadTooLarge(Exception):
     """Raised from a parser callback to stop parsing a request whose head breaks a limit."""
+
+
+class _TooManyChunks(Exception):
+    """Raised from a parser callback to stop reading a chunked body of too many chunks."""
 
 
 class HttpProtocol(asyncio.Protocol):
@@ -80,6 +85,7 @@ class HttpProtocol(asyncio.Protocol):
         self._head_tail = b""  # the last bytes of the previous chunk, for an end of head across two
         self._body: list[bytes] = []
         self._body_size = 0
+        self._body_chunks = -1  # a chunked body's non-empty chunks so far (-1: not chunked)
         self._body_began = 0  # perf_counter_ns when the head ended, for the body's deadline
         self._too_large = False
         self._over_budget = False
@@ -185,6 +191,8 @@ class HttpProtocol(asyncio.Protocol):
         except httptools.HttpParserCallbackError as exc:
             if isinstance(exc.__context__, _HeadTooLarge):
                 self._reject_head()
+            elif isinstance(exc.__context__, _TooManyChunks):
+                self._reject(400, TOO_MANY_CHUNKS.encode())
             else:
                 raise
         except httptools.HttpParserError as exc:
@@ -304,12 +312,17 @@ class HttpProtocol(asyncio.Protocol):
         self._head_size = 0
         self._head_tail = b""
         self._line_ended = False  # for the next request on this connection
+        self._body_chunks = 0 if "chunked" in self._headers.get("transfer-encoding", "").lower() else -1
         if self._headers.get("expect", "").lower() == "100-continue" and self._transport is not None:
             self._transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
     def on_body(self, body: bytes) -> None:
         size = len(body)
         self._body_size += size
+        if self._body_chunks >= 0 and size:  # httptools hands each chunk's bytes over on their own
+            self._body_chunks += 1
+            if self._body_chunks > MAX_BODY_CHUNKS:
+                raise _TooManyChunks
         if self._too_large or self._over_budget:
             return
         if self._body_size > self._server.limits.max_body_size:
@@ -448,7 +461,8 @@ class HttpProtocol(asyncio.Protocol):
                 if say_keep_alive and keep_alive:
                     headers = [*headers, (b"connection", b"keep-alive")]
                 if response.stream is not None:
-                    await self._write_stream(transport, response, headers, keep_alive)
+                    head = response_head(response.status, None, headers, keep_alive)
+                    await write_chunks(transport, head, response.stream, self._write_ready, self._touch)
                 else:
                     body = b"" if request.method == "HEAD" else response.body
                     transport.write(
@@ -472,27 +486,5 @@ class HttpProtocol(asyncio.Protocol):
         finally:
             self._current = None
 
-    async def _write_stream(
-        self,
-        transport: asyncio.Transport,
-        response: HttpResponse,
-        headers: list[tuple[bytes, bytes]],
-        keep_alive: bool,
-    ) -> None:
-        """A streamed body: the head, a chunk per item, the last chunk. A client that goes away ends the
-        stream (its source is closed, so the model behind it is told it was cancelled)."""
-        assert response.stream is not None
-        transport.write(response_head(response.status, None, headers, keep_alive))
-        try:
-            async for chunk in response.stream:
-                if transport.is_closing():
-                    return
-                if chunk:
-                    transport.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
-                    self.last_active = self._loop.time()
-                if not self._write_ready.is_set():
-                    await self._write_ready.wait()
-            if not transport.is_closing():
-                transport.write(b"0\r\n\r\n")
-        finally:
-            await close_stream(response.stream)
+    def _touch(self) -> None:
+        self.last_active = self._loop.time()

@@ -1,0 +1,35 @@
+"""Writing a streamed response body (server-sent events, a model's streamed answers) as HTTP/1.1
+chunks, at the pace the client reads them."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+
+from trt.server.http.messages import close_stream
+
+
+async def write_chunks(
+    transport: asyncio.Transport,
+    head: bytes,
+    stream: AsyncIterator[bytes],
+    write_ready: asyncio.Event,
+    wrote: Callable[[], None],
+) -> None:
+    """The head, a chunk per item, the last chunk; waits on ``write_ready`` while the transport's buffer
+    is full, and calls ``wrote`` after each chunk. A client that goes away ends the stream, which is
+    closed whatever happens (so that the model behind it is told it was cancelled)."""
+    transport.write(head)
+    try:
+        async for chunk in stream:
+            if transport.is_closing():
+                return
+            if chunk:
+                transport.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                wrote()
+            if not write_ready.is_set():
+                await write_ready.wait()
+        if not transport.is_closing():
+            transport.write(b"0\r\n\r\n")
+    finally:
+        await close_stream(stream)

@@ -13,6 +13,7 @@ import hashlib
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -58,18 +59,34 @@ def _cache_dir() -> Path:
 
 
 def _unpacked(archive: Path) -> Path:
-    digest = hashlib.sha256(archive.read_bytes()).hexdigest()[:16]
+    """The environment packed in ``archive`` (conda-pack or a tarred venv), unpacked once into the cache
+    under its digest. Its members must stay inside the folder it unpacks into (tarfile's ``data``
+    filter: no absolute paths, no ``..``, no links out, no devices); one that does not fails the load
+    and leaves nothing behind. Two models loading the same archive at once both get the one unpacked."""
+    with archive.open("rb") as file:  # read in blocks: a conda environment is often gigabytes
+        digest = hashlib.file_digest(file, "sha256").hexdigest()[:16]
     cache = _cache_dir()
     cache.mkdir(parents=True, exist_ok=True)
     target = cache / digest
-    if not target.exists():
-        staging = Path(tempfile.mkdtemp(dir=cache, prefix=".unpacking_"))
+    if target.exists():
+        return target
+    staging = Path(tempfile.mkdtemp(dir=cache, prefix=".unpacking_"))
+    try:
         with tarfile.open(archive) as tar:
             tar.extractall(staging, filter="data")
+    except (tarfile.TarError, OSError) as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise ModelLoadError(f"EXECUTION_ENV_PATH {archive.name} cannot be unpacked: {exc}") from None
+    try:
         staging.rename(target)
-        activate = target / "bin" / "conda-unpack"
-        if activate.exists():  # conda-pack: fix the prefixes baked into the environment
-            subprocess.run([str(activate)], check=False)
+    except OSError:
+        shutil.rmtree(staging, ignore_errors=True)
+        if not target.exists():
+            raise
+        return target  # unpacked meanwhile by another model's load
+    activate = target / "bin" / "conda-unpack"
+    if activate.exists():  # conda-pack: fix the prefixes baked into the environment
+        subprocess.run([str(activate)], check=False)
     return target
 
 

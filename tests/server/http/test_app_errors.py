@@ -136,3 +136,31 @@ def test_a_bug_on_another_route_is_a_500_and_a_route_error_keeps_its_status(
         assert "unhandled error on GET /v2/models/simple/stats" in caplog.text
 
     _with_app(tmp_path, scenario)
+
+
+DEEP = "[" * 1000 + "]" * 1000  # JSON allows it; repr() of it raised RecursionError (a 500)
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v2/trace/setting", f'{{"trace_level": {DEEP}}}'),
+        ("/v2/trace/setting", f'{{"trace_rate": {DEEP}}}'),
+        ("/v2/trace/setting", f'{{"trace_mode": {DEEP}}}'),
+        ("/v2/models/simple/generate", f'{{"INPUT0": [{DEEP}], "INPUT1": [1]}}'),
+    ],
+    ids=["trace_level", "trace_rate", "trace_mode", "generate"],
+)
+def test_a_value_nested_a_thousand_deep_is_refused_quoting_it_briefly(
+    tmp_path: Path, path: str, body: str
+) -> None:
+    write_simple(tmp_path)
+
+    async def ask() -> HttpResponse:
+        async with running_core(tmp_path, "simple") as core:
+            return await HttpApp(core)(HttpRequest("POST", path, "", {}, body.encode()))
+
+    response = asyncio.run(ask())
+    assert response.status in (400, 501), response.body  # 501: a trace mode other than triton
+    message = orjson.loads(response.body)["error"]
+    assert "[[[...]]]" in message and len(message) < 300, message

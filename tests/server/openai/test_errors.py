@@ -121,3 +121,24 @@ def test_a_prompt_longer_than_the_models_context_is_a_400(client: openai.OpenAI)
     # Far longer: refused before it is tokenized.
     with pytest.raises(openai.BadRequestError, match="longer than this model's context of 1024 tokens"):
         client.completions.create(model=MODEL, prompt="x" * 600_000)
+
+
+DEEP = "[" * 1000 + "]" * 1000  # JSON allows it; repr() of it raised RecursionError
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        f'{{"model": "{MODEL}", "prompt": "hi", "max_tokens": {DEEP}}}',
+        f'{{"model": "{MODEL}", "prompt": "hi", "temperature": {DEEP}}}',
+        f'{{"model": "{MODEL}", "prompt": "hi", "echo": {DEEP}}}',
+    ],
+    ids=["integer", "number", "boolean"],
+)
+def test_a_value_nested_a_thousand_deep_is_a_400_that_quotes_it_briefly(
+    openai_server: OpenAIServer, body: str
+) -> None:
+    status, document = _raw(openai_server, "POST", "/v1/completions", body.encode())
+    assert status == 400, document
+    message = str(_error(document)["message"])
+    assert "[[[[...]]]]" in message and len(message) < 200, message

@@ -24,7 +24,19 @@ core decides a status code.
 
 from __future__ import annotations
 
+import reprlib
 from typing import ClassVar
+
+_QUOTING = reprlib.Repr()
+_QUOTING.maxlevel, _QUOTING.maxstring, _QUOTING.maxother = 3, 80, 80
+_QUOTING.maxlist = _QUOTING.maxtuple = _QUOTING.maxdict = 8
+
+
+def quoted(value: object) -> str:
+    """A value from a client as an error message shows it: its repr, bounded in length and depth.
+    ``repr`` of a list nested a thousand deep (JSON allows it) raised RecursionError: a 500 where the
+    client's mistake was a 400; and a long value was echoed whole."""
+    return _QUOTING.repr(value)
 
 
 def request_label(request_id: str) -> str:

@@ -17,7 +17,7 @@ import orjson
 
 from trt.protos import model_config_pb2
 from trt.server.core.datatypes import BF16_DTYPE, config_to_wire, wire_to_numpy
-from trt.server.core.errors import InvalidArgument, InvalidInput
+from trt.server.core.errors import InvalidArgument, InvalidInput, quoted
 from trt.server.core.types import InferenceRequest, InferenceResponse, InputTensor
 from trt.server.http.codec import parse_json_object
 
@@ -65,7 +65,7 @@ def _input(spec: model_config_pb2.ModelInput, value: Any, batched: bool) -> Inpu
         else:
             array = np.asarray(value, dtype=wire_to_numpy(datatype))
     except (ValueError, TypeError, OverflowError):
-        raise InvalidInput(f"input '{spec.name}': {value!r} is not {datatype} data") from None
+        raise InvalidInput(f"input '{spec.name}': {quoted(value)} is not {datatype} data") from None
     if array.ndim == 0:
         array = array.reshape(1)
     if batched:

@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 
+from trt.server.core.errors import quoted
 from trt.server.openai.errors import invalid
 
 MAX_STOP_SEQUENCES = 16  # OpenAI allows 4; vLLM any number. Bounded: each is searched after every token.
@@ -117,7 +118,8 @@ def parse_embedding(body: bytes) -> EmbeddingRequest:
     dimensions = fields.integer("dimensions", 1, 1 << 16)
     encoding = fields.take("encoding_format")
     if encoding not in (None, "float", "base64"):
-        raise invalid(f"encoding_format must be 'float' or 'base64', got {encoding!r}", "encoding_format")
+        wrong = f"encoding_format must be 'float' or 'base64', got {quoted(encoding)}"
+        raise invalid(wrong, "encoding_format")
     fields.take("user")
     fields.finish()
     return EmbeddingRequest(model, inputs, dimensions, encoding == "base64")
@@ -236,7 +238,8 @@ def _message(index: int, message: object) -> ChatMessage:
         raise invalid(f"{where} must be an object with a role and content", where)
     role = message.get("role")
     if role not in CHAT_ROLES:
-        raise invalid(f"{where}.role must be one of {', '.join(CHAT_ROLES)}, got {role!r}", f"{where}.role")
+        wrong = f"{where}.role must be one of {', '.join(CHAT_ROLES)}, got {quoted(role)}"
+        raise invalid(wrong, f"{where}.role")
     name = message.get("name")
     if name is not None and not isinstance(name, str):
         raise invalid(f"{where}.name must be a string", f"{where}.name")
@@ -255,7 +258,8 @@ def _content(where: str, content: object) -> str:
     for part in content:
         if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
             kind = part.get("type") if isinstance(part, dict) else type(part).__name__
-            raise invalid(f"{where}.content: only text parts are supported, got {kind!r}", f"{where}.content")
+            wrong = f"{where}.content: only text parts are supported, got {quoted(kind)}"
+            raise invalid(wrong, f"{where}.content")
         texts.append(part["text"])
     return "\n".join(texts)
 
@@ -278,7 +282,7 @@ class _Fields:
     def boolean(self, name: str) -> bool | None:
         value = self.take(name)
         if value is not None and not isinstance(value, bool):
-            raise invalid(f"{name} must be true or false, got {value!r}", name)
+            raise invalid(f"{name} must be true or false, got {quoted(value)}", name)
         return value
 
     def integer(self, name: str, low: int | None = None, high: int | None = None) -> int | None:
@@ -286,7 +290,7 @@ class _Fields:
         if value is None:
             return None
         if isinstance(value, bool) or not isinstance(value, int):
-            raise invalid(f"{name} must be an integer, got {value!r}", name)
+            raise invalid(f"{name} must be an integer, got {quoted(value)}", name)
         _check_range(name, value, low, high)
         return value
 
@@ -295,7 +299,7 @@ class _Fields:
         if value is None:
             return None
         if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-            raise invalid(f"{name} must be a number, got {value!r}", name)
+            raise invalid(f"{name} must be a number, got {quoted(value)}", name)
         _check_range(name, value, low, high)
         return float(value)
 
@@ -311,4 +315,4 @@ class _Fields:
 def _check_range(name: str, value: float, low: float | None, high: float | None) -> None:
     if (low is not None and value < low) or (high is not None and value > high):
         bounds = f">= {low}" if high is None else f"between {low} and {high}"
-        raise invalid(f"{name} must be {bounds}, got {value}", name)
+        raise invalid(f"{name} must be {bounds}, got {quoted(value)}", name)

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from trt.server.core.errors import InvalidArgument, Unsupported
+from trt.server.core.errors import InvalidArgument, Unsupported, quoted
 
 LEVELS = ("OFF", "TIMESTAMPS", "TENSORS")
 _KEYS = ("trace_level", "trace_rate", "trace_count", "log_frequency", "trace_file", "trace_mode")
@@ -276,11 +276,11 @@ def with_setting(settings: TraceSettings, key: str, value: Any) -> TraceSettings
         levels = tuple(value) if isinstance(value, list | tuple) else (value,)
         for level in levels:
             if level not in LEVELS:
-                raise InvalidArgument(f"trace_level must be OFF, TIMESTAMPS or TENSORS, got '{level}'")
+                raise InvalidArgument(f"trace_level must be OFF, TIMESTAMPS or TENSORS, got {quoted(level)}")
         return replace(settings, level=levels or ("OFF",))
     if key == "trace_mode":
         if value != "triton":
-            raise Unsupported(f"trace mode '{value}' is not supported; use triton")
+            raise Unsupported(f"trace mode {quoted(value)} is not supported; use triton")
         return settings
     if key == "trace_file":
         if not isinstance(value, str):
@@ -306,4 +306,4 @@ def _integer(key: str, value: Any) -> int:
     try:
         return int(value)
     except (TypeError, ValueError):
-        raise InvalidArgument(f"{key} must be an integer, got {value!r}") from None
+        raise InvalidArgument(f"{key} must be an integer, got {quoted(value)}") from None

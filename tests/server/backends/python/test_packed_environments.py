@@ -1,6 +1,6 @@
 """An ``EXECUTION_ENV_PATH`` archive is unpacked inside its cache folder or not at all (Triton's
-L0_backend_python zip-slip cases: a member named with ``..`` or an absolute path), and two models
-loading one archive at once share its one unpacking."""
+L0_backend_python zip-slip cases: a member named with ``..`` or an absolute path), two models loading
+one archive at once share its one unpacking, and an unpacking cut short is done again."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from trt.server.backends.python.backend import _unpacked
+from trt.server.backends.python.backend import UNPACKED_MARK, _unpacked
 from trt.server.core.errors import ModelLoadError
 
 
@@ -38,7 +38,7 @@ def test_an_archive_whose_member_climbs_out_of_its_folder_is_refused_and_leaves_
     with pytest.raises(ModelLoadError, match=r"env\.tar\.gz cannot be unpacked: .*outside the destination"):
         _unpacked(archive)
     assert not marker.exists()
-    assert list(cache.iterdir()) == []  # no half-unpacked folder kept
+    assert not [entry for entry in cache.iterdir() if entry.is_dir()]  # no half-unpacked folder kept
 
 
 def test_an_absolute_member_is_unpacked_inside_the_folder_not_where_it_points(
@@ -71,5 +71,14 @@ def test_one_archive_loaded_by_two_models_at_once_is_unpacked_once_for_both(
     for thread in threads:
         thread.join()
     assert len(set(results)) == 1 and isinstance(results[0], Path), results
-    assert [entry.name for entry in cache.iterdir()] == [results[0].name]  # no staging folder left
+    assert [entry.name for entry in cache.iterdir() if entry.is_dir()] == [results[0].name]  # no staging
     assert (results[0] / "lib" / "module_7.py").read_bytes() == members["lib/module_7.py"]
+
+
+def test_an_unpacking_cut_short_is_done_again(tmp_path: Path, cache: Path) -> None:
+    archive = _archive(tmp_path / "env.tar.gz", {"bin/python": b"#!", "lib/site.py": b"x = 1\n"})
+    unpacked = _unpacked(archive)
+    (unpacked / "lib" / "site.py").unlink()  # as a kill during the unpacking would leave it
+    (unpacked / UNPACKED_MARK).unlink()
+    assert _unpacked(archive) == unpacked
+    assert (unpacked / "lib" / "site.py").read_bytes() == b"x = 1\n"

@@ -9,6 +9,7 @@ would look like a change to the repository and where the repository may be read-
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import logging
@@ -58,35 +59,40 @@ def _cache_dir() -> Path:
     return Path(os.environ.get("TRT_CACHE_DIR") or Path.home() / ".cache" / "trt") / "environments"
 
 
+UNPACKED_MARK = ".trt-unpacked"  # written last: an unpacking cut short (a crash, a kill) is done again
+
+
 def _unpacked(archive: Path) -> Path:
     """The environment packed in ``archive`` (conda-pack or a tarred venv), unpacked once into the cache
     under its digest. Its members must stay inside the folder it unpacks into (tarfile's ``data``
     filter: no absolute paths, no ``..``, no links out, no devices); one that does not fails the load
-    and leaves nothing behind. Two models loading the same archive at once both get the one unpacked."""
+    and leaves nothing behind. One unpacking at a time per archive, under a lock on a file of the
+    cache: models loading it at once, and servers sharing the cache, wait for it and use it, fixed by
+    ``conda-unpack`` before any of them runs it."""
     with archive.open("rb") as file:  # read in blocks: a conda environment is often gigabytes
         digest = hashlib.file_digest(file, "sha256").hexdigest()[:16]
     cache = _cache_dir()
     cache.mkdir(parents=True, exist_ok=True)
     target = cache / digest
-    if target.exists():
+    if (target / UNPACKED_MARK).exists():
         return target
-    staging = Path(tempfile.mkdtemp(dir=cache, prefix=".unpacking_"))
-    try:
-        with tarfile.open(archive) as tar:
-            tar.extractall(staging, filter="data")
-    except (tarfile.TarError, OSError) as exc:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise ModelLoadError(f"EXECUTION_ENV_PATH {archive.name} cannot be unpacked: {exc}") from None
-    try:
+    with (cache / f".{digest}.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or its process dies
+        if (target / UNPACKED_MARK).exists():
+            return target  # unpacked while this load waited
+        shutil.rmtree(target, ignore_errors=True)
+        staging = Path(tempfile.mkdtemp(dir=cache, prefix=".unpacking_"))
+        try:
+            with tarfile.open(archive) as tar:
+                tar.extractall(staging, filter="data")
+        except (tarfile.TarError, OSError) as exc:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise ModelLoadError(f"EXECUTION_ENV_PATH {archive.name} cannot be unpacked: {exc}") from None
         staging.rename(target)
-    except OSError:
-        shutil.rmtree(staging, ignore_errors=True)
-        if not target.exists():
-            raise
-        return target  # unpacked meanwhile by another model's load
-    activate = target / "bin" / "conda-unpack"
-    if activate.exists():  # conda-pack: fix the prefixes baked into the environment
-        subprocess.run([str(activate)], check=False)
+        activate = target / "bin" / "conda-unpack"
+        if activate.exists():  # conda-pack: fix the prefixes baked into the environment, where it lies
+            subprocess.run([str(activate)], check=False)
+        (target / UNPACKED_MARK).touch()
     return target
 
 

@@ -279,6 +279,8 @@ def with_setting(settings: TraceSettings, key: str, value: Any) -> TraceSettings
                 raise InvalidArgument(f"trace_level must be OFF, TIMESTAMPS or TENSORS, got {quoted(level)}")
         return replace(settings, level=levels or ("OFF",))
     if key == "trace_mode":
+        if not isinstance(value, str):
+            raise InvalidArgument(f"trace_mode must be a string, got {quoted(value)}")
         if value != "triton":
             raise Unsupported(f"trace mode {quoted(value)} is not supported; use triton")
         return settings

@@ -8,6 +8,7 @@ request: closing the event source closes ``generate``, which closes the core's s
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
@@ -54,11 +55,15 @@ class _Tally:
 
     async def usage(self, job: Job) -> Usage | None:
         """The model's own counts; else the tokenizer's; else none (never a guess)."""
-        prompt = self.prompt_tokens
-        if prompt is None:
+        prompt, completion = self.prompt_tokens, self.completion_tokens
+        if prompt is None and completion is None:  # both from the counting process, side by side
+            prompt, completion = await asyncio.gather(
+                job.tokenizer.count(job.prompt, with_special_tokens=True),
+                job.tokenizer.count("".join(self.texts), with_special_tokens=False),
+            )
+        elif prompt is None:
             prompt = await job.tokenizer.count(job.prompt, with_special_tokens=True)
-        completion = self.completion_tokens
-        if completion is None:
+        elif completion is None:
             completion = await job.tokenizer.count("".join(self.texts), with_special_tokens=False)
         if prompt is None or completion is None:
             return None

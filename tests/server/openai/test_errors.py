@@ -66,6 +66,17 @@ def test_a_field_out_of_bounds_or_unsupported_is_refused_naming_it(
     assert isinstance(raised.value.body, dict) and raised.value.body["param"] == param
 
 
+def test_logit_bias_is_refused_in_tritons_words_for_each_route(client: openai.OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError) as completion:
+        client.completions.create(model=MODEL, prompt="hi", logit_bias={"1": 5})
+    with pytest.raises(openai.BadRequestError) as chat:
+        client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "hi"}], logit_bias={"1": 5}
+        )
+    messages = [_error(raised.value.response.json())["message"] for raised in (completion, chat)]
+    assert messages == ["logit bias is not supported", "logit bias is not currently supported"]
+
+
 def test_what_the_model_refuses_is_a_400_streamed_or_not(client: openai.OpenAI) -> None:
     for stream in (False, True):
         with pytest.raises(openai.BadRequestError, match="max_tokens must be at least 1"):

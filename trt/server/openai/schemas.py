@@ -71,6 +71,7 @@ def parse_completion(body: bytes, default_max_tokens: int) -> CompletionRequest:
     echo = fields.boolean("echo") or False
     stream, include_usage = _streaming(fields)
     max_tokens = fields.integer("max_tokens", 0)
+    fields.refuse_if_set("logit_bias", "logit bias is not supported")  # Triton's words, for each route
     sampling = _sampling(fields, max_tokens if max_tokens is not None else default_max_tokens)
     fields.finish()
     return CompletionRequest(model, prompt, stream, include_usage, echo, sampling)
@@ -98,6 +99,7 @@ def parse_chat(body: bytes, default_max_tokens: int) -> ChatRequest:
     max_tokens = fields.integer("max_completion_tokens", 0)
     deprecated_max_tokens = fields.integer("max_tokens", 0)  # OpenAI's older name, still sent
     limit = max_tokens if max_tokens is not None else deprecated_max_tokens
+    fields.refuse_if_set("logit_bias", "logit bias is not currently supported")
     sampling = _sampling(fields, limit if limit is not None else default_max_tokens)
     fields.finish()
     return ChatRequest(model, parsed, stream, include_usage, sampling)
@@ -189,8 +191,6 @@ def _sampling(fields: _Fields, max_tokens: int) -> dict[str, Any]:
     n = fields.integer("n", 1, 128)
     if n is not None and n > 1:
         raise invalid(f"n={n}: only one choice (n=1) is supported", "n")
-    if fields.take("logit_bias") is not None:
-        raise invalid("logit_bias is not supported", "logit_bias")
     for name, low, high in (
         ("temperature", 0.0, 2.0),
         ("top_p", 0.0, 1.0),

@@ -153,3 +153,27 @@ def test_a_value_nested_a_thousand_deep_is_a_400_that_quotes_it_briefly(
     assert status == 400, document
     message = str(_error(document)["message"])
     assert "[[[[...]]]]" in message and len(message) < 200, message
+
+
+@pytest.mark.parametrize(
+    ("settings", "words"),
+    [
+        ({"n": 2}, "Received n=2, but only single choice (n=1) is currently supported"),
+        ({"best_of": 3}, "Received best_of=3, but only single choice (best_of=1) is currently supported"),
+        ({"suffix": "!"}, "suffix is not currently supported"),
+        ({"prompt": ""}, "prompt must be non-empty"),
+        ({"prompt": ["one", "two"]}, "only single string input is supported"),
+        (
+            {"stream_options": {"include_usage": True}},
+            "`stream_options` can only be used when `stream` is True",
+        ),
+    ],
+    ids=["n", "best_of", "suffix", "empty", "several", "stream_options"],
+)
+def test_unsupported_completion_settings_are_refused_in_tritons_words(
+    openai_server: OpenAIServer, settings: dict[str, object], words: str
+) -> None:
+    """The texts of Triton's OpenAI front end (its python/openai tests match on them)."""
+    body = json.dumps({"model": MODEL, "prompt": "hi", **settings}).encode()
+    status, document = _raw(openai_server, "POST", "/v1/completions", body)
+    assert (status, _error(document)["message"]) == (400, words)

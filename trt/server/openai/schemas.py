@@ -59,12 +59,15 @@ def parse_completion(body: bytes, default_max_tokens: int) -> CompletionRequest:
     prompt = fields.take("prompt")
     if isinstance(prompt, list) and len(prompt) == 1:
         prompt = prompt[0]  # one prompt in a list is still one prompt
-    if not isinstance(prompt, str) or not prompt:
-        raise invalid("prompt must be one non-empty string (several prompts are not supported)", "prompt")
-    fields.refuse_if_set("suffix", "suffix is not supported")
+    if not prompt:
+        raise invalid("prompt must be non-empty", "prompt")
+    if not isinstance(prompt, str):  # several prompts, or token ids
+        raise invalid("only single string input is supported", "prompt")
+    fields.refuse_if_set("suffix", "suffix is not currently supported")
     best_of = fields.integer("best_of", 0, 20)
     if best_of is not None and best_of > 1:
-        raise invalid(f"best_of={best_of}: only one choice (best_of=1) is supported", "best_of")
+        wrong = f"Received best_of={best_of}, but only single choice (best_of=1) is currently supported"
+        raise invalid(wrong, "best_of")
     logprobs = fields.integer("logprobs", 0, 5)
     if logprobs:
         raise invalid("logprobs are not supported", "logprobs")
@@ -176,7 +179,7 @@ def _streaming(fields: _Fields) -> tuple[bool, bool]:
     if options is None:
         return stream, False
     if not stream:
-        raise invalid("stream_options can only be used when stream is true", "stream_options")
+        raise invalid("`stream_options` can only be used when `stream` is True", "stream_options")
     if not isinstance(options, dict) or set(options) - {"include_usage"}:
         raise invalid("stream_options takes one field, include_usage", "stream_options")
     include_usage = options.get("include_usage", False)
@@ -190,7 +193,7 @@ def _sampling(fields: _Fields, max_tokens: int) -> dict[str, Any]:
     sampling: dict[str, Any] = {"max_tokens": max_tokens}
     n = fields.integer("n", 1, 128)
     if n is not None and n > 1:
-        raise invalid(f"n={n}: only one choice (n=1) is supported", "n")
+        raise invalid(f"Received n={n}, but only single choice (n=1) is currently supported", "n")
     for name, low, high in (
         ("temperature", 0.0, 2.0),
         ("top_p", 0.0, 1.0),

@@ -87,3 +87,8 @@ def test_paths_under_a_holder_read_from_it_and_other_paths_are_left_alone(tmp_pa
     assert relative_to_holder(text, tmp_path / "linked") == (
         f"cannot read x/config.pbtxt; 'y/1' (from z) /mnt{holder}/w"
     )
+
+
+def test_nothing_is_rewritten_for_models_held_by_the_root_folder() -> None:
+    text = "cannot read /x/config.pbtxt"
+    assert relative_to_holder(text, Path("/")) == text

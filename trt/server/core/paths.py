@@ -106,7 +106,8 @@ def shown(value: str) -> str:
 def relative_to_holder(text: str, holder: Path) -> str:
     """``text`` with every path under ``holder`` shown relative to it: a model's files as
     ``<model>/1/model.onnx``, as clients see them, not where the server keeps its repository. Only a
-    path that starts a word is rewritten (``/m/`` inside ``/mnt/m/x`` is left alone)."""
-    for spelling in {str(holder), str(holder.resolve())}:
+    path that starts a word is rewritten (``/m/`` inside ``/mnt/m/x`` is left alone); under ``/`` itself,
+    nothing (every absolute path would lose its first '/')."""
+    for spelling in {str(holder), str(holder.resolve())} - {"/"}:
         text = re.sub(r"(?<![^\s'\"(:=,])" + re.escape(spelling.rstrip("/") + "/"), "", text)
     return text

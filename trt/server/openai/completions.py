@@ -55,16 +55,15 @@ class _Tally:
 
     async def usage(self, job: Job) -> Usage | None:
         """The model's own counts; else the tokenizer's; else none (never a guess)."""
-        prompt, completion = self.prompt_tokens, self.completion_tokens
-        if prompt is None and completion is None:  # both from the counting process, side by side
-            prompt, completion = await asyncio.gather(
-                job.tokenizer.count(job.prompt, with_special_tokens=True),
-                job.tokenizer.count("".join(self.texts), with_special_tokens=False),
-            )
-        elif prompt is None:
-            prompt = await job.tokenizer.count(job.prompt, with_special_tokens=True)
-        elif completion is None:
-            completion = await job.tokenizer.count("".join(self.texts), with_special_tokens=False)
+
+        async def own_or_counted(own: int | None, text: str, with_special_tokens: bool) -> int | None:
+            return own if own is not None else await job.tokenizer.count(text, with_special_tokens)
+
+        # What the model did not report comes from the counting process, both counts side by side.
+        prompt, completion = await asyncio.gather(
+            own_or_counted(self.prompt_tokens, job.prompt, True),
+            own_or_counted(self.completion_tokens, "".join(self.texts), False),
+        )
         if prompt is None or completion is None:
             return None
         return Usage(prompt, completion)

@@ -158,7 +158,7 @@ class HttpProtocol(asyncio.Protocol):
             self._transport.abort()
 
     def data_received(self, data: bytes) -> None:
-        self.last_active = self._loop.time()
+        self._touch()
         if self._planned_head is not None:
             data = self._planned_body(data)
             if not data:
@@ -470,7 +470,7 @@ class HttpProtocol(asyncio.Protocol):
                     )
                     if response.sent is not None:
                         response.sent()
-                self.last_active = self._loop.time()
+                self._touch()
                 if not keep_alive:
                     transport.close()
                     break
@@ -487,4 +487,5 @@ class HttpProtocol(asyncio.Protocol):
             self._current = None
 
     def _touch(self) -> None:
+        """The connection did something now (the idle timeout counts from its last)."""
         self.last_active = self._loop.time()

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The checks that need an NVIDIA GPU host, which CI is not: the GPU tests (CUDA torch models served
 # and called with tritonclient, the nv_gpu_* metrics against NVML, ONNX Runtime's CUDA provider where
-# onnxruntime-gpu is installed), trt analyze with GPU candidates, and, given perf_analyzer, the
-# front-end worker scaling benchmark on all of the host's cores.
+# onnxruntime-gpu is installed, CUDA shared memory from tritonclient and trt perf), trt analyze with
+# GPU candidates, and, given perf_analyzer, the front-end worker scaling benchmark on all the host's cores.
 #
 #   scripts/gpu_check.sh OUT_DIR [PERF_ANALYZER]
 #
@@ -38,7 +38,8 @@ step "GPU tests"
 timeout 300 $python -m pytest -q -rs -o addopts=--import-mode=importlib -p no:cacheprovider \
     --junitxml "$out/gpu_tests.xml" \
     tests/server/backends/test_pytorch_gpu.py tests/server/test_metrics_gpu.py \
-    tests/server/backends/test_onnxruntime_gpu.py
+    tests/server/backends/test_onnxruntime_gpu.py tests/server/core/extensions/test_cuda_shared_memory_gpu.py \
+    tests/perf/test_cuda_shared_memory_gpu.py
 tests=$?
 
 step "trt analyze with GPU candidates (torch_mlp)"

@@ -11,6 +11,7 @@ import pytest
 
 from tests.perf.perf_support import FAST, run_perf
 from tests.support import ServerProcess
+from trt.server.core import cuda_runtime
 
 CSV_HEADER = [
     "Concurrency",
@@ -172,6 +173,19 @@ def test_system_shared_memory_inputs(perf_server: ServerProcess) -> None:
     # Another test's run may hold regions now: only those of runs that have ended would be left behind.
     regions = Path("/dev/shm").glob("trt_perf_*")
     assert not [p for p in regions if not psutil.pid_exists(int(p.name.split("_")[2]))]
+
+
+def test_cuda_shared_memory_without_a_gpu_is_an_option_error(perf_server: ServerProcess) -> None:
+    try:
+        cuda_runtime.device_count()
+    except cuda_runtime.CudaUnavailable:
+        pass
+    else:
+        pytest.skip("this machine has a GPU: test_cuda_shared_memory_gpu.py covers it")
+    run = run_perf("-m", "simple", "-u", perf_server.http_url, "--shared-memory", "cuda", *FAST)
+    assert run.returncode == 2, run
+    assert "--shared-memory cuda needs a CUDA GPU on this machine" in run.stderr, run
+    assert not list(Path("/dev/shm").glob("trt_perf_*cuda*"))
 
 
 def test_unstable_measurements_are_reported_and_exit_3_only_when_required(perf_server: ServerProcess) -> None:

@@ -31,7 +31,7 @@ def _write_identity(repo: Path) -> None:
         [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["n"])],
         [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["n"])],
     )  # fmt: skip
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
     save_onnx(model, repo / "identity" / "1" / "model.onnx")
     (repo / "identity" / "config.pbtxt").write_text(IDENTITY_CONFIG)
 

@@ -18,7 +18,7 @@ Parameters = dict[str, bool | int | str]
 
 @dataclass(frozen=True)
 class ShmSlot:
-    """Where one input of one request lies in a registered system shared-memory region."""
+    """Where one input of one request lies in a registered shared-memory region (system or CUDA)."""
 
     region: str
     offset: int

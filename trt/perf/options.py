@@ -104,8 +104,6 @@ class PerfOptions:
             raise OptionError("--percentile must be between 1 and 99")
         if self.streaming and self.protocol is not Protocol.GRPC:
             raise OptionError("--streaming needs -i grpc (Triton streams over gRPC ModelStreamInfer only)")
-        if self.shared_memory is SharedMemoryKind.CUDA:
-            raise OptionError("--shared-memory cuda is not supported by trt perf; use system or none")
         if self.load is LoadKind.REQUEST_RATE and not self.request_rates:
             raise OptionError("--request-rate-range needs at least one rate")
         if self.load is LoadKind.CUSTOM_INTERVALS and not self.request_intervals_us:

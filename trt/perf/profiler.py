@@ -15,6 +15,7 @@ import psutil
 
 from trt.perf import encoding
 from trt.perf.control import ControlClient, open_control
+from trt.perf.cuda_shared_memory import CudaShmRegions, create_cuda_regions, release_abandoned_cuda_regions
 from trt.perf.errors import MeasurementError, OptionError
 from trt.perf.input_data import InputData, load_input_data
 from trt.perf.measurement import LevelResult, Window, summarize, window_from_parts
@@ -116,7 +117,7 @@ class Profiler:
         data: InputData,
         fmt_in: TensorFormat,
         fmt_out: TensorFormat,
-        shm: SystemShmRegions | None,
+        shm: SystemShmRegions | CudaShmRegions | None,
     ) -> tuple[tuple[encoding.EncodedRequest, ...], ...]:
         streams = []
         for s, stream in enumerate(data.streams):
@@ -139,6 +140,20 @@ class Profiler:
                     )
             streams.append(tuple(encoded))
         return tuple(streams)
+
+    def _shared_memory(
+        self, control: ControlClient, info: ModelInfo, data: InputData
+    ) -> SystemShmRegions | CudaShmRegions:
+        """The regions every request's inputs and outputs go through, after releasing killed runs'."""
+        cuda = self.options.shared_memory is SharedMemoryKind.CUDA
+        released = release_abandoned_cuda_regions(control) if cuda else release_abandoned_regions(control)
+        if released:
+            self._warn(
+                f"released {len(released)} shared-memory region(s) that killed trt perf runs left "
+                f"registered with the server: {', '.join(released)}"
+            )
+        create = create_cuda_regions if cuda else create_regions
+        return create(control, info, data, self.options.output_shared_memory_size)
 
     def _check_model(self, info: ModelInfo, async_mode: bool) -> None:
         options = self.options
@@ -298,7 +313,7 @@ class Profiler:
         self.server_stats = True
         pool = WorkerPool(workers)  # forked before any gRPC channel exists in this process
         control: ControlClient | None = None
-        shm: SystemShmRegions | None = None
+        shm: SystemShmRegions | CudaShmRegions | None = None
         results: list[LevelResult] = []
         try:
             control = open_control(options)
@@ -316,14 +331,8 @@ class Profiler:
                 options.string_data,
                 options.seed,
             )
-            if options.shared_memory is SharedMemoryKind.SYSTEM:
-                released = release_abandoned_regions(control)
-                if released:
-                    self._warn(
-                        f"released {len(released)} shared-memory region(s) that killed trt perf runs left "
-                        f"registered with the server: {', '.join(released)}"
-                    )
-                shm = create_regions(control, info, data, options.output_shared_memory_size)
+            if options.shared_memory is not SharedMemoryKind.NONE:
+                shm = self._shared_memory(control, info, data)
             streams = self._requests(info, data, fmt_in, fmt_out, shm)
             host, port = options.endpoint
             plans = [

@@ -97,8 +97,8 @@ def test_server_metadata(client: grpcclient.InferenceServerClient) -> None:
     assert metadata.version
     assert list(metadata.extensions) == [
         "classification", "sequence", "model_repository", "model_repository(unload_dependents)",
-        "schedule_policy", "model_configuration", "system_shared_memory", "binary_tensor_data",
-        "parameters", "statistics", "trace", "logging",
+        "schedule_policy", "model_configuration", "system_shared_memory", "cuda_shared_memory",
+        "binary_tensor_data", "parameters", "statistics", "trace", "logging",
     ]  # fmt: skip
     assert client.get_server_metadata(as_json=True)["name"] == "triton"
 

@@ -99,5 +99,32 @@ class GrpcControl:
             return {}
         return {name: region.key for name, region in reply.regions.items()}
 
+    def register_cuda_shm(self, name: str, raw_handle: bytes, device_id: int, byte_size: int) -> None:
+        request = pb.CudaSharedMemoryRegisterRequest(
+            name=name, raw_handle=raw_handle, device_id=device_id, byte_size=byte_size
+        )
+        try:
+            self._stub.CudaSharedMemoryRegister(request, timeout=self.timeout)
+        except grpc.RpcError as error:
+            raise ServerError(
+                f"the server refused CUDA shared-memory region '{name}': {error.details()}"
+            ) from error
+
+    def unregister_cuda_shm(self, name: str) -> None:
+        try:
+            self._stub.CudaSharedMemoryUnregister(
+                pb.CudaSharedMemoryUnregisterRequest(name=name), timeout=self.timeout
+            )
+        except grpc.RpcError:
+            pass
+
+    def cuda_shm_regions(self) -> list[str]:
+        try:
+            request = pb.CudaSharedMemoryStatusRequest()
+            reply = self._stub.CudaSharedMemoryStatus(request, timeout=self.timeout)
+        except grpc.RpcError:
+            return []
+        return list(reply.regions)
+
     def close(self) -> None:
         self._channel.close()

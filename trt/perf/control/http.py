@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import http.client
 from typing import Any
 from urllib.parse import quote
@@ -101,6 +102,22 @@ class HttpControl:
             for region in body
             if isinstance(region, dict) and "name" in region
         }
+
+    def register_cuda_shm(self, name: str, raw_handle: bytes, device_id: int, byte_size: int) -> None:
+        body = {"raw_handle": {"b64": base64.b64encode(raw_handle).decode()}, "device_id": device_id}
+        path = f"/v2/cudasharedmemory/region/{quote(name, safe='')}/register"
+        status, reply = self._call("POST", path, body | {"byte_size": byte_size})
+        if status != 200:
+            raise ServerError(f"the server refused CUDA shared-memory region '{name}': {reply}")
+
+    def unregister_cuda_shm(self, name: str) -> None:
+        self._call("POST", f"/v2/cudasharedmemory/region/{quote(name, safe='')}/unregister")
+
+    def cuda_shm_regions(self) -> list[str]:
+        status, body = self._call("GET", "/v2/cudasharedmemory/status")
+        if status != 200 or not isinstance(body, list):
+            return []
+        return [str(region["name"]) for region in body if isinstance(region, dict) and "name" in region]
 
     def close(self) -> None:
         if self._conn is not None:

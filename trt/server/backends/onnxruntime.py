@@ -123,6 +123,11 @@ class OnnxRuntimeBackend:
     platform = "onnxruntime_onnx"
     default_filename = "model.onnx"
 
+    def gpu_unavailable_reason(self) -> str | None:
+        if "CUDAExecutionProvider" in _import_onnxruntime().get_available_providers():
+            return None
+        return "this onnxruntime has no CUDAExecutionProvider (onnxruntime-gpu, in its place, has)"
+
     def _model_path(self, config: model_config_pb2.ModelConfig, files: ModelFiles) -> Path:
         path = files.require_artifact(config, self.default_filename)
         if path.is_dir():  # Triton also accepts a directory holding model.onnx (external weights)

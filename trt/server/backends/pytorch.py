@@ -56,6 +56,10 @@ class PyTorchBackend:
     platform = "pytorch_libtorch"
     default_filename = "model.pt"
 
+    def gpu_unavailable_reason(self) -> str | None:
+        reason: str | None = _torchscript().gpu_unavailable_reason()
+        return reason
+
     def auto_complete(
         self, config: model_config_pb2.ModelConfig, files: ModelFiles, default_max_batch_size: int
     ) -> None:

@@ -43,6 +43,12 @@ def forward_signature(path: Path) -> ForwardSignature:
     return ForwardSignature.of(load(path, CPU))
 
 
+def gpu_unavailable_reason() -> str | None:
+    if torch.cuda.is_available():
+        return None
+    return f"this torch ({torch.__version__}) sees no CUDA device (a CPU build, or no driver it can use)"
+
+
 def _device(spec: InstanceSpec) -> torch.device:
     if spec.kind != "KIND_GPU":
         return CPU

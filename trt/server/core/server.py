@@ -65,6 +65,7 @@ EXTENSIONS = (
     "schedule_policy",
     "model_configuration",
     "system_shared_memory",
+    "cuda_shared_memory",
     "binary_tensor_data",
     "parameters",
     "statistics",

@@ -229,13 +229,18 @@ class GrpcInferenceService:
     async def CudaSharedMemoryStatus(
         self, request: pb.CudaSharedMemoryStatusRequest, call: GrpcCall
     ) -> pb.CudaSharedMemoryStatusResponse:
-        self.core.shared_memory.cuda_status(request.name)  # nothing to list; unknown names are NOT_FOUND
-        return pb.CudaSharedMemoryStatusResponse()
+        response = pb.CudaSharedMemoryStatusResponse()
+        for region in self.core.shared_memory.cuda_status(request.name):
+            status = response.regions[region.name]
+            status.name, status.device_id, status.byte_size = region.name, region.device_id, region.byte_size
+        return response
 
     async def CudaSharedMemoryRegister(
         self, request: pb.CudaSharedMemoryRegisterRequest, call: GrpcCall
     ) -> pb.CudaSharedMemoryRegisterResponse:
-        self.core.shared_memory.register_cuda(request.name)
+        await self.core.shared_memory.register_cuda(
+            request.name, request.raw_handle, request.device_id, request.byte_size
+        )
         return pb.CudaSharedMemoryRegisterResponse()
 
     async def CudaSharedMemoryUnregister(

@@ -27,6 +27,7 @@ from trt.server.http.generate_route import answer_generate
 from trt.server.http.header_numbers import inference_header_length
 from trt.server.http.messages import HttpRequest, HttpResponse
 from trt.server.http.model_push import load_parameters
+from trt.server.http.shared_memory_bodies import cuda_registration, status_rows, system_registration
 from trt.server.http.statistics import statistics_json
 from trt.server.restrictions import Restrictions
 
@@ -291,10 +292,8 @@ class HttpApp:
         registry = self.core.shared_memory
         if action == "status":
             _allow(request.method, "GET")
-            rows = registry.status(region) if kind == "system" else registry.cuda_status(region)
-            return _json(
-                [{"name": r.name, "key": r.key, "offset": r.offset, "byte_size": r.byte_size} for r in rows]
-            )
+            regions = registry.status(region) if kind == "system" else registry.cuda_status(region)
+            return _json(status_rows(regions))
         _allow(request.method, "POST")
         if action == "unregister":
             if kind == "system":
@@ -302,23 +301,16 @@ class HttpApp:
             else:
                 registry.unregister_cuda(region)
             return HttpResponse(200, b"", _JSON_HEADERS)
-        if kind == "cuda":
-            registry.register_cuda(region)
+        registry.check_allowed()
         if not region:
-            raise InvalidArgument("'region name' is necessary to register system shared memory region")
+            raise InvalidArgument(f"'region name' is necessary to register {kind} shared memory region")
         body = _parse_json_object(await self._body(request))
-        key = body.get("key")
-        if not isinstance(key, str):
-            raise InvalidArgument("Shared memory register request has no 'key' field (a string)")
-        if "byte_size" not in body:
-            raise InvalidArgument("Shared memory register request has no 'byte_size' field")
-        offset, byte_size = body.get("offset", 0), body["byte_size"]
-        for field, value in (("offset", offset), ("byte_size", byte_size)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise InvalidArgument(
-                    f"Shared memory register request: '{field}' must be a non-negative integer"
-                )
-        registry.register(region, key, offset, byte_size)
+        if kind == "system":
+            system = system_registration(body)
+            registry.register(region, system.key, system.offset, system.byte_size)
+        else:
+            cuda = cuda_registration(body)
+            await registry.register_cuda(region, cuda.raw_handle, cuda.device_id, cuda.byte_size)
         return HttpResponse(200, b"", _JSON_HEADERS)
 
     async def _model_route(self, method: str, match: re.Match[str]) -> HttpResponse:

@@ -6,6 +6,7 @@ directly for what a socket cannot time precisely (a region unregistered while a 
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import threading
@@ -23,6 +24,7 @@ import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException, serialize_byte_tensor
 
 from tests.support import DTYPES, ServerProcess, int_inputs
+from trt.server.core import cuda_runtime
 from trt.server.core.errors import InvalidArgument, InvalidInput, NotFound
 from trt.server.core.extensions.shared_memory import SharedMemoryRegistry
 
@@ -184,8 +186,9 @@ def test_bytes_tensors_through_shared_memory(server: ServerProcess, client_modul
 @pytest.mark.parametrize(
     ("sizes", "offsets", "fragment"),
     [
-        ((64, 64), (0, 100), "reaches past"),  # offset + size beyond the registered window
-        ((64, 200), (0, 0), "reaches past"),  # byte size beyond the window
+        ((64, 64), (0, 100), "Invalid offset [+] byte size for shared memory region: 'input_data'"),
+        ((64, 200), (0, 0), "Invalid offset [+] byte size for shared memory region: 'input_data'"),
+        ((64, 64), (0, 128), "Invalid offset for shared memory region: 'input_data'"),
         (
             (64, 60),
             (0, 64),
@@ -228,7 +231,7 @@ def test_output_regions_that_do_not_fit_are_refused(
             "simple", _simple_inputs(client_module), outputs=_simple_outputs(client_module, (32, 64))
         )
     assert info.value.status() == _bad_request(client_module)
-    with pytest.raises(InferenceServerException, match="reaches past") as info:
+    with pytest.raises(InferenceServerException, match=r"Invalid offset [+] byte size") as info:
         client.infer(
             "simple", _simple_inputs(client_module), outputs=_simple_outputs(client_module, (64, 65))
         )
@@ -439,17 +442,89 @@ def test_unregister_with_nothing_registered(server: ServerProcess) -> None:
 
 
 @CLIENTS
-def test_cuda_shared_memory_needs_a_gpu_build(server: ServerProcess, client_module: Any) -> None:
+def test_cuda_shared_memory_without_a_gpu_is_refused_as_a_triton_without_gpus_refuses_it(
+    server: ServerProcess, client_module: Any
+) -> None:
+    if _has_a_gpu():
+        pytest.skip("this machine has a GPU: test_cuda_shared_memory_gpu.py covers it")
     client = _client(server, client_module)
-    with pytest.raises(InferenceServerException, match="needs a GPU build") as info:
-        client.register_cuda_shared_memory("gpu", b"\0" * 64, 0, 64)
-    assert info.value.status() in ("501", "StatusCode.UNIMPLEMENTED")
+    handle = base64.b64encode(bytes(range(64)))  # well formed, as cuda_shared_memory.get_raw_handle gives
+    with pytest.raises(InferenceServerException) as refused:
+        client.register_cuda_shared_memory("gpu", handle, 0, 64)
+    assert refused.value.status() == _bad_request(client_module)
+    assert refused.value.message().startswith(
+        "failed to register CUDA shared memory region: 'gpu', GPUs not supported"
+    )
     status = client.get_cuda_shared_memory_status()
     assert (status if client_module is httpclient else list(status.regions)) == []
-    with pytest.raises(InferenceServerException, match="Unable to find cuda shared memory region"):
+    with pytest.raises(InferenceServerException, match="Unable to find cuda shared memory region: 'gpu'"):
         client.get_cuda_shared_memory_status("gpu")
     client.unregister_cuda_shared_memory("gpu")
     client.unregister_cuda_shared_memory()
+
+
+@CLIENTS
+def test_a_cuda_handle_that_is_not_one_is_refused_before_cuda_is_asked(
+    server: ServerProcess, client_module: Any
+) -> None:
+    client = _client(server, client_module)
+    not_base64 = b"\x00" * 64  # the HTTP client sends raw_handle as text: this is no base64
+    for handle in (base64.b64encode(b"short"), not_base64 if client_module is httpclient else b""):
+        with pytest.raises(InferenceServerException) as refused:
+            client.register_cuda_shared_memory("gpu", handle, 0, 64)
+        assert refused.value.status() == _bad_request(client_module)
+        assert refused.value.message() == "'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t"
+
+
+def test_region_names_are_one_namespace_across_system_and_cuda(
+    server: ServerProcess, regions: tuple[Any, Any]
+) -> None:
+    """As Triton: a system region's name is taken for CUDA too, and each kind's calls see only their own."""
+    client = httpclient.InferenceServerClient(server.http_url)
+    client.register_system_shared_memory("input_data", _key("in"), 2 * BYTES_PER_TENSOR)
+    with pytest.raises(
+        InferenceServerException, match="shared memory region 'input_data' already in manager"
+    ):
+        client.register_cuda_shared_memory("input_data", base64.b64encode(bytes(64)), 0, 64)
+    with pytest.raises(InferenceServerException) as other_kind:
+        client.get_cuda_shared_memory_status("input_data")
+    assert other_kind.value.message() == (
+        "The region named 'input_data' is registered as system shared memory, not CUDA shared memory"
+    )
+    assert client.get_cuda_shared_memory_status() == []
+    client.unregister_cuda_shared_memory("input_data")  # another kind's region: left alone, as Triton
+    client.unregister_cuda_shared_memory()
+    assert _region_names(client.get_system_shared_memory_status()) == {"input_data"}
+
+
+def test_cuda_register_bodies_are_checked_field_by_field(server: ServerProcess) -> None:
+    """Triton's words for what its HTTP handler checks, in its order."""
+    url = f"http://{server.http_url}/v2/cudasharedmemory/region/gpu/register"
+    handle = base64.b64encode(bytes(64)).decode()
+    known: dict[str, Any] = {"raw_handle": {"b64": handle}}
+    cases = [
+        ({"device_id": 0, "byte_size": 64}, "Shared memory register request has no 'raw_handle' field"),
+        ({"raw_handle": handle, "device_id": 0, "byte_size": 64}, "'raw_handle' must be {\"b64\": <string>}"),
+        (known | {"device_id": 0}, "has no 'byte_size' field"),
+        (known | {"byte_size": 64}, "has no 'device_id' field"),
+        (known | {"device_id": -1, "byte_size": 64}, "'device_id' must be a non-negative integer"),
+        (known | {"device_id": 0, "byte_size": True}, "'byte_size' must be a non-negative integer"),
+        ({"raw_handle": {"b64": "&&&"}, "device_id": 0, "byte_size": 64}, "must be a valid base64 encoded"),
+    ]
+    for body, words in cases:
+        request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST")
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=10)
+        assert refused.value.code == 400, body
+        assert words in json.loads(refused.value.read())["error"], body
+
+
+def _has_a_gpu() -> bool:
+    try:
+        cuda_runtime.device_count()
+    except cuda_runtime.CudaUnavailable:
+        return False
+    return True
 
 
 def test_unregistering_during_requests_never_takes_the_server_down(
@@ -522,12 +597,14 @@ def test_reads_are_copies_and_the_server_maps_nothing(regions: tuple[Any, Any]) 
 
 def test_reads_and_writes_stay_inside_the_region(registry: SharedMemoryRegistry) -> None:
     assert registry.read("input_data", 0, 4).readonly
-    with pytest.raises(InvalidInput, match="reaches past"):
+    with pytest.raises(InvalidInput, match=r"Invalid offset [+] byte size for shared memory region"):
         registry.read("input_data", 100, 64)
-    with pytest.raises(InvalidInput, match="reaches past"):
+    with pytest.raises(InvalidInput, match=r"Invalid offset [+] byte size for shared memory region"):
         registry.write("input_data", 120, b"\1" * 16)
-    with pytest.raises(InvalidInput, match="reaches past"):
+    with pytest.raises(InvalidInput, match="Invalid offset for shared memory region"):
         registry.read("input_data", -4, 4)
+    with pytest.raises(InvalidInput, match="Invalid offset for shared memory region"):
+        registry.read("input_data", 128, 0)  # an empty tensor at the end: Triton refuses it too
     with pytest.raises(NotFound):
         registry.read("ghost", 0, 4)
     registry.write("input_data", 124, b"\7\0\0\0")

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from tests.support import SIMPLE_CONFIG, ServerProcess, write_python_model, write_simple
+from trt.server.core import devices
 from trt.server.core.models.config import config_to_dict
 from trt.server.core.models.loader import effective_config
 from trt.server.core.options import CoreOptions
@@ -98,3 +100,24 @@ def test_a_python_model_with_a_batch_input_loads_and_serves_its_config(tmp_path:
         assert client.get_model_config("echo")["batch_input"][0]["source_input"] == ["X"]
     finally:
         server.stop()
+
+
+def test_kind_auto_stays_on_the_cpu_where_the_backends_library_cannot_use_the_gpus(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A GPU machine with the CPU build of onnxruntime (what `pip install onnxruntime` gives): as a Triton
+    whose backend was built without GPUs, KIND_AUTO runs on the CPU; before, every such model failed to
+    load ("asks for KIND_GPU but this onnxruntime has no CUDAExecutionProvider")."""
+    import onnxruntime
+
+    if "CUDAExecutionProvider" in onnxruntime.get_available_providers():
+        pytest.skip("this onnxruntime runs on GPUs")
+    monkeypatch.setattr(devices, "gpu_count", lambda: 1)  # the machine's NVML sees a GPU
+    write_simple(
+        tmp_path, "auto", SIMPLE_CONFIG.replace("instance_group [ { kind: KIND_CPU count: 1 } ]", "")
+    )
+    write_simple(tmp_path, "asked", SIMPLE_CONFIG.replace("KIND_CPU", "KIND_GPU"))
+    (auto_group,) = _config(tmp_path, "auto")["instance_group"]  # type: ignore[misc]
+    assert auto_group["kind"] == "KIND_CPU"
+    (asked_group,) = _config(tmp_path, "asked")["instance_group"]  # type: ignore[misc]
+    assert asked_group["kind"] == "KIND_GPU"  # asked for: the load then says what to install

@@ -199,7 +199,7 @@ def _slow_onnx_model(repo: Path) -> None:
         [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1])], initializer=constants,
     )  # fmt: skip
     (repo / "slow" / "1").mkdir(parents=True)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
     save_onnx(model, repo / "slow" / "1" / "model.onnx")
     (repo / "slow" / "config.pbtxt").write_text(SLOW_ONNX_CONFIG)
 

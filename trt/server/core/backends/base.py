@@ -243,3 +243,12 @@ class Backend(Protocol):
     def create_instance(
         self, config: model_config_pb2.ModelConfig, files: ModelFiles, spec: InstanceSpec
     ) -> ModelInstance | RequestLevelInstance: ...
+
+
+def gpu_unavailable_reason(backend: Backend) -> str | None:
+    """Why this installation of a GPU-capable backend cannot run on a GPU (a CPU build of its library),
+    or None when it can. A backend tells by an optional ``gpu_unavailable_reason()`` method; one without
+    it is taken at its word."""
+    probe = getattr(backend, "gpu_unavailable_reason", None)
+    reason: str | None = probe() if probe is not None else None
+    return reason

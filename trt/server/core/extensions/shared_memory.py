@@ -1,4 +1,4 @@
-"""Triton's system shared memory extension: clients hand tensors over through POSIX shm regions.
+"""Triton's shared memory extensions: clients hand tensors over through POSIX shm or GPU memory.
 
 A client creates ``/dev/shm/<key>`` (``tritonclient.utils.shared_memory``), registers a window of it
 (``offset``, ``byte_size``) under a name, then names that region in an input's or output's
@@ -6,12 +6,17 @@ parameters (``shared_memory_region``, ``shared_memory_byte_size``, ``shared_memo
 offset and size is checked against the registered window, so a request that reaches past it is a
 400. Resolution happens here, in the core, so HTTP and gRPC behave the same.
 
+Regions of both kinds share one namespace, as in Triton: a name registered as system shared memory
+cannot be registered as CUDA shared memory, and each kind's status and unregister calls see only their
+own kind's regions.
+
 The server keeps the object open (its file descriptor) and reads inputs and writes outputs with
 ``pread`` / ``pwrite``, never through a mapping. A client owns the object and may truncate it at any
 time, even after unlinking it: touching a mapped page past the new end raises SIGBUS, which would kill
 the server (Triton too), and no check before the access can close that window. ``pread`` on a short
 object just returns fewer bytes, which is a 400. The cost is one copy of each input, at memory speed.
-CUDA shared memory needs a GPU build; this server answers its register call with UNSUPPORTED.
+CUDA shared memory (``cuda_ipc.py``) needs cuda-python and a GPU; without them its register call
+answers as a Triton built without GPUs does.
 
 As in current Triton, clients may register (and unregister) regions only when the server was started
 with ``--allow-client-shm=true``: a region is any object in ``/dev/shm`` the server's user can open,
@@ -21,11 +26,14 @@ Triton's words, and the status calls answer that nothing is registered.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
 import stat
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any, Protocol
 
+from trt.server.core import cuda_runtime
 from trt.server.core.datatypes import tensor_from_bytes, tensor_to_bytes
 from trt.server.core.errors import (
     AlreadyExists,
@@ -35,6 +43,7 @@ from trt.server.core.errors import (
     ServerError,
     Unsupported,
 )
+from trt.server.core.extensions.cuda_ipc import IPC_HANDLE_SIZE, CudaIpcMemory
 from trt.server.core.paths import shown, unsafe_segment
 from trt.server.core.types import InferenceRequest, InferenceResponse
 
@@ -42,7 +51,7 @@ SHM_DIRECTORY = "/dev/shm"
 # Keys Triton keeps for its Python backend's own regions; a client mapping them could read or
 # corrupt other requests' tensors.
 TRITON_RESERVED_KEY_PREFIX = "triton_python_backend_shm_region_"
-CUDA_UNSUPPORTED = "CUDA shared memory needs a GPU build; this server has none"
+logger = logging.getLogger("trt.shared_memory")
 # Triton's words (its common.h), which its own tests match.
 CLIENT_SHM_DISABLED = (
     "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable."
@@ -52,7 +61,7 @@ _PARAMETERS = ("shared_memory_region", "shared_memory_byte_size", "shared_memory
 
 @dataclass(frozen=True, slots=True)
 class RegionStatus:
-    """One registered region as the status calls report it."""
+    """One registered system shared memory region as the status calls report it."""
 
     name: str
     key: str
@@ -60,10 +69,63 @@ class RegionStatus:
     byte_size: int
 
 
+@dataclass(frozen=True, slots=True)
+class CudaRegionStatus:
+    """One registered CUDA shared memory region as the status calls report it."""
+
+    name: str
+    device_id: int
+    byte_size: int
+
+
+class _Memory(Protocol):
+    """Where a region's bytes live; offsets are the region's own, checked against its size."""
+
+    def read(self, offset: int, byte_size: int) -> memoryview: ...
+
+    def write(self, offset: int, data: bytes | memoryview) -> None: ...
+
+    def close(self) -> None: ...
+
+
 @dataclass(slots=True)
 class _Region:
-    status: RegionStatus
-    fd: int  # the shm object, open for as long as the region is registered
+    status: RegionStatus | CudaRegionStatus
+    memory: _Memory
+
+    @property
+    def is_cuda(self) -> bool:
+        return isinstance(self.status, CudaRegionStatus)
+
+
+class _SystemObject:
+    """A window of a POSIX shm object, open (its file descriptor) for as long as it is registered."""
+
+    def __init__(self, status: RegionStatus, fd: int) -> None:
+        self._status = status
+        self._fd = fd
+
+    def read(self, offset: int, byte_size: int) -> memoryview:
+        position = self._status.offset + offset
+        buffer = bytearray(byte_size)
+        got = os.preadv(self._fd, [buffer], position) if byte_size else 0
+        if got != byte_size:
+            needed = self._status.offset + self._status.byte_size
+            raise InvalidInput(
+                f"shared memory region '{self._status.name}': '{self._status.key}' shrank to "
+                f"{position + got} bytes after it was registered ({needed} needed); register it again"
+            )
+        return memoryview(buffer).toreadonly()
+
+    def write(self, offset: int, data: bytes | memoryview) -> None:
+        position = self._status.offset + offset
+        view = memoryview(data).cast("B")
+        while view:
+            written = os.pwrite(self._fd, view, position)
+            view, position = view[written:], position + written
+
+    def close(self) -> None:
+        os.close(self._fd)  # a request reading it now has its bytes already: reads copy
 
 
 class SharedMemoryRegistry:
@@ -73,7 +135,8 @@ class SharedMemoryRegistry:
         self._regions: dict[str, _Region] = {}
         self.allow_client_shm = allow_client_shm  # --allow-client-shm
 
-    def _check_allowed(self) -> None:
+    def check_allowed(self) -> None:
+        """UNSUPPORTED unless clients may register regions (the first check of every change)."""
         if not self.allow_client_shm:
             raise Unsupported(CLIENT_SHM_DISABLED)
 
@@ -81,7 +144,7 @@ class SharedMemoryRegistry:
 
     def register(self, name: str, key: str, offset: int, byte_size: int) -> None:
         """Register ``byte_size`` bytes at ``offset`` of the POSIX shm object ``key`` under ``name``."""
-        self._check_allowed()
+        self.check_allowed()
         if not name:
             raise InvalidArgument("'region name' is necessary to register system shared memory region")
         if name in self._regions:
@@ -125,86 +188,138 @@ class SharedMemoryRegistry:
         except BaseException:
             os.close(fd)
             raise
-        self._regions[name] = _Region(RegionStatus(name, key, offset, byte_size), fd)
+        status = RegionStatus(name, key, offset, byte_size)
+        self._regions[name] = _Region(status, _SystemObject(status, fd))
 
     def unregister(self, name: str = "") -> None:
-        """Unregister one region, or every region when ``name`` is empty (unknown names are fine)."""
-        self._check_allowed()
-        names = [name] if name else list(self._regions)
-        for region_name in names:
-            region = self._regions.pop(region_name, None)
-            if region is not None:
-                os.close(region.fd)  # a request reading it now has its bytes already: reads copy
+        """Unregister one system region, or every one when ``name`` is empty (unknown names are fine)."""
+        self.check_allowed()
+        self._unregister(name, cuda=False)
 
     def status(self, name: str = "") -> list[RegionStatus]:
-        """Every region, or the one named (NotFound if it is not registered)."""
-        if not name:
-            return [region.status for region in self._regions.values()]
-        region = self._regions.get(name)
-        if region is None:
-            raise NotFound(f"Unable to find system shared memory region: '{name}'")
-        return [region.status]
+        """Every system region, or the one named (NotFound if it is not registered as one)."""
+        return [r.status for r in self._listed(name, cuda=False) if isinstance(r.status, RegionStatus)]
 
     def close(self) -> None:
         for region in self._regions.values():
-            os.close(region.fd)
+            try:
+                region.memory.close()
+            except cuda_runtime.CudaCallFailed as exc:
+                logger.warning("closing CUDA shared memory region '%s': %s", region.status.name, exc)
         self._regions.clear()
 
-    # CUDA shared memory: a GPU build would map cudaIpcMemHandle_t handles; this one has no GPU.
+    # CUDA shared memory: clients' GPU allocations, opened from their IPC handles.
 
-    def register_cuda(self, name: str) -> NoReturn:
-        self._check_allowed()
-        raise Unsupported(CUDA_UNSUPPORTED)
+    async def register_cuda(self, name: str, raw_handle: bytes, device_id: int, byte_size: int) -> None:
+        """Register ``byte_size`` bytes of the GPU allocation whose IPC handle is ``raw_handle``."""
+        self.check_allowed()
+        if not name:
+            raise InvalidArgument("'region name' is necessary to register cuda shared memory region")
+        if name in self._regions:
+            raise AlreadyExists(f"shared memory region '{name}' already in manager")
+        if len(raw_handle) != IPC_HANDLE_SIZE:
+            raise InvalidArgument("'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t")
+        if byte_size <= 0:
+            raise InvalidArgument(
+                f"failed to register shared memory region '{name}': byte_size must be > 0 (got {byte_size})"
+            )
+        try:
+            devices = cuda_runtime.device_count()
+        except cuda_runtime.CudaUnavailable as exc:
+            # A Triton built without GPUs answers INVALID_ARG in these words; then why.
+            raise InvalidArgument(
+                f"failed to register CUDA shared memory region: '{name}', GPUs not supported ({exc})"
+            ) from None
+        if not 0 <= device_id < devices:
+            raise InvalidArgument(
+                f"failed to register shared memory region '{name}': invalid args (device_id {device_id}; "
+                f"this server has {devices} GPU{'s' if devices != 1 else ''})"
+            )
+        # Opening a handle can take a while (the first one makes the GPU's context): off the loop.
+        try:
+            memory = await asyncio.to_thread(CudaIpcMemory.open, raw_handle, device_id)
+        except cuda_runtime.CudaCallFailed as exc:
+            logger.error("failed to open CUDA IPC handle of region '%s': %s", name, exc)
+            # Triton's words; CUDA's reason goes to the log only, as in Triton.
+            raise InvalidArgument("failed to register shared memory region: invalid args") from None
+        if byte_size > memory.size or name in self._regions:
+            memory.close()
+            if name in self._regions:  # registered by another call while this one opened its handle
+                raise AlreadyExists(f"shared memory region '{name}' already in manager")
+            raise InvalidArgument(
+                f"failed to register shared memory region '{name}': invalid args (byte_size {byte_size} "
+                f"exceeds the {memory.size} bytes of the allocation)"
+            )
+        self._regions[name] = _Region(CudaRegionStatus(name, device_id, byte_size), memory)
 
-    def cuda_status(self, name: str = "") -> list[RegionStatus]:
-        if name:
-            raise NotFound(f"Unable to find cuda shared memory region: '{name}'")
-        return []
+    def cuda_status(self, name: str = "") -> list[CudaRegionStatus]:
+        """Every CUDA region, or the one named (NotFound if it is not registered as one)."""
+        return [r.status for r in self._listed(name, cuda=True) if isinstance(r.status, CudaRegionStatus)]
 
     def unregister_cuda(self, name: str = "") -> None:
-        """Nothing can be registered, so there is nothing to unregister (OK, as Triton answers)."""
-        self._check_allowed()
+        """Unregister one CUDA region, or every one when ``name`` is empty (unknown names are fine)."""
+        self.check_allowed()
+        self._unregister(name, cuda=True)
+
+    def _listed(self, name: str, cuda: bool) -> list[_Region]:
+        kind, other = ("cuda", "system") if cuda else ("system", "CUDA")
+        if not name:
+            return [region for region in self._regions.values() if region.is_cuda == cuda]
+        region = self._regions.get(name)
+        if region is None:
+            raise NotFound(f"Unable to find {kind} shared memory region: '{name}'")
+        if region.is_cuda != cuda:
+            raise NotFound(
+                f"The region named '{name}' is registered as {other} shared memory, not "
+                f"{'CUDA' if cuda else 'system'} shared memory"
+            )
+        return [region]
+
+    def _unregister(self, name: str, cuda: bool) -> None:
+        names = [name] if name else [n for n, region in self._regions.items() if region.is_cuda == cuda]
+        failed = []
+        for region_name in names:
+            region = self._regions.get(region_name)
+            if region is None or region.is_cuda != cuda:
+                continue  # as Triton: a region of the other kind is left alone, and that is OK
+            del self._regions[region_name]
+            try:
+                region.memory.close()
+            except cuda_runtime.CudaCallFailed as exc:
+                logger.error("unregistering CUDA shared memory region '%s': %s", region_name, exc)
+                failed.append(region_name)
+        if failed:
+            raise ServerError(f"failed to close the CUDA IPC handle of {', '.join(failed)}; see the log")
 
     # -- bytes in and out of a region -------------------------------------------------------------
 
     def read(self, name: str, offset: int, byte_size: int, what: str = "") -> memoryview:
         """A read-only copy of ``byte_size`` bytes at ``offset`` into region ``name``."""
-        region, position = self._window(name, offset, byte_size, what)
-        buffer = bytearray(byte_size)
-        got = os.preadv(region.fd, [buffer], position) if byte_size else 0
-        if got != byte_size:
-            raise self._shrunk(region, position + got)
-        return memoryview(buffer).toreadonly()
+        return self._window(name, offset, byte_size, what).read(offset, byte_size)
 
     def write(self, name: str, offset: int, data: bytes | memoryview, what: str = "") -> None:
         """Copy ``data`` into region ``name`` at ``offset``."""
-        region, position = self._window(name, offset, len(data), what)
-        view = memoryview(data).cast("B")
-        while view:
-            written = os.pwrite(region.fd, view, position)
-            view, position = view[written:], position + written
+        self._window(name, offset, len(data), what).write(offset, data)
 
-    def _window(self, name: str, offset: int, byte_size: int, what: str) -> tuple[_Region, int]:
-        """The region and the position of [offset, offset + byte_size) in its object, all checked."""
+    def _window(self, name: str, offset: int, byte_size: int, what: str) -> _Memory:
+        """The memory of region ``name``, once [offset, offset + byte_size) is checked to lie in it."""
         prefix = f"{what}: " if what else ""
         region = self._regions.get(name)
         if region is None:  # Triton's text first, as it words it (clients match on it), then whose
             raise NotFound(f"Unable to find shared memory region: '{name}'" + (f" ({what})" if what else ""))
         size = region.status.byte_size
-        if offset < 0 or byte_size < 0 or offset + byte_size > size:
+        # Triton's words first (its shared memory tests match them), then what reached past.
+        if offset < 0 or offset >= size:
             raise InvalidInput(
-                f"{prefix}offset {offset} + byte_size {byte_size} reaches past shared memory region "
-                f"'{name}' ({size} bytes); keep offset + byte size within the registered region"
+                f"Invalid offset for shared memory region: '{name}' ({prefix}offset {offset}; the region "
+                f"has {size} bytes)"
             )
-        return region, region.status.offset + offset
-
-    @staticmethod
-    def _shrunk(region: _Region, available: int) -> InvalidInput:
-        needed = region.status.offset + region.status.byte_size
-        return InvalidInput(
-            f"shared memory region '{region.status.name}': '{region.status.key}' shrank to {available} "
-            f"bytes after it was registered ({needed} needed); register it again"
-        )
+        if byte_size < 0 or offset + byte_size > size:
+            raise InvalidInput(
+                f"Invalid offset + byte size for shared memory region: '{name}' ({prefix}offset {offset} "
+                f"+ byte_size {byte_size} reaches past the region's {size} bytes)"
+            )
+        return region.memory
 
     # -- inference ----------------------------------------------------------------------------------
 

@@ -21,8 +21,9 @@ from trt.server.core.backends.base import (
     ModelInstance,
     RequestLevelInstance,
     ServerServices,
+    gpu_unavailable_reason,
 )
-from trt.server.core.backends.registry import ENSEMBLE_PLATFORM, get_backend, resolve_entry
+from trt.server.core.backends.registry import ENSEMBLE_PLATFORM, BackendEntry, get_backend, resolve_entry
 from trt.server.core.errors import (
     BackendUnavailable,
     ModelConfigError,
@@ -166,8 +167,23 @@ def effective_config(
         )
     fill_triton_defaults(config, entry)
     if entry.name != ENSEMBLE_PLATFORM:  # an ensemble runs in its steps' instances, not its own
-        fill_instance_groups(config, entry.gpu)
+        fill_instance_groups(config, entry.gpu and _backend_runs_on_gpus(entry, config.name))
     return config, versions, available
+
+
+def _backend_runs_on_gpus(entry: BackendEntry, model: str) -> bool:
+    """Whether KIND_AUTO may put a model of this GPU-capable backend on a GPU: as a Triton whose backend
+    was built without GPU support, a CPU build of its library (onnxruntime, not onnxruntime-gpu) runs
+    KIND_AUTO on the CPU, where KIND_GPU would fail every such model on a machine with GPUs."""
+    if devices.gpu_count() == 0:
+        return False
+    try:
+        reason = gpu_unavailable_reason(get_backend(entry))
+    except BackendUnavailable:
+        return True  # not installed: the load fails on that, which says what to install
+    if reason is not None:
+        logger.info("model '%s': KIND_AUTO runs on the CPU: %s", model, reason)
+    return reason is None
 
 
 def _hide_sequence_tensors(config: Config) -> None:

@@ -224,12 +224,17 @@ class SharedMemoryRegistry:
                 f"failed to register shared memory region '{name}': byte_size must be > 0 (got {byte_size})"
             )
         try:
-            devices = cuda_runtime.device_count()
+            cuda_runtime.runtime()
         except cuda_runtime.CudaUnavailable as exc:
             # A Triton built without GPUs answers INVALID_ARG in these words; then why.
             raise InvalidArgument(
                 f"failed to register CUDA shared memory region: '{name}', GPUs not supported ({exc})"
             ) from None
+        try:
+            devices = cuda_runtime.device_count()
+        except cuda_runtime.CudaUnavailable as exc:
+            # A Triton built with GPUs, on a machine without one, fails to open the handle: these words.
+            raise InvalidArgument(f"failed to register shared memory region: invalid args ({exc})") from None
         if not 0 <= device_id < devices:
             raise InvalidArgument(
                 f"failed to register shared memory region '{name}': invalid args (device_id {device_id}; "

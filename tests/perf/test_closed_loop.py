@@ -11,7 +11,7 @@ import pytest
 
 from tests.perf.perf_support import FAST, run_perf
 from tests.support import ServerProcess
-from trt.server.core import cuda_runtime
+from trt import cuda_runtime
 
 CSV_HEADER = [
     "Concurrency",

@@ -13,7 +13,7 @@ import tritonclient.http as httpclient
 
 from tests.perf.perf_support import FAST, run_perf
 from tests.support import ROOT, ServerProcess, wait_until
-from trt.server.core import cuda_runtime
+from trt import cuda_runtime
 
 try:
     cuda_runtime.device_count()

@@ -17,13 +17,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from trt import cuda_runtime
 from trt.perf.control import ControlClient
 from trt.perf.encoding import ShmOutputs, ShmSlot
 from trt.perf.errors import OptionError
 from trt.perf.input_data import InputData
 from trt.perf.model_info import ModelInfo
 from trt.perf.tensors import to_wire
-from trt.server.core import cuda_runtime
 
 DEVICE_ID = 0  # perf_analyzer's too
 _OURS = re.compile(r"trt_perf_(?P<pid>\d+)_cuda_(?:in|out)")

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from tests.support import ROOT, ServerProcess, int_inputs
-from trt.server.core import cuda_runtime
+from trt import cuda_runtime
 
 try:
     cuda_runtime.device_count()
@@ -31,6 +31,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 BYTES_PER_TENSOR = 64  # INT32 [1, 16]
+SIMPLE_TENSORS = ("INPUT0", "INPUT1", "OUTPUT0", "OUTPUT1")
 CLIENTS = pytest.mark.parametrize("client_module", [httpclient, grpcclient], ids=["http", "grpc"])
 
 
@@ -208,7 +209,7 @@ def test_handles_that_open_nothing_are_refused_and_the_server_carries_on(
     _register(client, regions)  # the real handles still open
     with pytest.raises(InferenceServerException, match="region 'input_data' already in manager"):
         client.register_cuda_shared_memory("input_data", cudashm.get_raw_handle(regions[0]), 0, 64)
-    _infer_through_regions(client, client_module, "simple", ("INPUT0", "INPUT1", "OUTPUT0", "OUTPUT1"))
+    _infer_through_regions(client, client_module, "simple", SIMPLE_TENSORS)
     _check_sum_and_difference(regions[1])
 
 
@@ -238,11 +239,11 @@ def test_unregistered_regions_are_gone_for_status_and_inference(
     client.unregister_cuda_shared_memory("input_data")
     assert _names(client.get_cuda_shared_memory_status()) == {"output_data"}
     with pytest.raises(InferenceServerException, match="Unable to find shared memory region: 'input_data'"):
-        _infer_through_regions(client, client_module, "simple", ("INPUT0", "INPUT1", "OUTPUT0", "OUTPUT1"))
+        _infer_through_regions(client, client_module, "simple", SIMPLE_TENSORS)
     client.unregister_cuda_shared_memory()
     assert not _names(client.get_cuda_shared_memory_status())
     _register(client, regions)  # the same handles register again after unregistering
-    _infer_through_regions(client, client_module, "simple", ("INPUT0", "INPUT1", "OUTPUT0", "OUTPUT1"))
+    _infer_through_regions(client, client_module, "simple", SIMPLE_TENSORS)
     _check_sum_and_difference(regions[1])
 
 

@@ -24,7 +24,7 @@ import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException, serialize_byte_tensor
 
 from tests.support import DTYPES, ServerProcess, int_inputs
-from trt.server.core import cuda_runtime
+from trt import cuda_runtime
 from trt.server.core.errors import InvalidArgument, InvalidInput, NotFound
 from trt.server.core.extensions.shared_memory import SharedMemoryRegistry
 

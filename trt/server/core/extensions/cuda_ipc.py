@@ -17,8 +17,8 @@ import ctypes
 
 import numpy as np
 
-from trt.server.core import cuda_runtime
-from trt.server.core.cuda_runtime import CudaCallFailed
+from trt import cuda_runtime
+from trt.cuda_runtime import CudaCallFailed
 
 IPC_HANDLE_SIZE = 64  # sizeof(cudaIpcMemHandle_t), CUDA_IPC_HANDLE_SIZE
 _LAZY_ENABLE_PEER_ACCESS = 1  # cudaIpcMemLazyEnablePeerAccess, the flag Triton opens handles with

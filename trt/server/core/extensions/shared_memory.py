@@ -15,8 +15,8 @@ The server keeps the object open (its file descriptor) and reads inputs and writ
 time, even after unlinking it: touching a mapped page past the new end raises SIGBUS, which would kill
 the server (Triton too), and no check before the access can close that window. ``pread`` on a short
 object just returns fewer bytes, which is a 400. The cost is one copy of each input, at memory speed.
-CUDA shared memory (``cuda_ipc.py``) needs cuda-python and a GPU; without them its register call
-answers as a Triton built without GPUs does.
+CUDA shared memory (``cuda_ipc.py``) needs cuda-bindings and a GPU: without cuda-bindings its register
+call answers as a Triton built without GPUs does, without a GPU as Triton's GPU build does there.
 
 As in current Triton, clients may register (and unregister) regions only when the server was started
 with ``--allow-client-shm=true``: a region is any object in ``/dev/shm`` the server's user can open,
@@ -33,7 +33,7 @@ import stat
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from trt.server.core import cuda_runtime
+from trt import cuda_runtime
 from trt.server.core.datatypes import tensor_from_bytes, tensor_to_bytes
 from trt.server.core.errors import (
     AlreadyExists,
@@ -41,6 +41,7 @@ from trt.server.core.errors import (
     InvalidInput,
     NotFound,
     ServerError,
+    Unavailable,
     Unsupported,
 )
 from trt.server.core.extensions.cuda_ipc import IPC_HANDLE_SIZE, CudaIpcMemory
@@ -133,6 +134,7 @@ class SharedMemoryRegistry:
 
     def __init__(self, allow_client_shm: bool) -> None:
         self._regions: dict[str, _Region] = {}
+        self._closed = False  # the server stopped: a handle opened after that must not stay open
         self.allow_client_shm = allow_client_shm  # --allow-client-shm
 
     def check_allowed(self) -> None:
@@ -207,6 +209,7 @@ class SharedMemoryRegistry:
             except cuda_runtime.CudaCallFailed as exc:
                 logger.warning("closing CUDA shared memory region '%s': %s", region.status.name, exc)
         self._regions.clear()
+        self._closed = True
 
     # CUDA shared memory: clients' GPU allocations, opened from their IPC handles.
 
@@ -247,8 +250,10 @@ class SharedMemoryRegistry:
             logger.error("failed to open CUDA IPC handle of region '%s': %s", name, exc)
             # Triton's words; CUDA's reason goes to the log only, as in Triton.
             raise InvalidArgument("failed to register shared memory region: invalid args") from None
-        if byte_size > memory.size or name in self._regions:
+        if byte_size > memory.size or name in self._regions or self._closed:
             memory.close()
+            if self._closed:
+                raise Unavailable("the server is stopping")
             if name in self._regions:  # registered by another call while this one opened its handle
                 raise AlreadyExists(f"shared memory region '{name}' already in manager")
             raise InvalidArgument(

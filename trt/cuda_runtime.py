@@ -1,4 +1,5 @@
-"""The CUDA runtime through cuda-python, for the parts of trt that touch GPU memory themselves.
+"""The CUDA runtime through cuda-python, for the parts of trt that touch GPU memory themselves (the
+server's CUDA shared memory, trt perf's).
 
 Imported on first use, never at start-up: cuda-python is an extra (``gpu``, ``tensorrt``), and a
 machine without a GPU or a driver serves everything else. cuda-python returns ``(error, *values)``

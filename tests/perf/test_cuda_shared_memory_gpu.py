@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 import tritonclient.http as httpclient
 
@@ -19,6 +20,14 @@ try:
     cuda_runtime.device_count()
 except cuda_runtime.CudaUnavailable as exc:
     pytest.skip(f"needs a CUDA GPU ({exc})", allow_module_level=True)
+
+
+def _pid(name: str) -> int:
+    return int(name.split("_")[2])
+
+
+def _living() -> set[int]:
+    return set(psutil.pids())
 
 
 def _cuda_regions(server: ServerProcess) -> set[str]:
@@ -37,6 +46,7 @@ def test_a_run_through_cuda_shared_memory_answers_every_request_and_leaves_nothi
     (result,) = run.report["results"]
     assert result["error_count"] == 0 and result["request_count"] > 0
     assert not {name for name in _cuda_regions(perf_server) if name.startswith("trt_perf_")}
+    assert not [p for p in Path("/dev/shm").glob("trt_perf_*_cuda_*") if _pid(p.name) not in _living()]
 
 
 def test_the_cuda_regions_a_killed_run_left_registered_are_released_by_the_next_run(
@@ -58,6 +68,7 @@ def test_the_cuda_regions_a_killed_run_left_registered_are_released_by_the_next_
         assert run.returncode == 0, run
         assert "released 2 shared-memory region(s)" in run.stderr, run
         assert not regions & _cuda_regions(perf_server)
+        assert not [name for name in regions if (Path("/dev/shm") / name).exists()]  # their lock files
     finally:
         if killed.poll() is None:
             killed.kill()

@@ -3,16 +3,18 @@ outputs into a second allocation; the server opens both from their CUDA IPC hand
 perf_analyzer's ``--shared-memory cuda``. The server runs on this machine, with ``--allow-client-shm``.
 
 GPU memory dies with the process that allocated it, but a server keeps what it opened mapped until the
-region is unregistered: a run killed outright leaves its regions registered. The next run with CUDA
-shared memory unregisters those whose process is gone (``release_abandoned_cuda_regions``).
+region is unregistered: a run killed outright leaves its regions registered. As with system shared
+memory, each run holds a lock on a file of each region's name in /dev/shm while it lives (a process id
+alone would not do: a run in another container may not be visible from this one), and the next run with
+CUDA shared memory unregisters the regions whose file nobody holds (``release_abandoned_cuda_regions``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import fcntl
 import os
-import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -23,10 +25,10 @@ from trt.perf.encoding import ShmOutputs, ShmSlot
 from trt.perf.errors import OptionError
 from trt.perf.input_data import InputData
 from trt.perf.model_info import ModelInfo
+from trt.perf.shared_memory import OURS_CUDA, SHM_FOLDER, abandoned
 from trt.perf.tensors import to_wire
 
 DEVICE_ID = 0  # perf_analyzer's too
-_OURS = re.compile(r"trt_perf_(?P<pid>\d+)_cuda_(?:in|out)")
 _IPC_HANDLE_SIZE = 64
 
 
@@ -38,6 +40,7 @@ class CudaShmRegions:
     input_slots: list[list[dict[str, ShmSlot]]]  # [stream][request] -> input name -> slot
     outputs: ShmOutputs
     _allocations: list[tuple[str, int]] = field(default_factory=list)  # region name, device pointer
+    _locks: list[tuple[str, int]] = field(default_factory=list)  # region name, its locked file
 
     def close(self) -> None:
         cudart = cuda_runtime.runtime()
@@ -46,6 +49,17 @@ class CudaShmRegions:
             with contextlib.suppress(cuda_runtime.CudaCallFailed):
                 cuda_runtime.checked(cudart.cudaFree(pointer), "cudaFree")
         self._allocations = []
+        for name, lock in self._locks:
+            with contextlib.suppress(FileNotFoundError):
+                (SHM_FOLDER / name).unlink()
+            os.close(lock)
+        self._locks = []
+
+    def hold(self, name: str) -> None:
+        """Make and lock a file of region ``name``'s name for as long as this run lives."""
+        lock = os.open(SHM_FOLDER / name, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        self._locks.append((name, lock))
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
 
     def allocate(self, name: str, content: bytes | bytearray, byte_size: int) -> None:
         """GPU memory of ``byte_size`` bytes starting with ``content``, registered as region ``name``."""
@@ -60,17 +74,19 @@ class CudaShmRegions:
             )
         handle = cuda_runtime.checked(cudart.cudaIpcGetMemHandle(pointer), "cudaIpcGetMemHandle")
         raw_handle = ctypes.string_at(handle.getPtr(), _IPC_HANDLE_SIZE)
+        self.hold(name)
         self.control.register_cuda_shm(name, raw_handle, DEVICE_ID, byte_size)
 
 
 def release_abandoned_cuda_regions(control: ControlClient) -> list[str]:
-    """Unregister the CUDA regions of trt perf runs whose process is gone; their names."""
+    """Unregister the CUDA regions of trt perf runs that ended without doing so; their names."""
     released = []
     for name in sorted(control.cuda_shm_regions()):
-        match = _OURS.fullmatch(name)
-        if match is None or _alive(int(match["pid"])):
+        if OURS_CUDA.fullmatch(name) is None or not abandoned(name):
             continue
         control.unregister_cuda_shm(name)
+        with contextlib.suppress(FileNotFoundError):
+            (SHM_FOLDER / name).unlink()
         released.append(name)
     return released
 
@@ -106,13 +122,3 @@ def create_cuda_regions(
         regions.close()
         raise
     return regions
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # another user's process of that number
-    return True

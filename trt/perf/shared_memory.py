@@ -56,14 +56,16 @@ class SystemShmRegions:
 
 SHM_FOLDER = Path("/dev/shm")
 _OURS = re.compile(r"trt_perf_(?P<pid>\d+)_(?:in|out)")
+# --shared-memory cuda keeps an empty file of each region's name locked the same way (cuda_shared_memory.py).
+OURS_CUDA = re.compile(r"trt_perf_(?P<pid>\d+)_cuda_(?:in|out)")
 
 
-def _abandoned(name: str) -> bool:
-    """Whether the region trt perf named ``name`` belongs to a run that has ended."""
+def abandoned(name: str) -> bool:
+    """Whether the region trt perf named ``name`` (system or CUDA) belongs to a run that has ended."""
     try:
         lock = os.open(SHM_FOLDER / name, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
-        match = _OURS.fullmatch(name)
+        match = _OURS.fullmatch(name) or OURS_CUDA.fullmatch(name)
         assert match is not None
         try:
             os.kill(int(match["pid"]), 0)
@@ -87,7 +89,7 @@ def release_abandoned_regions(control: ControlClient) -> list[str]:
     """Unregister (and unlink) the regions of trt perf runs that ended without doing so; their names."""
     released = []
     for name, key in sorted(control.system_shm_regions().items()):
-        if _OURS.fullmatch(name) is None or key != f"/{name}" or not _abandoned(name):
+        if _OURS.fullmatch(name) is None or key != f"/{name}" or not abandoned(name):
             continue
         control.unregister_system_shm(name)
         with contextlib.suppress(FileNotFoundError):

@@ -252,16 +252,20 @@ def test_config_lines_point_at_fields_as_written() -> None:
     assert lines.line_of("version_policy") is None
 
 
+@pytest.mark.parametrize("gpus", [0, 1], ids=["cpu_host", "gpu_host"])
 def test_list_reads_a_pytorch_model_without_importing_torch_and_validate_opens_its_file(
-    tmp_path: Path,
+    tmp_path: Path, gpus: int
 ) -> None:
     """Listing is an inventory: importing torch alone took 3 s of every ``trt repo list``. The model
-    file itself is validate's to open, so a file torch cannot read shows there and not in the list."""
+    file itself is validate's to open, so a file torch cannot read shows there and not in the list.
+    On a host whose NVML sees a GPU too, where KIND_AUTO asks a backend whether its library can use it
+    (found on a lent H200: listing imported torch there)."""
     repo = tmp_path / "repo"
     shutil.copytree(ROOT / "model_repository" / "torch_mlp", repo / "torch_mlp")
     (repo / "torch_mlp" / "1" / "model.pt").write_bytes(b"not TorchScript")
     probe = (
         "import json, sys\n"
+        f"import trt.server.core.devices as devices; devices.gpu_count = lambda: {gpus}\n"
         "from trt.server.repo.inventory import list_models\n"
         "(model,) = list_models([sys.argv[1]])\n"
         "print(json.dumps([model.error, model.backend, model.inputs, 'torch' in sys.modules]))\n"

@@ -233,11 +233,13 @@ class ModelCheck:
         missing: BackendUnavailable | None = None
         try:  # the parsed file goes in as the loader's override, so it is read once
             try:
-                config, versions, available = effective_config(name, folder, self.options, written)
+                config, versions, available = effective_config(
+                    name, folder, self.options, written, probe_gpu_support=self.open_model_files
+                )
             except BackendUnavailable as exc:  # checked without it: the config as written
                 missing = exc
                 config, versions, available = effective_config(
-                    name, folder, self.options, written, backend_needed=False
+                    name, folder, self.options, written, backend_needed=False, probe_gpu_support=False
                 )
             entry = resolve_entry(config, [available[v] for v in versions])
         except ServerError as exc:

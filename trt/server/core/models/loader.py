@@ -132,12 +132,14 @@ def effective_config(
     options: CoreOptions,
     override: Config | None = None,
     backend_needed: bool = True,
+    probe_gpu_support: bool = True,
 ) -> tuple[Config, list[int], dict[int, Path]]:
     """The config after auto-complete and defaults, not yet checked against the rules (``trt repo
     validate`` reports every broken rule rather than the first). Without ``backend_needed``, a backend
     not installed here (its module, or the library its auto-complete opens the model file with) leaves
     the config as written, nothing auto-completed, instead of raising: ``trt repo validate`` checks
-    the rest."""
+    the rest. Without ``probe_gpu_support``, KIND_AUTO trusts the backend's word that it runs on GPUs
+    instead of asking its library (which imports torch, seconds: ``trt repo list`` does not)."""
     config = read_model_config(name, model_dir, override, options.model_config_name)
     run_load_agents(config, model_dir)  # as Triton, before the config is completed
     available = version_folders(model_dir)
@@ -167,7 +169,8 @@ def effective_config(
         )
     fill_triton_defaults(config, entry)
     if entry.name != ENSEMBLE_PLATFORM:  # an ensemble runs in its steps' instances, not its own
-        fill_instance_groups(config, entry.gpu and _backend_runs_on_gpus(entry, config.name))
+        gpu_capable = entry.gpu and (not probe_gpu_support or _backend_runs_on_gpus(entry, config.name))
+        fill_instance_groups(config, gpu_capable)
     return config, versions, available
 
 

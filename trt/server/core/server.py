@@ -205,7 +205,7 @@ class InferenceServer:
             )
         uses_shm_inputs, uses_shm_outputs = _shared_memory_use(request)
         if uses_shm_inputs:
-            self.shared_memory.resolve_inputs(request)
+            await self.shared_memory.resolve_inputs(request)
         if uses_shm_outputs:
             self.shared_memory.check_outputs(request)
         held = request_bytes(request)
@@ -215,7 +215,7 @@ class InferenceServer:
         finally:
             self.queued_bytes.release(held)
         if uses_shm_outputs:
-            self.shared_memory.write_outputs(request, response)
+            await self.shared_memory.write_outputs(request, response)
         return response
 
     async def infer_traced(
@@ -265,7 +265,7 @@ class InferenceServer:
             yield StreamItem(await self._infer_on(model, request), None, True)
             return
         if any(tensor.data is None for tensor in request.inputs):
-            self.shared_memory.resolve_inputs(request)
+            await self.shared_memory.resolve_inputs(request)
         held = request_bytes(request)
         self.queued_bytes.admit(held)
         try:

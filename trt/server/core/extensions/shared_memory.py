@@ -15,6 +15,10 @@ The server keeps the object open (its file descriptor) and reads inputs and writ
 time, even after unlinking it: touching a mapped page past the new end raises SIGBUS, which would kill
 the server (Triton too), and no check before the access can close that window. ``pread`` on a short
 object just returns fewer bytes, which is a 400. The cost is one copy of each input, at memory speed.
+Copies past ``OFF_LOOP_BYTES`` run on a thread (``pread``, ``pwrite`` and ``cudaMemcpy`` let go of the
+GIL): on the loop, a 256 MB input and output held every other request for 0.3-0.4 s. A region
+unregistered while such a copy runs leaves the namespace at once and is closed when the copy ends, as
+Triton defers it until its in-flight requests are done.
 CUDA shared memory (``cuda_ipc.py``) needs cuda-bindings and a GPU: without cuda-bindings its register
 call answers as a Triton built without GPUs does, without a GPU as Triton's GPU build does there.
 
@@ -30,8 +34,11 @@ import asyncio
 import logging
 import os
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
+
+import numpy as np
 
 from trt import cuda_runtime
 from trt.server.core.datatypes import tensor_from_bytes, tensor_to_bytes
@@ -53,6 +60,8 @@ SHM_DIRECTORY = "/dev/shm"
 # corrupt other requests' tensors.
 TRITON_RESERVED_KEY_PREFIX = "triton_python_backend_shm_region_"
 logger = logging.getLogger("trt.shared_memory")
+OFF_LOOP_BYTES = 1 << 20  # about 0.2 ms of copying: the thread hop costs less than the loop's wait past it
+Copied = TypeVar("Copied")
 # Triton's words (its common.h), which its own tests match.
 CLIENT_SHM_DISABLED = (
     "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable."
@@ -93,6 +102,8 @@ class _Memory(Protocol):
 class _Region:
     status: RegionStatus | CudaRegionStatus
     memory: _Memory
+    copies: int = 0  # copies running on threads now
+    retired: bool = False  # unregistered while copies ran: closed when the last one ends
 
     @property
     def is_cuda(self) -> bool:
@@ -108,15 +119,16 @@ class _SystemObject:
 
     def read(self, offset: int, byte_size: int) -> memoryview:
         position = self._status.offset + offset
-        buffer = bytearray(byte_size)
-        got = os.preadv(self._fd, [buffer], position) if byte_size else 0
+        # Not bytearray(n): it zeroes every byte first, holding the GIL (0.2 s for 256 MB).
+        buffer = np.empty(byte_size, dtype=np.uint8)
+        got = os.preadv(self._fd, [buffer.data], position) if byte_size else 0
         if got != byte_size:
             needed = self._status.offset + self._status.byte_size
             raise InvalidInput(
                 f"shared memory region '{self._status.name}': '{self._status.key}' shrank to "
                 f"{position + got} bytes after it was registered ({needed} needed); register it again"
             )
-        return memoryview(buffer).toreadonly()
+        return buffer.data.toreadonly()
 
     def write(self, offset: int, data: bytes | memoryview) -> None:
         position = self._status.offset + offset
@@ -204,10 +216,7 @@ class SharedMemoryRegistry:
 
     def close(self) -> None:
         for region in self._regions.values():
-            try:
-                region.memory.close()
-            except cuda_runtime.CudaCallFailed as exc:
-                logger.warning("closing CUDA shared memory region '%s': %s", region.status.name, exc)
+            self._retire(region)
         self._regions.clear()
         self._closed = True
 
@@ -293,26 +302,54 @@ class SharedMemoryRegistry:
             if region is None or region.is_cuda != cuda:
                 continue  # as Triton: a region of the other kind is left alone, and that is OK
             del self._regions[region_name]
-            try:
-                region.memory.close()
-            except cuda_runtime.CudaCallFailed as exc:
-                logger.error("unregistering CUDA shared memory region '%s': %s", region_name, exc)
+            if not self._retire(region):
                 failed.append(region_name)
         if failed:
             raise ServerError(f"failed to close the CUDA IPC handle of {', '.join(failed)}; see the log")
+
+    def _retire(self, region: _Region) -> bool:
+        """Close a region taken out of the namespace, or mark it to be closed when its copies end;
+        False if CUDA would not close it (logged)."""
+        if region.copies:
+            region.retired = True
+            return True
+        try:
+            region.memory.close()
+        except cuda_runtime.CudaCallFailed as exc:
+            logger.error("unregistering CUDA shared memory region '%s': %s", region.status.name, exc)
+            return False
+        return True
 
     # -- bytes in and out of a region -------------------------------------------------------------
 
     def read(self, name: str, offset: int, byte_size: int, what: str = "") -> memoryview:
         """A read-only copy of ``byte_size`` bytes at ``offset`` into region ``name``."""
-        return self._window(name, offset, byte_size, what).read(offset, byte_size)
+        return self._window(name, offset, byte_size, what).memory.read(offset, byte_size)
 
     def write(self, name: str, offset: int, data: bytes | memoryview, what: str = "") -> None:
         """Copy ``data`` into region ``name`` at ``offset``."""
-        self._window(name, offset, len(data), what).write(offset, data)
+        self._window(name, offset, len(data), what).memory.write(offset, data)
 
-    def _window(self, name: str, offset: int, byte_size: int, what: str) -> _Memory:
-        """The memory of region ``name``, once [offset, offset + byte_size) is checked to lie in it."""
+    async def _copy(self, region: _Region, byte_size: int, copy: Callable[..., Copied], *args: Any) -> Copied:
+        """``copy(*args)`` of ``byte_size`` bytes of ``region``: on the loop if small, else on a thread."""
+        if byte_size <= OFF_LOOP_BYTES:
+            return copy(*args)
+        region.copies += 1
+        # The count drops when the thread is done, not when a cancelled request stops waiting for it.
+        running = asyncio.ensure_future(asyncio.to_thread(copy, *args))
+        running.add_done_callback(lambda done: self._copy_ended(region, done))
+        return await asyncio.shield(running)
+
+    def _copy_ended(self, region: _Region, done: asyncio.Future[Any]) -> None:
+        if not done.cancelled():
+            done.exception()  # a request that stopped waiting would leave it "never retrieved"
+        region.copies -= 1
+        if region.retired and not region.copies:
+            region.retired = False
+            self._retire(region)
+
+    def _window(self, name: str, offset: int, byte_size: int, what: str) -> _Region:
+        """Region ``name``, once [offset, offset + byte_size) is checked to lie in it."""
         prefix = f"{what}: " if what else ""
         region = self._regions.get(name)
         if region is None:  # Triton's text first, as it words it (clients match on it), then whose
@@ -329,11 +366,11 @@ class SharedMemoryRegistry:
                 f"Invalid offset + byte size for shared memory region: '{name}' ({prefix}offset {offset} "
                 f"+ byte_size {byte_size} reaches past the region's {size} bytes)"
             )
-        return region.memory
+        return region
 
     # -- inference ----------------------------------------------------------------------------------
 
-    def resolve_inputs(self, request: InferenceRequest) -> None:
+    async def resolve_inputs(self, request: InferenceRequest) -> None:
         """Give every input that names a region its data: a view of the region, checked for size."""
         for tensor in request.inputs:
             if tensor.data is not None:
@@ -342,7 +379,8 @@ class SharedMemoryRegistry:
             if "shared_memory_region" not in tensor.parameters:
                 raise InvalidInput(f"{what} has no data and no shared memory region")
             name, offset, size = _window_parameters(what, tensor.parameters)
-            view = self.read(name, offset, size, what)
+            region = self._window(name, offset, size, what)
+            view = await self._copy(region, size, region.memory.read, offset, size)
             tensor.data = tensor_from_bytes(
                 view, tensor.datatype, tensor.shape, tensor.name, request.model_name, request.id
             )
@@ -361,7 +399,7 @@ class SharedMemoryRegistry:
             name, offset, size = _window_parameters(what, output.parameters)
             self._window(name, offset, size, what)
 
-    def write_outputs(self, request: InferenceRequest, response: InferenceResponse) -> None:
+    async def write_outputs(self, request: InferenceRequest, response: InferenceResponse) -> None:
         """Write the outputs that asked for a region into it; their data leaves the response."""
         wanted = {
             o.name: o.parameters for o in request.outputs or () if "shared_memory_region" in o.parameters
@@ -378,7 +416,8 @@ class SharedMemoryRegistry:
                     f"shared memory size specified with the request for output '{output.name}' "
                     f"({size} bytes) should be at least {len(raw)} bytes to hold the results"
                 )
-            self.write(name, offset, raw, what)
+            region = self._window(name, offset, len(raw), what)
+            await self._copy(region, len(raw), region.memory.write, offset, raw)
             # As Triton: the output keeps its name, datatype and shape; its data is in the region.
             output.data = None
 

@@ -41,10 +41,11 @@ class Served:
 
 @contextmanager
 def triton_and_trt(
-    peers: Path, venv: Path, repository: Path, ready_model: str
+    peers: Path, venv: Path, repository: Path, ready_model: str, trt_flags: Sequence[str] = ()
 ) -> Iterator[dict[str, Served]]:
     """Both servers on ``repository`` (Triton's Python backend in ``venv``), once ``ready_model`` is
-    ready on each; stopped on the way out."""
+    ready on each; stopped on the way out. ``trt_flags``: what trt needs where Triton 2.51's defaults
+    differ (``--allow-client-shm=true``: 2.51 has no such flag and takes registrations)."""
     if not (peers / "triton" / "bin" / "tritonserver").exists():
         raise SystemExit(f"Triton not found under {peers}: run ../shared/peers/setup.sh first")
     environment = genai_venv(peers, venv)
@@ -59,7 +60,9 @@ def triton_and_trt(
                 ports[1],
             ),
             "trt": Served(
-                start_trt(repository, (ports[3], ports[4], ports[5]), ports[6], [], Path(logs) / "trt"),
+                start_trt(
+                    repository, (ports[3], ports[4], ports[5]), ports[6], list(trt_flags), Path(logs) / "trt"
+                ),
                 ports[3],
                 ports[4],
             ),

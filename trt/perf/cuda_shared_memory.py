@@ -25,7 +25,7 @@ from trt.perf.encoding import ShmOutputs, ShmSlot
 from trt.perf.errors import OptionError
 from trt.perf.input_data import InputData
 from trt.perf.model_info import ModelInfo
-from trt.perf.shared_memory import OURS_CUDA, SHM_FOLDER, abandoned
+from trt.perf.shared_memory import OURS_CUDA, SHM_FOLDER, release_where_abandoned
 from trt.perf.tensors import to_wire
 
 DEVICE_ID = 0  # perf_analyzer's too
@@ -80,15 +80,7 @@ class CudaShmRegions:
 
 def release_abandoned_cuda_regions(control: ControlClient) -> list[str]:
     """Unregister the CUDA regions of trt perf runs that ended without doing so; their names."""
-    released = []
-    for name in sorted(control.cuda_shm_regions()):
-        if OURS_CUDA.fullmatch(name) is None or not abandoned(name):
-            continue
-        control.unregister_cuda_shm(name)
-        with contextlib.suppress(FileNotFoundError):
-            (SHM_FOLDER / name).unlink()
-        released.append(name)
-    return released
+    return release_where_abandoned(control.cuda_shm_regions(), OURS_CUDA, control.unregister_cuda_shm)
 
 
 def create_cuda_regions(

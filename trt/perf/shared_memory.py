@@ -15,6 +15,7 @@ import contextlib
 import fcntl
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing import shared_memory
 from pathlib import Path
@@ -87,11 +88,20 @@ def abandoned(name: str) -> bool:
 
 def release_abandoned_regions(control: ControlClient) -> list[str]:
     """Unregister (and unlink) the regions of trt perf runs that ended without doing so; their names."""
+    ours = [name for name, key in control.system_shm_regions().items() if key == f"/{name}"]
+    return release_where_abandoned(ours, _OURS, control.unregister_system_shm)
+
+
+def release_where_abandoned(
+    names: list[str], pattern: re.Pattern[str], unregister: Callable[[str], None]
+) -> list[str]:
+    """Unregister (and unlink the file of) each region of ``names`` that trt perf named (``pattern``)
+    and whose run has ended; their names."""
     released = []
-    for name, key in sorted(control.system_shm_regions().items()):
-        if _OURS.fullmatch(name) is None or key != f"/{name}" or not abandoned(name):
+    for name in sorted(names):
+        if pattern.fullmatch(name) is None or not abandoned(name):
             continue
-        control.unregister_system_shm(name)
+        unregister(name)
         with contextlib.suppress(FileNotFoundError):
             (SHM_FOLDER / name).unlink()
         released.append(name)

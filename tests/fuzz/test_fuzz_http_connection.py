@@ -13,6 +13,7 @@ process through a transport that records what it writes.
 from __future__ import annotations
 
 import asyncio
+import base64
 import re
 from collections.abc import Iterator
 
@@ -50,6 +51,11 @@ ROUTES = [
     ("POST", "/v2/models/simple/generate", b'{"INPUT0": [1], "INPUT1": [2]}', {}),
     ("GET", "/metrics", b"", {}),
     ("DELETE", "/v2/models/simple/infer", b"", {}),
+    ("POST", "/v2/cudasharedmemory/region/r/register",
+     b'{"raw_handle": {"b64": "' + base64.b64encode(bytes(64)) + b'"}, "device_id": 0, "byte_size": 64}', {}),
+    ("POST", "/v2/systemsharedmemory/region/r/register", b'{"key": "/absent", "byte_size": 64}', {}),
+    ("GET", "/v2/cudasharedmemory/region/r/status", b"", {}),
+    ("POST", "/v2/cudasharedmemory/unregister", b"", {}),
 ]  # fmt: skip
 
 

@@ -171,8 +171,15 @@ def perf_command(
         None, "--input-tensor-format", help="HTTP: binary (default where the server supports it) or json."
     ),
     output_tensor_format: TensorFormat | None = typer.Option(None, "--output-tensor-format"),
-    shared_memory: SharedMemoryKind = typer.Option(SharedMemoryKind.NONE, "--shared-memory"),
-    output_shared_memory_size: int = typer.Option(102400, "--output-shared-memory-size"),
+    shared_memory: SharedMemoryKind = typer.Option(
+        SharedMemoryKind.NONE,
+        "--shared-memory",
+        help="Inputs and outputs through POSIX regions (system) or GPU 0's memory (cuda); the server on "
+        "this machine, started with --allow-client-shm=true.",
+    ),
+    output_shared_memory_size: int = typer.Option(
+        102400, "--output-shared-memory-size", help="Bytes of shared memory per output."
+    ),
     measurement_interval: int = typer.Option(5000, "-p", "--measurement-interval", help="Window, ms."),
     measurement_mode: MeasurementMode | None = typer.Option(None, "--measurement-mode"),
     measurement_request_count: int | None = typer.Option(None, "--measurement-request-count"),

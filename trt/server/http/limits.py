@@ -71,7 +71,12 @@ def head_rejection(limits: HttpLimits, line_ended: bool, url_size: int, header_c
 
 
 def too_large(limit: int) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
-    message = f'{{"error":"request body exceeds the {limit}-byte limit (--http-max-input-size)"}}'
+    # Triton's words (its QA matches "exceeds the maximum allowed input size"); 413 where Triton reads
+    # the whole body first and answers 400: this server stops reading at the limit.
+    message = (
+        f'{{"error":"request body exceeds the maximum allowed input size of {limit} bytes. '
+        'Use --http-max-input-size to increase the limit."}'
+    )
     return 413, message.encode(), _JSON
 
 

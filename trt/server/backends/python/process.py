@@ -32,9 +32,9 @@ logger = logging.getLogger("trt.backends.python")
 
 STUB = Path(__file__).resolve().parent / "stub" / "trt_python_stub.py"
 # Per slot and direction: address space, not memory (shared memory takes pages as they are written,
-# and an arena gives back what it used past _ipc.KEPT_BYTES when it is reused). A tensor that does not
-# fit travels in the message, encoded and copied several times: 16 MiB arenas made a 64 MB round trip
-# 576 ms against Triton's 36.
+# and an arena gives back the pages past _ipc.KEPT_BYTES that its executions stop using). A tensor that
+# does not fit travels in the message, encoded and copied several times: 16 MiB arenas made a 64 MB
+# round trip 576 ms against Triton's 36.
 ARENA_BYTES = 1 << 30
 EXECUTION_SLOTS = 8  # executions an instance holds at once (see core.scheduling.request_scheduler)
 RING_BYTES = 1 << 20  # per direction; a message over a quarter of it goes through the ring's spill

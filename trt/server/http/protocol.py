@@ -33,7 +33,7 @@ from trt.server.http.heads import HEAD_END, HeadPlan, plannable
 from trt.server.http.limits import MAX_BODY_CHUNKS, TOO_MANY_CHUNKS, head_rejection, over_budget
 from trt.server.http.lingering import refuse
 from trt.server.http.messages import Handler, HttpRequest, HttpResponse, close_stream, response_head
-from trt.server.http.streamed_body import write_chunks
+from trt.server.http.streamed_body import write_chunks, write_whole
 
 if TYPE_CHECKING:
     from trt.server.http.server import HttpServer
@@ -465,8 +465,10 @@ class HttpProtocol(asyncio.Protocol):
                     await write_chunks(transport, head, response.stream, self._write_ready, self._touch)
                 else:
                     body = b"" if request.method == "HEAD" else response.body
-                    transport.write(
-                        response_head(response.status, len(response.body), headers, keep_alive) + body
+                    write_whole(
+                        transport,
+                        response_head(response.status, len(response.body), headers, keep_alive),
+                        body,
                     )
                     if response.sent is not None:
                         response.sent()

@@ -1,5 +1,5 @@
-"""Writing a streamed response body (server-sent events, a model's streamed answers) as HTTP/1.1
-chunks, at the pace the client reads them."""
+"""Writing a response: a whole body with its head, or a streamed body (server-sent events, a model's
+streamed answers) as HTTP/1.1 chunks, at the pace the client reads them."""
 
 from __future__ import annotations
 
@@ -7,6 +7,21 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 
 from trt.server.http.messages import close_stream
+
+# A body past this leaves in a write of its own: joined to its head, it would be copied once more on
+# the event loop (16 MB answers: 309 of 1,486 py-spy samples of the loop, against 55 written apart;
+# writelines took 118).
+SEPARATE_BODY_BYTES = 1 << 16
+
+
+def write_whole(transport: asyncio.Transport, head: bytes, body: bytes) -> None:
+    """The head and the body: one write when the body is small (one TCP segment where it fits), two
+    when it is large."""
+    if len(body) > SEPARATE_BODY_BYTES:
+        transport.write(head)
+        transport.write(body)
+    else:
+        transport.write(head + body)
 
 
 async def write_chunks(

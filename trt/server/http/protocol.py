@@ -361,10 +361,11 @@ class HttpProtocol(asyncio.Protocol):
         if head is not None and heads is not None:  # a head that came whole in one read: remember it?
             self._head_bytes = None
             size = plannable(headers, self._body_size)
-            # Only if this message was the whole chunk: then the parser read exactly these bytes.
+            # Only if the read that began with this head held nothing past this message (the rest of a
+            # large body may have come in later reads): then the parser read exactly these bytes.
             if (
                 size is not None
-                and len(head) + size == self._head_chunk
+                and len(head) + size >= self._head_chunk
                 and not (self._too_large or self._over_budget)
             ):
                 plan = HeadPlan(

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import fcntl
 import os
 from dataclasses import dataclass, field
 
@@ -25,7 +24,7 @@ from trt.perf.encoding import ShmOutputs, ShmSlot
 from trt.perf.errors import OptionError
 from trt.perf.input_data import InputData
 from trt.perf.model_info import ModelInfo
-from trt.perf.shared_memory import OURS_CUDA, SHM_FOLDER, release_where_abandoned
+from trt.perf.shared_memory import OURS_CUDA, SHM_FOLDER, locked_file, release_where_abandoned
 from trt.perf.tensors import to_wire
 
 DEVICE_ID = 0  # perf_analyzer's too
@@ -57,9 +56,7 @@ class CudaShmRegions:
 
     def hold(self, name: str) -> None:
         """Make and lock a file of region ``name``'s name for as long as this run lives."""
-        lock = os.open(SHM_FOLDER / name, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        self._locks.append((name, lock))
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        self._locks.append((name, locked_file(name, create=True)))
 
     def allocate(self, name: str, content: bytes | bytearray, byte_size: int) -> None:
         """GPU memory of ``byte_size`` bytes starting with ``content``, registered as region ``name``."""

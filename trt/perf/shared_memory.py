@@ -50,12 +50,25 @@ class SystemShmRegions:
 
     def hold(self, name: str) -> None:
         """Lock region ``name``'s file for as long as this run lives (the kernel lets go at its death)."""
-        lock = os.open(SHM_FOLDER / name, os.O_RDONLY | os.O_CLOEXEC)
-        self._locks.append(lock)
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        self._locks.append(locked_file(name))
 
 
 SHM_FOLDER = Path("/dev/shm")
+
+
+def locked_file(name: str, create: bool = False) -> int:
+    """``/dev/shm/<name>`` open (made first if ``create``) and locked for as long as it stays open:
+    what tells a later run that the run which named the region still lives."""
+    flags = os.O_RDONLY | os.O_CLOEXEC | (os.O_CREAT if create else 0)
+    lock = os.open(SHM_FOLDER / name, flags, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BaseException:
+        os.close(lock)
+        raise
+    return lock
+
+
 _OURS = re.compile(r"trt_perf_(?P<pid>\d+)_(?:in|out)")
 # --shared-memory cuda keeps an empty file of each region's name locked the same way (cuda_shared_memory.py).
 OURS_CUDA = re.compile(r"trt_perf_(?P<pid>\d+)_cuda_(?:in|out)")

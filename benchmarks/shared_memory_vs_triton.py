@@ -17,9 +17,10 @@ import os
 import statistics
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -28,9 +29,12 @@ import tritonclient.utils.shared_memory as shm
 from rich.console import Console
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from _side_by_side import add_options, ratio_table, rounds_in_turn, triton_and_trt, write_results  # noqa: E402
+
+from tests.support import longest_wait_while  # noqa: E402
 
 MODEL = "identity"
 CONFIG = """
@@ -62,27 +66,13 @@ def _write_repository(root: Path) -> Path:
     return root
 
 
-def _longest_health_wait(port: int, action: Callable[[], None]) -> float:
-    """The longest a health check waited while ``action`` ran, in seconds."""
+@contextmanager
+def _health_checks(port: int) -> Iterator[Callable[[], object]]:
     client = httpclient.InferenceServerClient(f"127.0.0.1:{port}")
-    done, worst = threading.Event(), [0.0]
-
-    def probe() -> None:
-        while not done.is_set():
-            started = time.perf_counter()
-            client.is_server_live()
-            worst[0] = max(worst[0], time.perf_counter() - started)
-            time.sleep(0.002)
-
-    prober = threading.Thread(target=probe)
-    prober.start()
     try:
-        action()
+        yield client.is_server_live
     finally:
-        done.set()
-        prober.join()
         client.close()
-    return worst[0]
 
 
 def _run(port: int, data: np.ndarray, mode: str, requests: int) -> dict[str, float]:
@@ -113,7 +103,7 @@ def _run(port: int, data: np.ndarray, mode: str, requests: int) -> dict[str, flo
 
         send()  # warm: the first large request of each size allocates on both servers
         latencies.clear()
-        worst = _longest_health_wait(port, send)
+        _, worst = longest_wait_while(partial(_health_checks, port), send)
         answer = shm.get_contents_as_numpy(regions[1], np.float32, [data.size]) if regions else None
         if answer is not None and not np.array_equal(answer, data):
             raise SystemExit(f"the answer on port {port} differs from the input")

@@ -24,32 +24,28 @@ from typing import Any
 import numpy as np
 import tensorrt
 
+from trt import cuda_runtime
 from trt.protos import model_config_pb2
 from trt.server.backends import tensorrt_signature as signature
 from trt.server.core.backends.base import InstanceSpec, ModelFiles
 from trt.server.core.errors import InvalidInput, ModelLoadError, ServerError
 
 try:
-    from cuda.bindings import runtime as cudart  # cuda-python >= 12.6
-except ImportError:
-    try:
-        from cuda import cudart  # type: ignore[no-redef,unused-ignore]  # older cuda-python 12
-    except ImportError:
-        # ModuleNotFoundError is what the registry turns into "pip install 'trt-serve[tensorrt]'".
-        raise ModuleNotFoundError("the TensorRT backend needs cuda-python", name="cuda-python") from None
+    cudart = cuda_runtime.runtime()
+except cuda_runtime.CudaUnavailable:
+    # ModuleNotFoundError is what the registry turns into "pip install 'trt-serve[tensorrt]'".
+    raise ModuleNotFoundError("the TensorRT backend needs cuda-python", name="cuda-python") from None
 
 logger = logging.getLogger("trt.backends.tensorrt")
 _TRT_LOGGER = tensorrt.Logger(tensorrt.Logger.WARNING)
 
 
 def _cuda(result: tuple[Any, ...], call: str) -> Any:
-    """cuda-python returns ``(error, *values)``: raise on an error, else return the value (or None)."""
-    error, *values = result
-    if error != cudart.cudaError_t.cudaSuccess:
-        _, text = cudart.cudaGetErrorString(error)
-        text = text.decode() if isinstance(text, bytes) else str(text)
-        raise ServerError(f"CUDA {call} failed: {getattr(error, 'name', error)}: {text}")
-    return values[0] if len(values) == 1 else None
+    """cuda-python's ``(error, *values)``: the value, or ServerError naming the call."""
+    try:
+        return cuda_runtime.checked(result, call)
+    except cuda_runtime.CudaCallFailed as exc:
+        raise ServerError(str(exc)) from None
 
 
 def _select_device(device_id: int) -> None:

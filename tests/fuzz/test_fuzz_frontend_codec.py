@@ -23,6 +23,7 @@ _FIELDS = {
     "bool": st.booleans(),
     "str": st.text(max_size=24),
     "bytes": st.binary(max_size=64),
+    "bytes | SplitBody": st.binary(max_size=64),  # sent whole here; split, see test_split_answers
     "list[tuple[str, str]]": st.lists(st.tuples(_LATIN1, _LATIN1), max_size=4),
     "list[tuple[bytes, bytes]]": st.lists(
         st.tuples(st.binary(max_size=16), st.binary(max_size=16)), max_size=4

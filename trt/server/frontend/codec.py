@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from trt.server.frontend.messages import KINDS, Message
+from trt.server.http.messages import SplitBody
 
 _HEAD = struct.Struct("<IB")
 _U32 = struct.Struct("<I")
@@ -45,6 +46,16 @@ def _put_bool(out: list[bytes], value: Any) -> None:
 def _put_bytes(out: list[bytes], value: Any) -> None:
     out.append(_U32.pack(len(value)))
     out.append(value)
+
+
+def _put_body(out: list[bytes], value: Any) -> None:
+    # An answer's body, whole or kept in pieces (``SplitBody``): its pieces join the frame's as they
+    # are, so a large answer is copied once, into the frame, not first into a body of its own.
+    if isinstance(value, SplitBody):
+        out.append(_U32.pack(value.size))
+        out.extend(value.parts)  # type: ignore[arg-type]  # memoryviews join as bytes do
+    else:
+        _put_bytes(out, value)
 
 
 def _put_str(out: list[bytes], value: Any) -> None:
@@ -158,6 +169,7 @@ _KINDS_OF_FIELD: dict[
     "bool": (_put_bool, _get_bool),
     "str": (_put_str, _get_str),
     "bytes": (_put_bytes, _get_bytes),
+    "bytes | SplitBody": (_put_body, _get_bytes),  # read back whole
     "list[tuple[str, str]]": (_put_str_pairs, _get_str_pairs),
     "list[tuple[bytes, bytes]]": (_put_bytes_pairs, _pairs_reader(_get_bytes)),
 }

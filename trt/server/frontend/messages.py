@@ -1,13 +1,16 @@
 """What crosses between a front-end worker process and the core process, one dataclass per message.
 
 Every field is an int, a bool, a str, bytes or a list of (str, str) / (bytes, bytes) pairs: the only
-kinds ``codec`` writes and reads, so nothing a worker sends can make the core build anything else.
+kinds ``codec`` writes and reads, so nothing a worker sends can make the core build anything else
+(an answer's body may leave the core as a ``SplitBody``, in pieces; it arrives as bytes).
 ``call`` numbers a request within its worker; answers and cancellations name it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from trt.server.http.messages import SplitBody
 
 # -- worker -> core -------------------------------------------------------------------------------
 
@@ -114,7 +117,7 @@ class HttpAnswer:
     call: int
     status: int
     headers: list[tuple[bytes, bytes]]
-    body: bytes
+    body: bytes | SplitBody  # a SplitBody only as the core sends it; read back as bytes
     streamed: bool
 
 
@@ -157,7 +160,7 @@ class InferAnswer:
     call: int
     json_length: int  # of the JSON before the binary tensors; -1: the body is JSON alone
     content_encoding: str  # "": not compressed
-    body: bytes
+    body: bytes | SplitBody  # a SplitBody only as the core sends it; read back as bytes
 
 
 @dataclass(slots=True)

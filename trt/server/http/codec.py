@@ -23,6 +23,7 @@ from trt.server.core.datatypes import (
 from trt.server.core.errors import InvalidArgument, InvalidInput
 from trt.server.core.types import InferenceRequest, InferenceResponse, InputTensor, RequestedOutput
 from trt.server.http.json_data import json_input_data, json_output_data
+from trt.server.http.messages import SPLIT_BODY_BYTES, SplitBody
 
 HEADER_LENGTH = "inference-header-content-length"
 DEFAULT_HEADER_CACHE_BYTES = 4 * 1024 * 1024  # --http-infer-header-cache-size
@@ -334,7 +335,7 @@ def _all_sizes(values: list[Any]) -> bool:
 
 def encode_response(
     response: InferenceResponse, binary_choice: dict[str, bool], default_binary: bool
-) -> tuple[bytes, int | None]:
+) -> tuple[bytes | SplitBody, int | None]:
     """The response body and, when binary tensors follow the JSON, the JSON's length."""
     cached = _binary_response(response, binary_choice, default_binary)
     if cached is not None:
@@ -368,7 +369,7 @@ def encode_response(
     header = orjson.dumps(document, option=orjson.OPT_SERIALIZE_NUMPY)
     if not chunks:
         return header, None
-    return b"".join([header, *chunks]), len(header)
+    return _joined_unless_large(header, chunks), len(header)
 
 
 # JSON headers of all-binary responses without id or parameters, by what they hold (model, version,
@@ -379,7 +380,7 @@ _CACHED_HEADERS = 256  # a full cache starts over
 
 def _binary_response(
     response: InferenceResponse, binary_choice: dict[str, bool], default_binary: bool
-) -> tuple[bytes, int] | None:
+) -> tuple[bytes | SplitBody, int] | None:
     """``encode_response`` for the common case, its JSON header from ``_binary_headers``; None when
     the response is not of that case."""
     if response.id or response.parameters or not response.outputs:
@@ -412,4 +413,13 @@ def _binary_response(
         if len(_binary_headers) >= _CACHED_HEADERS:
             _binary_headers.clear()
         _binary_headers[frozen] = header
-    return b"".join([header, *chunks]), len(header)
+    return _joined_unless_large(header, chunks), len(header)
+
+
+def _joined_unless_large(header: bytes, chunks: list[bytes | memoryview]) -> bytes | SplitBody:
+    """The JSON header and the binary tensors after it: one bytes object, or left in pieces when the
+    tensors are large (the outputs' own buffers, written as they are)."""
+    parts = [header, *chunks]
+    if sum(map(len, chunks)) > SPLIT_BODY_BYTES:
+        return SplitBody.of(parts)
+    return b"".join(parts)

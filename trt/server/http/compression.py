@@ -13,6 +13,7 @@ import asyncio
 import zlib
 
 from trt.server.core.errors import InvalidArgument
+from trt.server.http.messages import SplitBody
 
 OFF_LOOP_BYTES = 1 << 18
 # zlib's own gzip container, in one call that lets go of the GIL throughout (gzip.compress adds its
@@ -28,8 +29,8 @@ async def decompressed(body: bytes, encoding: str, limit: int) -> bytes:
 
 
 async def compressed(
-    payload: bytes, headers: list[tuple[bytes, bytes]], accept_encoding: str
-) -> tuple[bytes, list[tuple[bytes, bytes]]]:
+    payload: bytes | SplitBody, headers: list[tuple[bytes, bytes]], accept_encoding: str
+) -> tuple[bytes | SplitBody, list[tuple[bytes, bytes]]]:
     """``compress``, on a thread for a large payload."""
     if len(payload) > OFF_LOOP_BYTES:
         return await asyncio.to_thread(compress, payload, headers, accept_encoding)
@@ -60,14 +61,24 @@ def decompress(body: bytes, encoding: str, limit: int) -> bytes:
 
 
 def compress(
-    payload: bytes, headers: list[tuple[bytes, bytes]], accept_encoding: str
-) -> tuple[bytes, list[tuple[bytes, bytes]]]:
+    payload: bytes | SplitBody, headers: list[tuple[bytes, bytes]], accept_encoding: str
+) -> tuple[bytes | SplitBody, list[tuple[bytes, bytes]]]:
     """``payload`` and its headers, compressed with the first of gzip and deflate the client accepts."""
     if not accept_encoding:
         return payload, headers
     accepted = {part.split(";")[0].strip().lower() for part in accept_encoding.split(",")}
     if "gzip" in accepted:
-        return zlib.compress(payload, 1, _GZIP_WBITS), [*headers, (b"content-encoding", b"gzip")]
+        return _deflated(payload, _GZIP_WBITS), [*headers, (b"content-encoding", b"gzip")]
     if "deflate" in accepted:
-        return zlib.compress(payload, 1), [*headers, (b"content-encoding", b"deflate")]
+        return _deflated(payload, zlib.MAX_WBITS), [*headers, (b"content-encoding", b"deflate")]
     return payload, headers
+
+
+def _deflated(payload: bytes | SplitBody, wbits: int) -> bytes:
+    """Compressed at level 1 (speed over size); a split body piece by piece, never joined first."""
+    if not isinstance(payload, SplitBody):
+        return zlib.compress(payload, 1, wbits)
+    compressor = zlib.compressobj(1, zlib.DEFLATED, wbits)
+    pieces = [compressor.compress(part) for part in payload.parts]
+    pieces.append(compressor.flush())
+    return b"".join(pieces)

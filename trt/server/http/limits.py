@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from trt.server.core.scheduling.queued_bytes import QueuedBytes
+from trt.server.http.heads import HEAD_END
 
 _JSON = [(b"content-type", b"application/json")]
 
@@ -59,6 +60,32 @@ class HttpLimits:
             f"the request body did not arrive whole within {allowed_s:.0f} s ({self.body_timeout:g} s, "
             f"and 1 s more for every {self.body_min_rate} bytes received)"
         )
+
+
+@dataclass(slots=True)
+class HeadBytes:
+    """The bytes of one request head so far, counted on the reads as they arrive: httptools keeps a
+    header value it has not finished in one growing buffer, so its callbacks come too late to bound it."""
+
+    size: int = 0
+    line_ended: bool = False  # the request line is complete (a head over its limit before it: 414)
+    tail: bytes = b""  # the last bytes of the previous read, for an end of head across two
+
+    def count(self, data: bytes) -> int:
+        """Add the head's bytes in ``data``: whole reads until its end is seen (which may straddle two);
+        a few bytes of a next pipelined head in the same read go uncounted, so the bound is exact to
+        within one read. The size so far."""
+        if not self.line_ended and b"\n" in data:
+            self.line_ended = True
+        tail = self.tail
+        across = (tail + data[:3]).find(HEAD_END) if tail else -1
+        if across >= 0:
+            self.size += across + len(HEAD_END) - len(tail)
+        else:
+            end = data.find(HEAD_END)
+            self.size += len(data) if end < 0 else end + len(HEAD_END)
+        self.tail = data[-3:]
+        return self.size
 
 
 def head_rejection(limits: HttpLimits, line_ended: bool, url_size: int, header_count: int) -> tuple[int, str]:

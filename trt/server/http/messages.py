@@ -6,6 +6,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any
+from urllib.parse import unquote
+
+import httptools
 
 from trt.server.http.heads import HeadPlan
 
@@ -38,10 +41,34 @@ class HttpRequest:
         return [(spellings.get(name, name), value) for name, value in self.headers.items()]
 
 
+# A binary answer whose tensors come to more than this is kept in pieces (``SplitBody``).
+SPLIT_BODY_BYTES = 1 << 16
+
+
+@dataclass(frozen=True, slots=True)
+class SplitBody:
+    """A body kept as the pieces it was made of (an answer's JSON header, then each output's
+    buffer), written one after another: joining them copies every tensor once more on the event
+    loop, into freshly mapped pages when large (64 MB: 42 ms here)."""
+
+    parts: tuple[bytes | memoryview, ...]  # memoryviews of bytes ("B"), read-only from here on
+    size: int
+
+    @classmethod
+    def of(cls, parts: list[bytes | memoryview]) -> SplitBody:
+        return cls(tuple(parts), sum(map(len, parts)))
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __bytes__(self) -> bytes:
+        return b"".join(self.parts)
+
+
 @dataclass(slots=True)
 class HttpResponse:
     status: int
-    body: bytes = b""
+    body: bytes | SplitBody = b""
     headers: list[tuple[bytes, bytes]] = field(default_factory=list)
     # Sent after the head with chunked transfer encoding, chunk by chunk as it yields (server-sent
     # events); ``body`` is then ignored. Closed early if the client goes away.
@@ -71,14 +98,33 @@ async def close_stream(stream: AsyncIterator[Any]) -> None:
         await close()
 
 
+def path_and_query(target: bytes) -> tuple[str, str]:
+    """A request target's path (percent-decoded) and query, as handlers see them."""
+    # Untyped on purpose: httptools' stub says its fields are bytes, but an absent query is None, and
+    # a compiled build would check the stub's word.
+    url: Any = httptools.parse_url(target)
+    path = url.path.decode("latin-1")
+    if "%" in path:
+        path = unquote(path)
+    return path, url.query.decode("latin-1") if url.query else ""
+
+
 def response_head(
-    status: int, length: int | None, headers: list[tuple[bytes, bytes]], keep_alive: bool
+    status: int,
+    length: int | None,
+    headers: list[tuple[bytes, bytes]],
+    keep_alive: bool,
+    say_keep_alive: bool = False,
 ) -> bytes:
-    """The status line and headers; ``length`` None announces a chunked body."""
+    """The status line and headers; ``length`` None announces a chunked body. ``say_keep_alive``: the
+    client (HTTP/1.0) keeps the connection only if the answer says so."""
     line = _STATUS_LINES.get(status) or b"HTTP/1.1 %d %s\r\n" % (status, _REASONS.get(status, b"Unknown"))
     framing = b"transfer-encoding: chunked\r\n" if length is None else b"content-length: %d\r\n" % length
     lines = [line, framing]
     for name, value in headers:
         lines.append(name + b": " + value + b"\r\n")
-    lines.append(b"\r\n" if keep_alive else b"connection: close\r\n\r\n")
+    if not keep_alive:
+        lines.append(b"connection: close\r\n\r\n")
+    else:
+        lines.append(b"connection: keep-alive\r\n\r\n" if say_keep_alive else b"\r\n")
     return b"".join(lines)

@@ -11,7 +11,8 @@ and a graceful stop that lets requests in progress finish.
 
 A head seen before is not parsed again: ``heads.HeadCache`` remembers what httptools made of each
 head's bytes, and a request whose head is one of them has its body read by its ``Content-Length``
-through the same limits and accounting (``_planned``).
+through the same limits and accounting (``_planned``); a large one straight into its bytes object
+by the transport (``body_reader``).
 
 Every buffer is bounded (``HttpLimits``): the request line and headers together (431, counted on the
 bytes as they arrive, since httptools itself keeps a header value it has not finished in one growing
@@ -25,14 +26,23 @@ import asyncio
 import logging
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from functools import partial
+from typing import TYPE_CHECKING
 
 import httptools
 
+from trt.server.http.body_reader import BodyReader
 from trt.server.http.heads import HEAD_END, HeadPlan, plannable
-from trt.server.http.limits import MAX_BODY_CHUNKS, TOO_MANY_CHUNKS, head_rejection, over_budget
+from trt.server.http.limits import MAX_BODY_CHUNKS, TOO_MANY_CHUNKS, HeadBytes, head_rejection, over_budget
 from trt.server.http.lingering import refuse
-from trt.server.http.messages import Handler, HttpRequest, HttpResponse, close_stream, response_head
+from trt.server.http.messages import (
+    Handler,
+    HttpRequest,
+    HttpResponse,
+    close_stream,
+    path_and_query,
+    response_head,
+)
 from trt.server.http.streamed_body import write_chunks, write_whole
 
 if TYPE_CHECKING:
@@ -80,9 +90,7 @@ class HttpProtocol(asyncio.Protocol):
         self._spellings: dict[str, str] | None = None
         self._header_count = 0
         self._in_head = True  # the parser is reading a request line and headers (or waits for one)
-        self._head_size = 0
-        self._line_ended = False  # the request line is complete (a head over its limit before: 414)
-        self._head_tail = b""  # the last bytes of the previous chunk, for an end of head across two
+        self._head = HeadBytes()
         self._body: list[bytes] = []
         self._body_size = 0
         self._body_chunks = -1  # a chunked body's non-empty chunks so far (-1: not chunked)
@@ -99,6 +107,7 @@ class HttpProtocol(asyncio.Protocol):
         self._head_chunk = 0  # the length of the chunk that ``_head_bytes`` began
         self._planned_head: HeadPlan | None = None
         self._planned_left = 0
+        self._reader: BodyReader | None = None  # reading a large body for the connection (``body_reader``)
 
     # -- connection ---------------------------------------------------------------------------
 
@@ -109,6 +118,7 @@ class HttpProtocol(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._server.connections.discard(self)
         self._closing = True
+        self._reader = None
         self._release(self._reserved)  # a body that never completed
         self._reserved = 0
         while self._pending:  # requests read but never to be answered
@@ -167,23 +177,9 @@ class HttpProtocol(asyncio.Protocol):
             data = self._planned(data)
             if not data:
                 return
-        if self._in_head:
-            if not self._line_ended and b"\n" in data:
-                self._line_ended = True
-            # Bytes of a head, whole chunks until its end is seen (which may straddle two chunks); a
-            # few bytes of a next pipelined head in the same chunk go uncounted, so the bound is exact
-            # to within one read.
-            tail = self._head_tail
-            across = (tail + data[:3]).find(HEAD_END) if tail else -1
-            if across >= 0:
-                self._head_size += across + len(HEAD_END) - len(tail)
-            else:
-                end = data.find(HEAD_END)
-                self._head_size += len(data) if end < 0 else end + len(HEAD_END)
-            self._head_tail = data[-3:]
-            if self._head_size > self._server.limits.max_header_size:
-                self._reject_head()
-                return
+        if self._in_head and self._head.count(data) > self._server.limits.max_header_size:
+            self._reject_head()
+            return
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -222,6 +218,8 @@ class HttpProtocol(asyncio.Protocol):
             start = end + 4
             available = len(data) - start
             if available < size:  # the rest of the body comes later
+                if self._read_into_one(plan, memoryview(data)[start:], size):
+                    return b""
                 if available:
                     self.on_body(data[start:])
                 self._planned_head, self._planned_left = plan, size - available
@@ -246,6 +244,25 @@ class HttpProtocol(asyncio.Protocol):
         self._complete_planned(plan)
         return data[left:]
 
+    def _read_into_one(self, plan: HeadPlan, first: memoryview, size: int) -> bool:
+        """Have the rest of a large body read straight into its bytes object (``body_reader``)."""
+        assert self._transport is not None
+        limits = self._server.limits.max_body_size, self._server.queued_bytes
+        done = partial(self._body_read, plan)
+        reader = BodyReader.start(self, self._transport, size, first, limits, self._body_arrived, done)
+        if reader is not None:
+            self._reader, self._reserved, self._body_size = reader, size, len(first)
+        return reader is not None
+
+    def _body_arrived(self, size: int) -> None:
+        self._body_size += size
+        self._touch()
+
+    def _body_read(self, plan: HeadPlan, body: bytes) -> None:
+        self._reader = None
+        self._body = [body]
+        self._complete_planned(plan)
+
     def _complete_planned(self, plan: HeadPlan) -> None:
         self._complete(
             plan.method, plan.path, plan.query, plan.headers, plan.keep_alive, plan.say_keep_alive, plan
@@ -253,13 +270,16 @@ class HttpProtocol(asyncio.Protocol):
 
     def _reject_head(self) -> None:
         status, message = head_rejection(
-            self._server.limits, self._line_ended, self._url_size, self._header_count
+            self._server.limits, self._head.line_ended, self._url_size, self._header_count
         )
         self._reject(status, message.encode())
 
     def _reject(self, status: int, message: bytes) -> None:
         """Answer a request that cannot be parsed, then close: the stream cannot be trusted."""
         assert self._transport is not None
+        if self._reader is not None:  # reading a body into one buffer: drop it, the connection answers
+            self._reader.give_back()
+            self._reader = None
         if self._transport.is_closing() or self._transport.get_protocol() is not self:
             return  # closed, or already handed over to linger after an earlier refusal
         linger = self.idle  # nothing else is to be written on it
@@ -309,9 +329,7 @@ class HttpProtocol(asyncio.Protocol):
     def on_headers_complete(self) -> None:
         self._in_head = False
         self._body_began = time.perf_counter_ns()
-        self._head_size = 0
-        self._head_tail = b""
-        self._line_ended = False  # for the next request on this connection
+        self._head = HeadBytes()  # for the next request on this connection
         self._body_chunks = 0 if "chunked" in self._headers.get("transfer-encoding", "").lower() else -1
         if self._headers.get("expect", "").lower() == "100-continue" and self._transport is not None:
             self._transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
@@ -342,16 +360,8 @@ class HttpProtocol(asyncio.Protocol):
             self._server.queued_bytes.release(size)
 
     def on_message_complete(self) -> None:
-        # Untyped on purpose: httptools' stub says its fields are bytes, but an absent query is None,
-        # and a compiled build would check the stub's word.
-        url: Any = httptools.parse_url(b"".join(self._url))
-        path = url.path.decode("latin-1")
-        if "%" in path:
-            from urllib.parse import unquote
-
-            path = unquote(path)
+        path, query = path_and_query(b"".join(self._url))
         method = self._parser.get_method().decode("latin-1")
-        query = url.query.decode("latin-1") if url.query else ""
         headers = self._headers
         keep_alive = self._parser.should_keep_alive()
         # An HTTP/1.0 client keeps the connection only when the answer says so.
@@ -458,19 +468,13 @@ class HttpProtocol(asyncio.Protocol):
                     if response.stream is not None:
                         await close_stream(response.stream)
                     break
-                headers = response.headers
-                if say_keep_alive and keep_alive:
-                    headers = [*headers, (b"connection", b"keep-alive")]
+                status, headers = response.status, response.headers
                 if response.stream is not None:
-                    head = response_head(response.status, None, headers, keep_alive)
+                    head = response_head(status, None, headers, keep_alive, say_keep_alive)
                     await write_chunks(transport, head, response.stream, self._write_ready, self._touch)
                 else:
-                    body = b"" if request.method == "HEAD" else response.body
-                    write_whole(
-                        transport,
-                        response_head(response.status, len(response.body), headers, keep_alive),
-                        body,
-                    )
+                    head = response_head(status, len(response.body), headers, keep_alive, say_keep_alive)
+                    write_whole(transport, head, b"" if request.method == "HEAD" else response.body)
                     if response.sent is not None:
                         response.sent()
                 self._touch()

@@ -100,7 +100,7 @@ class SageMakerApp:
         logger.info("Invoking SageMaker TargetModel: %s", target)
         response = await self._infer(request, target)
         if response.status >= 400:
-            response.status = self.models.failure_status(response.body)
+            response.status = self.models.failure_status(bytes(response.body))
         return response
 
     def _restricted(self, request: HttpRequest, category: str) -> HttpResponse | None:

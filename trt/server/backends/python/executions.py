@@ -7,10 +7,13 @@ to see the first one's result. Each execution's tensors travel in the pair of ar
 until its last response; with none free they travel inline, in the messages. Answers arrive as one
 ``result`` message (the responses ``execute`` returned), or, for a model that uses response
 senders, as ``response`` messages one by one and a ``result`` saying ``execute`` returned.
+Tensors past ``OFF_LOOP_BYTES`` are copied into and out of the arenas on a thread, executions still
+sent, and results still settled, in the order they came.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,6 +29,10 @@ from trt.server.core.errors import ServerError
 from trt.server.core.extensions.tracing import Trace
 
 logger = logging.getLogger("trt.backends.python")
+# An execution whose tensors come to more than this has them copied into and out of its arenas on a
+# thread (numpy's copy lets go of the GIL): on the event loop, a 64 MB input and output held every
+# other request for 40 ms and more.
+OFF_LOOP_BYTES = 1 << 20
 
 # Called once per execution, from the event loop: (responses, None) or (None, the error), and
 # when the model process started it (perf_counter ns; None if it never did).
@@ -119,6 +126,10 @@ class Executions:
         self._when_not_open = when_not_open
         self._executions: dict[int, _Execution] = {}
         self._next_execution = 0
+        # The last execution whose tensors are being copied into its arena on a thread; the ones
+        # after it are sent behind it, in order (``_send_copied``).
+        self._copying: asyncio.Future[None] | None = None
+        self._settling: asyncio.Future[None] | None = None  # the same for results copied out
 
     def __len__(self) -> int:
         return len(self._executions)
@@ -132,19 +143,45 @@ class Executions:
         number = self._next_execution
         self._next_execution += 1
         slot = self._free_slot()
-        arena = None
-        if slot is not None:
-            arena = self._input_arenas[slot]
-            arena.reset()
-        pack = _ipc.pack_tensors
-        metas = [
-            (r.id, pack(r.inputs, arena), r.requested_outputs, r.parameters, r.correlation_id, r.flags)
-            for r in requests
-        ]
+        arena = None if slot is None else self._input_arenas[slot]
         self._executions[number] = _Execution(done, len(requests), [[] for _ in requests], requests, slot)
         for request in requests:
             request.on_cancel = partial(self._withdraw, number)
-        self._post(("execute", number, slot, metas))
+        if self._copying is None and (arena is None or _input_bytes(requests) <= OFF_LOOP_BYTES):
+            self._post(("execute", number, slot, _described(requests, arena)))
+        else:  # in order behind the executions whose tensors are still being copied
+            self._copying = asyncio.ensure_future(
+                self._send_copied(number, slot, requests, arena, self._copying)
+            )
+
+    async def _send_copied(
+        self,
+        number: int,
+        slot: int | None,
+        requests: list[BackendRequest],
+        arena: _ipc.Arena | None,
+        before: asyncio.Future[None] | None,
+    ) -> None:
+        """Send execution ``number`` once those before it are sent, its tensors copied into the
+        arena on a thread if large."""
+        if before is not None:
+            await before
+        try:
+            if arena is not None and _input_bytes(requests) > OFF_LOOP_BYTES:
+                metas = await asyncio.to_thread(_described, requests, arena)
+            else:
+                metas = _described(requests, arena)
+        except Exception as exc:
+            execution = self._executions.pop(number, None)
+            if execution is not None:
+                execution.fail(ServerError(f"copying the inputs of model '{self._model_name}': {exc}"))
+        else:
+            execution = self._executions.get(number)
+            if execution is not None and not execution.settled:  # not failed meanwhile (process exit)
+                self._post(("execute", number, slot, metas))
+        finally:
+            if self._copying is asyncio.current_task():
+                self._copying = None
 
     def _withdraw(self, number: int) -> None:
         """A request of execution ``number`` was cancelled. If the process has not started that
@@ -196,17 +233,48 @@ class Executions:
         else:
             arena = None if execution.slot is None else self._output_arenas[execution.slot]
             rescheduled = _rescheduled(payload, execution.count)
-            answers = [
-                BackendResponse({}, rescheduled=True) if index in rescheduled else backend_response(d, arena)
-                for index, d in enumerate(payload["responses"])
-            ]
-            # Every request has its final answer: nothing more can come for it, and its arenas are
-            # free for the next execution, which ``settle`` may start.
-            del self._executions[number]
-            execution.settle(answers)
+            described = payload["responses"]
+            if self._settling is None and (arena is None or _output_bytes(described) <= OFF_LOOP_BYTES):
+                answers = _answers(described, rescheduled, arena)  # before it goes: this may raise
+                # Every request has its final answer: nothing more can come for it, and its arenas are
+                # free for the next execution, which ``settle`` may start.
+                del self._executions[number]
+                execution.settle(answers)
+            else:
+                self._settling = asyncio.ensure_future(
+                    self._settle_copied(number, execution, described, rescheduled, arena, self._settling)
+                )
             return
         if execution.finished:
             self._executions.pop(number, None)
+
+    async def _settle_copied(
+        self,
+        number: int,
+        execution: _Execution,
+        described: list[Any],
+        rescheduled: frozenset[int],
+        arena: _ipc.Arena | None,
+        before: asyncio.Future[None] | None,
+    ) -> None:
+        """Settle ``execution`` with its responses once those before it are settled, their tensors
+        copied out of the arena on a thread if large. It holds its arenas until then."""
+        if before is not None:
+            await before
+        try:
+            if arena is not None and _output_bytes(described) > OFF_LOOP_BYTES:
+                answers = await asyncio.to_thread(_answers, described, rescheduled, arena)
+            else:
+                answers = _answers(described, rescheduled, arena)
+        except Exception as exc:
+            error = ServerError(f"reading the responses of model '{self._model_name}': {exc}")
+            answers = [BackendResponse({}, error=error) for _ in range(execution.count)]
+        finally:
+            if self._settling is asyncio.current_task():
+                self._settling = None
+        if self._executions.get(number) is execution:  # not failed meanwhile (process exit, unload)
+            del self._executions[number]
+            execution.settle(answers)
 
     def on_response(self, number: int, index: int, answer: BackendResponse | None, final: bool) -> None:
         """A response sender's response for request ``index`` of execution ``number``."""
@@ -290,6 +358,42 @@ def _rescheduled(payload: dict[str, Any], count: int) -> frozenset[int]:
     if type(indices) is not list or any(type(i) is not int or not 0 <= i < count for i in indices):
         raise ValueError(f"a result names rescheduled requests that its execution does not have: {indices!r}")
     return frozenset(indices)
+
+
+def _described(requests: list[BackendRequest], arena: _ipc.Arena | None) -> list[tuple[Any, ...]]:
+    """What an ``execute`` message says of each request, its tensors placed in ``arena`` (emptied
+    first: what it held belongs to an execution that has finished)."""
+    if arena is not None:
+        arena.reset()
+    pack = _ipc.pack_tensors
+    return [
+        (r.id, pack(r.inputs, arena), r.requested_outputs, r.parameters, r.correlation_id, r.flags)
+        for r in requests
+    ]
+
+
+def _input_bytes(requests: list[BackendRequest]) -> int:
+    return sum(array.nbytes for request in requests for array in request.inputs.values())
+
+
+def _output_bytes(described: Any) -> int:
+    """About how many bytes of tensors a result's responses have in the arena (see ``packed_bytes``)."""
+    if type(described) is not list:
+        return 0
+    return sum(
+        _ipc.packed_bytes(d["outputs"])
+        for d in described
+        if type(d) is dict and type(d.get("outputs")) is list
+    )
+
+
+def _answers(
+    described: list[Any], rescheduled: frozenset[int], arena: _ipc.Arena | None
+) -> list[BackendResponse]:
+    return [
+        BackendResponse({}, rescheduled=True) if index in rescheduled else backend_response(d, arena)
+        for index, d in enumerate(described)
+    ]
 
 
 def backend_response(described: dict[str, Any] | None, arena: _ipc.Arena | None) -> BackendResponse:

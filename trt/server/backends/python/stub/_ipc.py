@@ -383,6 +383,9 @@ EMPTY: Any = _Empty()
 # once an execution uses under half of what the arena holds: one large request does not leave its
 # memory held for good.
 KEPT_BYTES = 16 * 1024 * 1024
+# From here numpy's copy is as fast as an mmap slice's (256 KiB: 10 us both) and lets go of the GIL,
+# which the slice's holds: another thread's copy then leaves the event loop free.
+_COPYTO_BYTES = 1 << 18
 
 
 class Arena:
@@ -416,7 +419,10 @@ class Arena:
         offset = (self._used + 63) & ~63  # cache-line aligned (segments start page-aligned)
         if offset + nbytes > self.size:
             return None
-        if nbytes:
+        if nbytes >= _COPYTO_BYTES:
+            into = np.frombuffer(self._map, np.uint8, nbytes, offset)
+            np.copyto(into, raw_view(array).reshape(-1).view(np.uint8))
+        elif nbytes:
             self._map[offset : offset + nbytes] = raw_view(array).data  # a slice copy: cheaper than copyto
         self._used = offset + nbytes
         return offset, nbytes
@@ -457,6 +463,19 @@ def pack_tensors(tensors: dict[str, np.ndarray], arena: Arena | None) -> list[tu
                 continue
         packed.append(("inline", name, array))
     return packed
+
+
+def packed_bytes(packed: list[tuple[Any, ...]]) -> int:
+    """About how many bytes ``pack_tensors``' descriptions place in an arena: a message's word, not
+    checked here (``unpack_tensors`` checks it), so 0 for what does not read as a description."""
+    total = 0
+    try:
+        for item in packed:
+            if item[0] == "shm":
+                total += WIRE_TO_NUMPY[item[2]].itemsize * math.prod(item[3])
+    except (TypeError, KeyError, IndexError, ValueError):
+        return 0
+    return total
 
 
 def unpack_tensors(packed: list[tuple[Any, ...]], arena: Arena | None, copy: bool) -> dict[str, np.ndarray]:

@@ -173,16 +173,21 @@ def test_requests_pipelined_behind_a_large_body_are_read_by_the_connection(loop_
         assert [r.path for r in served.seen[1:]] == ["/v2/models/m/infer", "/v2/health/ready"] * 2
 
 
-def test_a_client_gone_mid_body_leaves_nothing_counted_and_the_server_serving() -> None:
+def test_a_body_counts_what_has_come_not_what_its_head_declares() -> None:
+    """A client that sends a head and stalls holds only the bytes it sent against the server's
+    budget; gone, it holds none, and the server goes on serving."""
     with _serving("uvloop", queued_bytes=QueuedBytes()) as served:
         sock, buffer = served.connect(), bytearray()
         sock.sendall(_post(_body(0)))
         _answer(sock, buffer)
         queued = served.server.queued_bytes
         assert queued is not None
-        sock.sendall(_post(_body(5))[: 2 * READ_INTO_BYTES])
+        body = _body(5)
+        head_size = len(_post(body)) - len(body)
+        sock.sendall(_post(body)[: 2 * READ_INTO_BYTES])
         time.sleep(0.2)
-        assert queued.held == len(_body(5))  # the whole body, reserved as its reading began
+        assert served.protocols() == [BodyReader.__name__]
+        assert queued.held == 2 * READ_INTO_BYTES - head_size
         sock.close()
         for _ in range(50):
             if queued.held == 0:
@@ -208,15 +213,44 @@ def test_a_body_that_stalls_while_read_into_one_gets_408() -> None:
         assert status == 408 and b"did not arrive whole" in body
 
 
-def test_a_body_the_queued_bytes_cannot_hold_is_refused_as_before() -> None:
-    with _serving("uvloop", queued_bytes=QueuedBytes(SIZE + SIZE // 2)) as served:
+def test_a_body_past_the_servers_budget_midway_is_dropped_read_to_its_end_and_refused() -> None:
+    """The reader stops where the server's budget runs out; the connection reads the rest in pieces,
+    answers 503, and serves the next request on the same connection."""
+    with _serving("uvloop", queued_bytes=QueuedBytes(len(_body(0)) + len(_body(0)) // 2)) as served:
         sock, buffer = served.connect(), bytearray()
         sock.sendall(_post(_body(0)))
         assert _answer(sock, buffer)[0] == 200
         slow = served.connect()
-        slow.sendall(_post(_body(7))[: 2 * READ_INTO_BYTES])  # holds the whole of its body
+        slow.sendall(_post(_body(7))[: 2 * READ_INTO_BYTES])  # holds 2 MiB of the 4.5
         time.sleep(0.2)
-        sock.sendall(_post(_body(8)))  # cannot be counted whole: read in pieces, then 503
+        sock.sendall(_post(_body(8)) + _post(b"next"))  # runs out of budget midway
         status, body = _answer(sock, buffer)
         assert status == 503 and b"max-queued-bytes" in body
+        assert _answer(sock, buffer) == (200, b"next")
         slow.close()
+        queued = served.server.queued_bytes
+        assert queued is not None
+        for _ in range(50):
+            if queued.held == 0:
+                break
+            time.sleep(0.05)
+        assert queued.held == 0
+
+
+def test_a_body_dropped_with_its_last_bytes_is_still_answered() -> None:
+    """The budget runs out on the very read that ends the body: nothing more comes to end the request
+    in pieces, so the reader's connection ends it (it hung until the idle timeout)."""
+    with _serving("uvloop", queued_bytes=QueuedBytes()) as served:
+        sock, buffer = served.connect(), bytearray()
+        sock.sendall(_post(_body(0)))
+        assert _answer(sock, buffer)[0] == 200
+        queued = served.server.queued_bytes
+        assert queued is not None
+        queued.limit = len(_body(0)) - 1  # every read fits but the one that brings the last byte
+        sock.settimeout(10)
+        sock.sendall(_post(_body(9)))  # and nothing after it, to end it
+        status, body = _answer(sock, buffer)
+        assert status == 503 and b"max-queued-bytes" in body
+        sock.sendall(_post(b"next"))
+        assert _answer(sock, buffer) == (200, b"next")
+        assert queued.held == 0

@@ -6,7 +6,10 @@ asks it where to put each read, and the kernel's copy from the socket is the onl
 the connection back when the body is whole. It never asks for more than the body has left, so the
 bytes of a next pipelined request stay in the socket for the connection's own protocol. The
 connection keeps its deadlines, limits and accounting: the reader tells it how many bytes came
-(``arrived``), and passes on what happens to the transport meanwhile (lost, EOF, write pauses).
+(``arrived``), which counts them as they come, never what the head merely declares (a client that
+sends heads alone must not take the server's byte budget), and may stop the reader (the server holds
+too much: the connection reads the rest in pieces and drops it). The reader passes on what happens
+to the transport meanwhile (lost, EOF, write pauses).
 """
 
 from __future__ import annotations
@@ -14,7 +17,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from trt.server.core.scheduling.queued_bytes import QueuedBytes
 from trt.server.http.unfilled_bytes import unfilled_bytes
 
 # A body with at least this much left to come is read into one buffer; a smaller one in the
@@ -30,7 +32,7 @@ class BodyReader(asyncio.BufferedProtocol):
         body: bytes,
         contents: memoryview,
         filled: int,
-        arrived: Callable[[int], None],
+        arrived: Callable[[int], bool],
         complete: Callable[[bytes], None],
     ) -> None:
         self.connection = connection
@@ -48,33 +50,27 @@ class BodyReader(asyncio.BufferedProtocol):
         transport: asyncio.Transport,
         size: int,
         first: bytes | memoryview,
-        limits: tuple[int, QueuedBytes | None],
-        arrived: Callable[[int], None],
+        max_body_size: int,
+        arrived: Callable[[int], bool],
         complete: Callable[[bytes], None],
     ) -> BodyReader | None:
         """Read the body of ``size`` bytes that begins with ``first`` into one bytes object, which
-        ``complete`` receives, its ``size`` bytes reserved in the queued bytes; None where it comes
-        in pieces instead: small, past the body's limit or the queued bytes' (then the pieces'
-        path answers, as ever), or where the interpreter does not allow it. ``limits``: the largest
-        body allowed, and the server's count of queued bytes."""
-        max_body_size, queued = limits
+        ``complete`` receives; None where it comes in pieces instead: small, past ``max_body_size``
+        (the pieces' path answers 413), or where the interpreter does not allow it. ``arrived`` is
+        told of each read (``first`` is the caller's to count) and stops the reader by saying False."""
         if size - len(first) < READ_INTO_BYTES or size > max_body_size:
             return None
-        if queued is not None and not queued.reserve(size):
-            return None
         made = unfilled_bytes(size)
-        if made is not None:
-            body, contents = made
-            contents[: len(first)] = first
-            reader = cls(connection, transport, body, contents, len(first), arrived, complete)
-            try:
-                transport.set_protocol(reader)
-                return reader
-            except NotImplementedError:  # a transport that keeps one protocol (asyncio's base class)
-                pass
-        if queued is not None:
-            queued.release(size)
-        return None
+        if made is None:
+            return None
+        body, contents = made
+        contents[: len(first)] = first
+        reader = cls(connection, transport, body, contents, len(first), arrived, complete)
+        try:
+            transport.set_protocol(reader)
+        except NotImplementedError:  # a transport that keeps one protocol (asyncio's base class)
+            return None
+        return reader
 
     def give_back(self) -> None:
         """Stop reading: the connection's own protocol reads again (the body is dropped)."""
@@ -90,11 +86,11 @@ class BodyReader(asyncio.BufferedProtocol):
 
     def buffer_updated(self, nbytes: int) -> None:
         self._filled += nbytes
-        self._arrived(nbytes)
-        if self._contents is None or self._filled < len(self._body):
-            return
-        self.give_back()
-        self._complete(self._body)
+        if not self._arrived(nbytes):
+            self.give_back()
+        elif self._contents is not None and self._filled == len(self._body):
+            self.give_back()
+            self._complete(self._body)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._contents = None

@@ -32,6 +32,14 @@ TOO_MANY_CHUNKS = (
 )
 
 
+class HeadTooLarge(Exception):
+    """Raised from a parser callback to stop parsing a request whose head breaks a limit."""
+
+
+class TooManyChunks(Exception):
+    """Raised from a parser callback to stop reading a chunked body of too many chunks."""
+
+
 @dataclass(frozen=True, slots=True)
 class HttpLimits:
     """What one request may make the server hold."""

@@ -26,14 +26,13 @@ import asyncio
 import logging
 import time
 from collections import deque
-from functools import partial
 from typing import TYPE_CHECKING
 
 import httptools
 
+from trt.server.http import limits
 from trt.server.http.body_reader import BodyReader
 from trt.server.http.heads import HEAD_END, HeadPlan, plannable
-from trt.server.http.limits import MAX_BODY_CHUNKS, TOO_MANY_CHUNKS, HeadBytes, head_rejection, over_budget
 from trt.server.http.lingering import refuse
 from trt.server.http.messages import (
     Handler,
@@ -51,14 +50,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger("trt.http")
 
 _MAX_PIPELINED = 32  # stop reading from a client that queues more than this
-
-
-class _HeadTooLarge(Exception):
-    """Raised from a parser callback to stop parsing a request whose head breaks a limit."""
-
-
-class _TooManyChunks(Exception):
-    """Raised from a parser callback to stop reading a chunked body of too many chunks."""
 
 
 class HttpProtocol(asyncio.Protocol):
@@ -90,7 +81,7 @@ class HttpProtocol(asyncio.Protocol):
         self._spellings: dict[str, str] | None = None
         self._header_count = 0
         self._in_head = True  # the parser is reading a request line and headers (or waits for one)
-        self._head = HeadBytes()
+        self._head = limits.HeadBytes()
         self._body: list[bytes] = []
         self._body_size = 0
         self._body_chunks = -1  # a chunked body's non-empty chunks so far (-1: not chunked)
@@ -147,13 +138,13 @@ class HttpProtocol(asyncio.Protocol):
 
     def time_out(self, now_ns: int) -> None:
         """408 and close, if the request being read has taken longer than ``HttpLimits`` allows."""
-        limits = self._server.limits
+        allowed = self._server.limits
         if self._in_head:
-            overdue = None if self._parser_idle else limits.head_overdue(self._started, now_ns)
+            overdue = None if self._parser_idle else allowed.head_overdue(self._started, now_ns)
         elif len(self._pending) > _MAX_PIPELINED:
             overdue = None  # not reading, for our own backlog: the body waits on us, not the client
         else:
-            overdue = limits.body_overdue(self._body_began, self._body_size, now_ns)
+            overdue = allowed.body_overdue(self._body_began, self._body_size, now_ns)
         if overdue is not None:
             self._reject(408, overdue.encode())
 
@@ -185,10 +176,10 @@ class HttpProtocol(asyncio.Protocol):
         except httptools.HttpParserUpgrade:
             self._reject(400, b"protocol upgrades are not supported")
         except httptools.HttpParserCallbackError as exc:
-            if isinstance(exc.__context__, _HeadTooLarge):
+            if isinstance(exc.__context__, limits.HeadTooLarge):
                 self._reject_head()
-            elif isinstance(exc.__context__, _TooManyChunks):
-                self._reject(400, TOO_MANY_CHUNKS.encode())
+            elif isinstance(exc.__context__, limits.TooManyChunks):
+                self._reject(400, limits.TOO_MANY_CHUNKS.encode())
             else:
                 raise
         except httptools.HttpParserError as exc:
@@ -218,11 +209,10 @@ class HttpProtocol(asyncio.Protocol):
             start = end + 4
             available = len(data) - start
             if available < size:  # the rest of the body comes later
-                if self._read_into_one(plan, memoryview(data)[start:], size):
-                    return b""
-                if available:
+                self._planned_head, self._planned_left = plan, size
+                if not self._read_into_one(memoryview(data)[start:], size):
                     self.on_body(data[start:])
-                self._planned_head, self._planned_left = plan, size - available
+                    self._planned_left = size - available
                 return b""
             if size:
                 self.on_body(data[start : start + size])
@@ -244,22 +234,30 @@ class HttpProtocol(asyncio.Protocol):
         self._complete_planned(plan)
         return data[left:]
 
-    def _read_into_one(self, plan: HeadPlan, first: memoryview, size: int) -> bool:
+    def _read_into_one(self, first: memoryview, size: int) -> bool:
         """Have the rest of a large body read straight into its bytes object (``body_reader``)."""
-        assert self._transport is not None
-        limits = self._server.limits.max_body_size, self._server.queued_bytes
-        done = partial(self._body_read, plan)
-        reader = BodyReader.start(self, self._transport, size, first, limits, self._body_arrived, done)
-        if reader is not None:
-            self._reader, self._reserved, self._body_size = reader, size, len(first)
+        transport, max_size = self._transport, self._server.limits.max_body_size
+        assert transport is not None
+        reader = BodyReader.start(self, transport, size, first, max_size, self._body_arrived, self._body_read)
+        self._reader = reader
+        if reader is not None and not self._body_arrived(len(first)):
+            reader.give_back()
         return reader is not None
 
-    def _body_arrived(self, size: int) -> None:
-        self._body_size += size
+    def _body_arrived(self, size: int) -> bool:
+        """``size`` more bytes of a body read into one; False once it is dropped (the rest: in pieces)."""
+        self._planned_left -= size
         self._touch()
-
-    def _body_read(self, plan: HeadPlan, body: bytes) -> None:
+        if self._counted(size):
+            return True
         self._reader = None
+        if not self._planned_left:  # dropped with its last bytes: no more come to end the request
+            self._body_read(b"")
+        return False
+
+    def _body_read(self, body: bytes) -> None:
+        plan, self._planned_head, self._reader = self._planned_head, None, None
+        assert plan is not None
         self._body = [body]
         self._complete_planned(plan)
 
@@ -269,7 +267,7 @@ class HttpProtocol(asyncio.Protocol):
         )
 
     def _reject_head(self) -> None:
-        status, message = head_rejection(
+        status, message = limits.head_rejection(
             self._server.limits, self._head.line_ended, self._url_size, self._header_count
         )
         self._reject(status, message.encode())
@@ -312,12 +310,12 @@ class HttpProtocol(asyncio.Protocol):
         self._url.append(url)
         self._url_size += len(url)
         if self._url_size > self._server.limits.max_header_size:
-            raise _HeadTooLarge
+            raise limits.HeadTooLarge
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._header_count += 1
         if self._header_count > self._server.limits.max_header_count:
-            raise _HeadTooLarge
+            raise limits.HeadTooLarge
         spelt = name.decode("latin-1")
         key = spelt.lower()
         if self._spellings is not None and key != spelt:
@@ -329,31 +327,35 @@ class HttpProtocol(asyncio.Protocol):
     def on_headers_complete(self) -> None:
         self._in_head = False
         self._body_began = time.perf_counter_ns()
-        self._head = HeadBytes()  # for the next request on this connection
+        self._head = limits.HeadBytes()  # for the next request on this connection
         self._body_chunks = 0 if "chunked" in self._headers.get("transfer-encoding", "").lower() else -1
         if self._headers.get("expect", "").lower() == "100-continue" and self._transport is not None:
             self._transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
     def on_body(self, body: bytes) -> None:
-        size = len(body)
-        self._body_size += size
-        if self._body_chunks >= 0 and size:  # httptools hands each chunk's bytes over on their own
+        if self._body_chunks >= 0 and body:  # httptools hands each chunk's bytes over on their own
             self._body_chunks += 1
-            if self._body_chunks > MAX_BODY_CHUNKS:
-                raise _TooManyChunks
+            if self._body_chunks > limits.MAX_BODY_CHUNKS:
+                raise limits.TooManyChunks
+        if self._counted(len(body)):
+            self._body.append(body)
+
+    def _counted(self, size: int) -> bool:
+        """Count ``size`` more bytes of the body; False once it is dropped (413 or 503 at its end)."""
+        self._body_size += size
         if self._too_large or self._over_budget:
-            return
+            return False
         if self._body_size > self._server.limits.max_body_size:
             self._too_large = True
         elif self._server.queued_bytes is not None and not self._server.queued_bytes.reserve(size):
             self._over_budget = True
         else:
             self._reserved += size
-            self._body.append(body)
-            return
-        self._body = []  # dropped: the answer is an error
+            return True
+        self._body = []
         self._release(self._reserved)
         self._reserved = 0
+        return False
 
     def _release(self, size: int) -> None:
         if size and self._server.queued_bytes is not None:
@@ -455,7 +457,7 @@ class HttpProtocol(asyncio.Protocol):
                     if request.body_too_large:
                         response = self._server.too_large(self._server.limits.max_body_size)
                     elif request.over_budget:
-                        response = HttpResponse(*over_budget(self._server.queued_bytes))
+                        response = HttpResponse(*limits.over_budget(self._server.queued_bytes))
                     else:
                         response = await self._handler(request)
                 except Exception:

@@ -48,10 +48,14 @@ _WORKS = _layout_holds()
 
 
 def unfilled_bytes(size: int) -> tuple[bytes, memoryview] | None:
-    """A new bytes object of ``size`` bytes, its contents unwritten, and a writable view of them;
-    None where this interpreter does not allow it."""
+    """A new bytes object of ``size`` bytes, its contents unwritten (pages taken only as they are
+    written), and a writable view of them; None where this interpreter does not allow it, or the
+    memory cannot be had."""
     if size < MIN_SIZE:
         raise ValueError(f"a bytes object of {size} bytes may be shared: it cannot be filled")
     if not _WORKS:
         return None
-    return _made(size)
+    try:
+        return _made(size)
+    except MemoryError:  # no address space for it now (many large bodies declared at once)
+        return None

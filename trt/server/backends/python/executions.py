@@ -31,8 +31,8 @@ from trt.server.core.extensions.tracing import Trace
 logger = logging.getLogger("trt.backends.python")
 # An execution whose tensors come to more than this has them copied into and out of its arenas on a
 # thread (numpy's copy lets go of the GIL): on the event loop, a 64 MB input and output held every
-# other request for 40 ms and more.
-OFF_LOOP_BYTES = 1 << 20
+# other request for 12-16 ms. A result's own word says whether its outputs do ("arena_bytes").
+OFF_LOOP_BYTES = _ipc.LARGE_ARENA_BYTES
 
 # Called once per execution, from the event loop: (responses, None) or (None, the error), and
 # when the model process started it (perf_counter ns; None if it never did).
@@ -233,16 +233,18 @@ class Executions:
         else:
             arena = None if execution.slot is None else self._output_arenas[execution.slot]
             rescheduled = _rescheduled(payload, execution.count)
-            described = payload["responses"]
-            if self._settling is None and (arena is None or _output_bytes(described) <= OFF_LOOP_BYTES):
+            described, large = payload["responses"], arena is not None and "arena_bytes" in payload
+            if self._settling is None and not large:
                 answers = _answers(described, rescheduled, arena)  # before it goes: this may raise
                 # Every request has its final answer: nothing more can come for it, and its arenas are
                 # free for the next execution, which ``settle`` may start.
                 del self._executions[number]
                 execution.settle(answers)
             else:
+                settle = self._settle_copied
+                before = self._settling
                 self._settling = asyncio.ensure_future(
-                    self._settle_copied(number, execution, described, rescheduled, arena, self._settling)
+                    settle(number, execution, described, rescheduled, arena, large, before)
                 )
             return
         if execution.finished:
@@ -255,14 +257,15 @@ class Executions:
         described: list[Any],
         rescheduled: frozenset[int],
         arena: _ipc.Arena | None,
+        large: bool,
         before: asyncio.Future[None] | None,
     ) -> None:
         """Settle ``execution`` with its responses once those before it are settled, their tensors
-        copied out of the arena on a thread if large. It holds its arenas until then."""
+        copied out of the arena on a thread if ``large``. It holds its arenas until then."""
         if before is not None:
             await before
         try:
-            if arena is not None and _output_bytes(described) > OFF_LOOP_BYTES:
+            if large:
                 answers = await asyncio.to_thread(_answers, described, rescheduled, arena)
             else:
                 answers = _answers(described, rescheduled, arena)
@@ -374,17 +377,6 @@ def _described(requests: list[BackendRequest], arena: _ipc.Arena | None) -> list
 
 def _input_bytes(requests: list[BackendRequest]) -> int:
     return sum(array.nbytes for request in requests for array in request.inputs.values())
-
-
-def _output_bytes(described: Any) -> int:
-    """About how many bytes of tensors a result's responses have in the arena (see ``packed_bytes``)."""
-    if type(described) is not list:
-        return 0
-    return sum(
-        _ipc.packed_bytes(d["outputs"])
-        for d in described
-        if type(d) is dict and type(d.get("outputs")) is list
-    )
 
 
 def _answers(

@@ -383,6 +383,9 @@ EMPTY: Any = _Empty()
 # once an execution uses under half of what the arena holds: one large request does not leave its
 # memory held for good.
 KEPT_BYTES = 16 * 1024 * 1024
+# An execution whose tensors in an arena come to more than this has them copied on a thread by the
+# server; a model process's result says so ("arena_bytes"), so that the server need not add them up.
+LARGE_ARENA_BYTES = 1 << 20
 # From here numpy's copy is as fast as an mmap slice's (256 KiB: 10 us both) and lets go of the GIL,
 # which the slice's holds: another thread's copy then leaves the event loop free.
 _COPYTO_BYTES = 1 << 18
@@ -400,6 +403,11 @@ class Arena:
         self._map = mmap.mmap(fd, size, offset=start)  # this arena's bytes only, not those before it
         self._used = 0
         self._held = 0  # how far pages may have been written: what MADV_REMOVE would give back
+
+    @property
+    def used(self) -> int:
+        """How far this execution has filled it."""
+        return self._used
 
     def reset(self) -> None:
         """Make room for the next execution; give back what the last one left unused (see KEPT_BYTES)."""
@@ -463,19 +471,6 @@ def pack_tensors(tensors: dict[str, np.ndarray], arena: Arena | None) -> list[tu
                 continue
         packed.append(("inline", name, array))
     return packed
-
-
-def packed_bytes(packed: list[tuple[Any, ...]]) -> int:
-    """About how many bytes ``pack_tensors``' descriptions place in an arena: a message's word, not
-    checked here (``unpack_tensors`` checks it), so 0 for what does not read as a description."""
-    total = 0
-    try:
-        for item in packed:
-            if item[0] == "shm":
-                total += WIRE_TO_NUMPY[item[2]].itemsize * math.prod(item[3])
-    except (TypeError, KeyError, IndexError, ValueError):
-        return 0
-    return total
 
 
 def unpack_tensors(packed: list[tuple[Any, ...]], arena: Arena | None, copy: bool) -> dict[str, np.ndarray]:

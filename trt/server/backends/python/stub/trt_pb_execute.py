@@ -123,6 +123,8 @@ def execute(runtime: Any, model: Any, loop: asyncio.AbstractEventLoop, execution
         for index, r in enumerate(result)
     ]
     done = {"responses": described, "started_ns": started_ns}
+    if output_arena is not None and output_arena.used > _ipc.LARGE_ARENA_BYTES:
+        done["arena_bytes"] = output_arena.used
     if rescheduled:
         done["rescheduled"] = rescheduled
     try:

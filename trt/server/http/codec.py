@@ -342,6 +342,7 @@ def encode_response(
         return cached
     outputs_json: list[dict[str, Any]] = []
     chunks: list[bytes | memoryview] = []
+    size = 0  # of the binary tensors
     for output in response.outputs:
         entry: dict[str, Any] = {
             "name": output.name,
@@ -355,6 +356,7 @@ def encode_response(
             raw = tensor_to_bytes(output.data, output.datatype)
             entry["parameters"] = {**output.parameters, "binary_data_size": len(raw)}
             chunks.append(raw)
+            size += len(raw)
         else:
             if output.parameters:
                 entry["parameters"] = output.parameters
@@ -369,7 +371,7 @@ def encode_response(
     header = orjson.dumps(document, option=orjson.OPT_SERIALIZE_NUMPY)
     if not chunks:
         return header, None
-    return _joined_unless_large(header, chunks), len(header)
+    return _body(header, chunks, size), len(header)
 
 
 # JSON headers of all-binary responses without id or parameters, by what they hold (model, version,
@@ -387,12 +389,15 @@ def _binary_response(
         return None
     chunks: list[bytes | memoryview] = []
     key: list[object] = [response.model_name, response.model_version]
+    size = 0
     for output in response.outputs:
         if output.data is None or output.parameters or not binary_choice.get(output.name, default_binary):
             return None
         raw = tensor_to_bytes(output.data, output.datatype)
         chunks.append(raw)
-        key += (output.name, output.datatype, tuple(output.shape), len(raw))
+        length = len(raw)
+        size += length
+        key += (output.name, output.datatype, tuple(output.shape), length)
     frozen = tuple(key)
     header = _binary_headers.get(frozen)
     if header is None:
@@ -413,13 +418,12 @@ def _binary_response(
         if len(_binary_headers) >= _CACHED_HEADERS:
             _binary_headers.clear()
         _binary_headers[frozen] = header
-    return _joined_unless_large(header, chunks), len(header)
+    return _body(header, chunks, size), len(header)
 
 
-def _joined_unless_large(header: bytes, chunks: list[bytes | memoryview]) -> bytes | SplitBody:
-    """The JSON header and the binary tensors after it: one bytes object, or left in pieces when the
-    tensors are large (the outputs' own buffers, written as they are)."""
-    parts = [header, *chunks]
-    if sum(map(len, chunks)) > SPLIT_BODY_BYTES:
-        return SplitBody.of(parts)
-    return b"".join(parts)
+def _body(header: bytes, chunks: list[bytes | memoryview], size: int) -> bytes | SplitBody:
+    """The JSON header and the binary tensors (``size`` bytes) after it: one bytes object, or left in
+    pieces when the tensors are large (the outputs' own buffers, written as they are)."""
+    if size > SPLIT_BODY_BYTES:
+        return SplitBody((header, *chunks), len(header) + size)
+    return b"".join([header, *chunks])

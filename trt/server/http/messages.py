@@ -52,11 +52,7 @@ class SplitBody:
     loop, into freshly mapped pages when large (64 MB: 42 ms here)."""
 
     parts: tuple[bytes | memoryview, ...]  # memoryviews of bytes ("B"), read-only from here on
-    size: int
-
-    @classmethod
-    def of(cls, parts: list[bytes | memoryview]) -> SplitBody:
-        return cls(tuple(parts), sum(map(len, parts)))
+    size: int  # the parts' bytes together
 
     def __len__(self) -> int:
         return self.size

@@ -376,7 +376,11 @@ def _described(requests: list[BackendRequest], arena: _ipc.Arena | None) -> list
 
 
 def _input_bytes(requests: list[BackendRequest]) -> int:
-    return sum(array.nbytes for request in requests for array in request.inputs.values())
+    total = 0  # loops, not sum() over a generator: this runs for every execution
+    for request in requests:
+        for array in request.inputs.values():
+            total += array.nbytes
+    return total
 
 
 def _answers(

@@ -1,13 +1,14 @@
 """Tensors through system shared memory, trt against NVIDIA Triton 2.51: the same Python identity model
-on both, one request at a time over HTTP, for large FP32 tensors sent in the body (binary) or through
-registered regions (input and output both in shared memory).
+on both, one request at a time over HTTP (or gRPC, ``--protocol grpc``), for large FP32 tensors sent in
+the body (binary; over gRPC, ``raw_input_contents``) or through registered regions (input and output
+both in shared memory).
 
 Per run: the median request latency, and the longest a health check of the same server waited while
 the requests ran (whether a large copy holds everyone else). Rounds alternate the servers' order; the
 table gives each round's trt / Triton ratio and their median. One run on one machine: compare ratios.
 
     flock /tmp/trt-bench.lock python benchmarks/shared_memory_vs_triton.py --peers /tmp/trt-peers
-        [--sizes-mb 1,16,64] [--requests 10] [--rounds 3]
+        [--protocol grpc] [--sizes-mb 1,16,64] [--requests 10] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -22,8 +23,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
 from rich.console import Console
@@ -75,13 +78,28 @@ def _health_checks(port: int) -> Iterator[Callable[[], object]]:
         client.close()
 
 
-def _run(port: int, data: np.ndarray, mode: str, requests: int) -> dict[str, float]:
-    client = httpclient.InferenceServerClient(f"127.0.0.1:{port}", network_timeout=300)
+def _run(
+    ports: tuple[int, int], protocol: str, data: np.ndarray, mode: str, requests: int
+) -> dict[str, float]:
+    """``requests`` to the server on ``ports`` (HTTP, gRPC) over ``protocol``, the health checks over
+    HTTP."""
+    http_port, grpc_port = ports
+    client: Any
+    if protocol == "grpc":
+        # tritonclient's own limit (2**31 - 1 both ways) is what perf_analyzer and most clients set.
+        client = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}")
+        module = grpcclient
+        output = grpcclient.InferRequestedOutput("Y")
+    else:
+        client, module = (
+            httpclient.InferenceServerClient(f"127.0.0.1:{http_port}", network_timeout=300),
+            httpclient,
+        )
+        output = httpclient.InferRequestedOutput("Y", binary_data=True)
     size, tag = data.nbytes, f"/trt_bench_shm_{os.getpid()}"
     regions = []
     try:
-        tensor = httpclient.InferInput("X", [data.size], "FP32")
-        output = httpclient.InferRequestedOutput("Y", binary_data=True)
+        tensor = module.InferInput("X", [data.size], "FP32")
         if mode == "system_shm":
             regions = [shm.create_shared_memory_region(n, f"{tag}_{n}", size) for n in ("in", "out")]
             shm.set_shared_memory_region(regions[0], [data])
@@ -90,7 +108,7 @@ def _run(port: int, data: np.ndarray, mode: str, requests: int) -> dict[str, flo
             tensor.set_shared_memory("bench_in", size)
             output.set_shared_memory("bench_out", size)
         else:
-            tensor.set_data_from_numpy(data, binary_data=True)
+            tensor.set_data_from_numpy(data)
         latencies: list[float] = []
 
         def send() -> None:
@@ -103,10 +121,10 @@ def _run(port: int, data: np.ndarray, mode: str, requests: int) -> dict[str, flo
 
         send()  # warm: the first large request of each size allocates on both servers
         latencies.clear()
-        _, worst = longest_wait_while(partial(_health_checks, port), send)
+        _, worst = longest_wait_while(partial(_health_checks, http_port), send)
         answer = shm.get_contents_as_numpy(regions[1], np.float32, [data.size]) if regions else None
         if answer is not None and not np.array_equal(answer, data):
-            raise SystemExit(f"the answer on port {port} differs from the input")
+            raise SystemExit(f"the answer on port {http_port} differs from the input")
         return {"latency_ms": 1000 * statistics.median(latencies), "health_wait_ms": 1000 * worst}
     finally:
         if mode == "system_shm":
@@ -120,6 +138,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_options(parser, "shared_memory_vs_triton", requests=10)
     parser.add_argument("--sizes-mb", default="1,16,64", help="tensor sizes, MB (10^6 bytes) of FP32")
+    parser.add_argument("--protocol", choices=("http", "grpc"), default="http")
     args = parser.parse_args()
     console = Console()
     sizes = [int(size) for size in args.sizes_mb.split(",")]
@@ -132,13 +151,16 @@ def main() -> None:
                 for server in order:
                     for size in sizes:
                         for mode in MODES:
-                            measured = _run(servers[server].http_port, tensors[size], mode, args.requests)
+                            served = servers[server]
+                            ports = (served.http_port, served.grpc_port)
+                            measured = _run(ports, args.protocol, tensors[size], mode, args.requests)
                             rows.append(
                                 {"round": index, "server": server, "case": f"{size} MB {mode}", **measured}
                             )
                             console.print(f"round {index} {server:6} {size:>4} MB {mode:10} {measured}")
     groups = {f"{size} MB {mode}": ["latency_ms", "health_wait_ms"] for size in sizes for mode in MODES}
-    table, summary = ratio_table("system shared memory: trt / Triton 2.51", rows, groups, "case")
+    title = f"system shared memory over {args.protocol}: trt / Triton 2.51"
+    table, summary = ratio_table(title, rows, groups, "case")
     console.print(table)
     write_results(args.output, rows, summary, console)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import queue
@@ -437,6 +438,18 @@ def longest_metrics_wait_while(server: ServerProcess, action: Callable[[], None]
             return bytes(answer.read())
 
     return longest_wait_while(lambda: nullcontext(scrape), action)
+
+
+async def longest_loop_gap_while(work: asyncio.Future[Any]) -> float:
+    """The longest the running event loop went without coming back to a 1 ms ticker until ``work``
+    ended, in seconds (``work`` is awaited: its exception, if any, is raised)."""
+    longest, last = 0.0, time.perf_counter()
+    while not work.done():
+        await asyncio.sleep(0.001)
+        now = time.perf_counter()
+        longest, last = max(longest, now - last), now
+    await work
+    return longest
 
 
 def longest_wait_while(

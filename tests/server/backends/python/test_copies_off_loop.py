@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from tests.server.backends.python.instances import model_instance
+from tests.support import longest_loop_gap_while
 from trt.server.backends.python.executions import OFF_LOOP_BYTES
 from trt.server.core.backends.base import BackendRequest
 from trt.server.core.extensions.statistics import ModelStatistics
@@ -42,16 +43,6 @@ def _request(data: np.ndarray) -> BackendRequest:
     return BackendRequest("", {"X": data}, ("Y", "ORDER"), {})
 
 
-async def _longest_stall_while(work: asyncio.Future[object]) -> float:
-    """The longest the loop took to come back to a 1 ms ticker while ``work`` ran, in seconds."""
-    worst, last = 0.0, time.perf_counter()
-    while not work.done():
-        await asyncio.sleep(0.001)
-        now = time.perf_counter()
-        worst, last = max(worst, now - last), now
-    return worst
-
-
 def test_a_64_mb_tensor_in_and_out_leaves_the_loop_free(tmp_path: Path) -> None:
     instance = model_instance(tmp_path, COUNTING)
     scheduler = RequestScheduler([instance], ModelStatistics("m", "1"))
@@ -62,7 +53,7 @@ def test_a_64_mb_tensor_in_and_out_leaves_the_loop_free(tmp_path: Path) -> None:
             await scheduler.schedule(_request(data), 1)  # the arenas' pages made once
             started = time.perf_counter()
             work = asyncio.ensure_future(scheduler.schedule(_request(data), 1))
-            stall = await _longest_stall_while(work)
+            stall = await longest_loop_gap_while(work)
             response, _ = await work
             return stall, time.perf_counter() - started, response.outputs["Y"]
         finally:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import write_simple
+from tests.support import longest_loop_gap_while, write_simple
 from trt.server.core.models.repository import fingerprint
 from trt.server.core.options import CoreOptions, ModelControlMode
 from trt.server.core.server import InferenceServer
@@ -27,17 +27,6 @@ def fine_gil_switching() -> Iterator[None]:
     sys.setswitchinterval(0.001)
     yield
     sys.setswitchinterval(before)
-
-
-async def _longest_gap_while(work: asyncio.Future[None]) -> float:
-    """The longest the loop went without running a 1 ms ticker until ``work`` ended, in seconds."""
-    longest, last = 0.0, time.perf_counter()
-    while not work.done():
-        await asyncio.sleep(0.001)
-        now = time.perf_counter()
-        longest, last = max(longest, now - last), now
-    await work
-    return longest
 
 
 @pytest.mark.usefixtures("fine_gil_switching")
@@ -59,7 +48,7 @@ def test_a_poll_walks_the_repository_off_the_event_loop(tmp_path: Path) -> None:
             fingerprint(tmp_path / "simple")  # the walk itself, on the loop, for scale
             walk = time.perf_counter() - began
             (tmp_path / "simple" / "1" / "assets" / "new.txt").write_text("changed")  # a reload too
-            gap = await _longest_gap_while(asyncio.ensure_future(core.models.poll_once()))
+            gap = await longest_loop_gap_while(asyncio.ensure_future(core.models.poll_once()))
             return walk, gap
         finally:
             await core.stop()

@@ -1,5 +1,5 @@
 """Hypothesis profiles: ``ci`` (the default: 400 examples a test, the gRPC request builder half of
-that and the HTTP/2 timers property a quarter, 6,700 across tests/fuzz) and ``long`` (what
+that and the HTTP/2 timers property a quarter, 7,100 across tests/fuzz) and ``long`` (what
 ``scripts/fuzz.py`` runs for as long as it is given). No example database is written: CI machines
 are fresh, and a failure prints the example that reproduces it."""
 

@@ -3,8 +3,9 @@ would, and checking what is left once the client has gone.
 
 ``RecordingTransport`` keeps what the connection writes and, like uvloop's transports, raises on a
 write after ``write_eof()``, ``close()`` or the connection's loss. ``serve`` hands the bytes over piece
-by piece, lets what they started run, drops the connection, and fails if anything the connection
-started is still running after ``settle_s`` or if the event loop saw an exception no one retrieved.
+by piece (to the protocol the transport has at the time, ``deliver``), lets what they started run,
+drops the connection, and fails if anything the connection started is still running after
+``settle_s`` or if the event loop saw an exception no one retrieved.
 ``nothing_left_running`` checks the same around a request handed to an app directly; ``core_on``
 runs the real core such tests serve from, in the loop they drive.
 """
@@ -83,6 +84,23 @@ class RecordingTransport(asyncio.Transport):
         return default
 
 
+def deliver(transport: RecordingTransport, data: bytes) -> None:
+    """Hand ``data`` to whichever protocol the transport has now, as the event loop does: a
+    ``BufferedProtocol`` (a body read into one buffer) gets reads no larger than the buffer it offers,
+    and the rest goes to the protocol it hands back to."""
+    view = memoryview(data)
+    while view and not transport.ended:
+        protocol = transport.get_protocol()
+        if not isinstance(protocol, asyncio.BufferedProtocol):
+            protocol.data_received(bytes(view))  # type: ignore[attr-defined]
+            return
+        buffer = memoryview(protocol.get_buffer(len(view))).cast("B")
+        size = min(len(buffer), len(view))
+        buffer[:size] = view[:size]
+        protocol.buffer_updated(size)
+        view = view[size:]
+
+
 async def serve(
     connection: asyncio.Protocol,
     pieces: list[bytes],
@@ -112,7 +130,7 @@ async def serve(
                 break
             while transport.paused:  # it holds what it has read until it has answered some of it
                 await asyncio.sleep(0.001)
-            connection.data_received(piece)
+            deliver(transport, piece)
             await asyncio.sleep(0)
         if delays and not transport.ended:
             await asyncio.sleep(delays[-1])

@@ -6,14 +6,18 @@ own tensors back."""
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from tests.server.backends.python.instances import model_instance
 from tests.support import longest_loop_gap_while
-from trt.server.backends.python.executions import OFF_LOOP_BYTES
+from trt.server.backends.python.executions import OFF_LOOP_BYTES, Executions
+from trt.server.backends.python.process import EXECUTION_SLOTS
+from trt.server.backends.python.stub import _ipc
 from trt.server.core.backends.base import BackendRequest
 from trt.server.core.extensions.statistics import ModelStatistics
 from trt.server.core.scheduling.request_scheduler import RequestScheduler
@@ -85,3 +89,34 @@ def test_executions_around_large_ones_keep_their_order_and_their_own_tensors(tmp
     assert [int(a["ORDER"][0]) for a in answers] == list(range(9))
     for sent, answer in zip(tensors, answers, strict=True):
         np.testing.assert_array_equal(answer["Y"], sent)
+
+
+def test_an_execution_behind_a_copy_that_never_finished_is_still_sent() -> None:
+    """The executions sent behind a large one wait for its copy, however it ends: one whose copying
+    task was cancelled (as at a loop's shutdown) left every later execution unsent for good."""
+    size = 4 * OFF_LOOP_BYTES
+    fds = [_ipc.new_segment(f"test_copies_{kind}", size * EXECUTION_SLOTS) for kind in ("in", "out")]
+    posted: list[Any] = []
+    executions = Executions(
+        "m", Path("model.py"), *(_ipc.slot_arenas(fd, size, EXECUTION_SLOTS) for fd in fds),
+        posted.append, lambda requests, done: None,
+    )  # fmt: skip
+    executions.open = True
+
+    async def scenario() -> None:
+        executions.start_requests([_request(np.ones(OFF_LOOP_BYTES, np.float32))], lambda *_: None)
+        copying = executions._copying  # the large one's copy, on its way
+        assert copying is not None
+        copying.cancel()
+        executions.start_requests([_request(np.ones(4, np.float32))], lambda *_: None)
+        for _ in range(100):
+            await asyncio.sleep(0.01)
+            if posted:
+                return
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        for fd in fds:
+            os.close(fd)
+    assert [message[:2] for message in posted] == [("execute", 1)]

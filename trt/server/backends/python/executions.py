@@ -164,9 +164,9 @@ class Executions:
     ) -> None:
         """Send execution ``number`` once those before it are sent, its tensors copied into the
         arena on a thread if large."""
-        if before is not None:
-            await before
         try:
+            if before is not None:
+                await asyncio.wait((before,))  # however it ended: this one goes on
             if arena is not None and _input_bytes(requests) > OFF_LOOP_BYTES:
                 metas = await asyncio.to_thread(_described, requests, arena)
             else:
@@ -262,9 +262,9 @@ class Executions:
     ) -> None:
         """Settle ``execution`` with its responses once those before it are settled, their tensors
         copied out of the arena on a thread if ``large``. It holds its arenas until then."""
-        if before is not None:
-            await before
         try:
+            if before is not None:
+                await asyncio.wait((before,))  # however it ended: this one goes on
             if large:
                 answers = await asyncio.to_thread(_answers, described, rescheduled, arena)
             else:

@@ -21,6 +21,7 @@ import uvloop
 
 from tests.certificates import issue_certificates
 from trt.server.core.scheduling.queued_bytes import QueuedBytes
+from trt.server.http import unfilled_bytes as unfilled_bytes_module
 from trt.server.http.body_reader import READ_INTO_BYTES, BodyReader
 from trt.server.http.limits import HttpLimits
 from trt.server.http.messages import HttpRequest, HttpResponse
@@ -40,6 +41,16 @@ def test_unfilled_bytes_are_written_through_their_view() -> None:
     assert type(body) is bytes and body == b"abcde" and body.decode() == "abcde"
     with pytest.raises(ValueError):
         unfilled_bytes(1)  # CPython's shared one-byte objects must never be written
+
+
+def test_a_layout_that_is_not_cpythons_is_found_before_anything_is_written(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Where the characters are not where the offset says, the check reads a known pattern there and
+    refuses, before it writes (a write past the object would corrupt the heap): bodies come in pieces."""
+    monkeypatch.setattr(unfilled_bytes_module, "_CONTENTS_OFFSET", unfilled_bytes_module._CONTENTS_OFFSET + 8)
+    monkeypatch.setattr(unfilled_bytes_module, "_made", lambda size: pytest.fail("wrote before checking"))
+    assert not unfilled_bytes_module._layout_holds()
 
 
 class _Served:

@@ -10,8 +10,9 @@ writable view of the contents.
 
 The rule a caller keeps: write through the view only while nothing else holds the bytes object, and
 drop the view before handing the object on (the view keeps the object alive, not the reverse). Checked
-once, at import, on a known pattern; where the layout is not CPython's, ``unfilled_bytes`` gives
-None and the caller reads the body in pieces.
+once, at import: a known pattern read where the characters should be, then written there and read
+back; where the layout is not CPython's, ``unfilled_bytes`` gives None and the caller reads the body
+in pieces.
 """
 
 from __future__ import annotations
@@ -34,8 +35,12 @@ def _made(size: int) -> tuple[bytes, memoryview]:
 
 
 def _layout_holds() -> bool:
+    """Whether a bytes object's characters are where ``_CONTENTS_OFFSET`` says: read first from an
+    ordinary bytes object (nothing written where it might not belong), then written and read back."""
     try:
         pattern = bytes(range(251)) * 4
+        if ctypes.string_at(id(pattern) + _CONTENTS_OFFSET, len(pattern)) != pattern:
+            return False
         made, view = _made(len(pattern))
         view[:] = pattern
         view.release()

@@ -440,6 +440,29 @@ def longest_metrics_wait_while(server: ServerProcess, action: Callable[[], None]
     return longest_wait_while(lambda: nullcontext(scrape), action)
 
 
+def read_http_response(sock: socket.socket, buffer: bytearray) -> tuple[int, dict[str, str], bytes]:
+    """(status, headers by lower-case name, body) of the next HTTP/1.1 answer on ``sock``, framed by
+    its Content-Length; what was read past it stays in ``buffer`` for the next call."""
+    while b"\r\n\r\n" not in buffer:
+        chunk = sock.recv(1 << 20)
+        if not chunk:
+            raise ConnectionError("closed before a full response")
+        buffer += chunk
+    head, _, rest = bytes(buffer).partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split()[1])
+    headers = {k.strip().lower(): v.strip() for k, v in (line.split(":", 1) for line in lines[1:])}
+    length = int(headers.get("content-length", "0"))
+    body = bytearray(rest)
+    while len(body) < length:
+        chunk = sock.recv(1 << 20)
+        if not chunk:
+            raise ConnectionError("closed mid-body")
+        body += chunk
+    buffer[:] = body[length:]
+    return status, headers, bytes(body[:length])
+
+
 async def longest_loop_gap_while(work: asyncio.Future[Any]) -> float:
     """The longest the running event loop went without coming back to a 1 ms ticker until ``work``
     ended, in seconds (``work`` is awaited: its exception, if any, is raised)."""

@@ -20,6 +20,7 @@ import pytest
 import uvloop
 
 from tests.certificates import issue_certificates
+from tests.support import read_http_response
 from trt.server.core.scheduling.queued_bytes import QueuedBytes
 from trt.server.http import unfilled_bytes as unfilled_bytes_module
 from trt.server.http.body_reader import READ_INTO_BYTES, BodyReader
@@ -114,21 +115,8 @@ def _post(body: bytes) -> bytes:
 
 def _answer(sock: socket.socket, buffer: bytearray) -> tuple[int, bytes]:
     """(status, body) of the next answer on ``sock``; what follows it stays in ``buffer``."""
-    while b"\r\n\r\n" not in buffer:
-        chunk = sock.recv(1 << 20)
-        if not chunk:
-            raise ConnectionError("closed before an answer")
-        buffer += chunk
-    head, _, rest = bytes(buffer).partition(b"\r\n\r\n")
-    length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
-    body = bytearray(rest)
-    while len(body) < length:
-        chunk = sock.recv(1 << 20)
-        if not chunk:
-            raise ConnectionError("closed mid-answer")
-        body += chunk
-    buffer[:] = body[length:]
-    return int(head.split(b" ", 2)[1]), bytes(body[:length])
+    status, _, body = read_http_response(sock, buffer)
+    return status, body
 
 
 def _body(seed: int) -> bytes:

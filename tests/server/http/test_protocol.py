@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from tests.support import ServerProcess
+from tests.support import ServerProcess, read_http_response
 
 INFER_BODY = json.dumps(
     {
@@ -27,26 +27,6 @@ def _connect(server: ServerProcess) -> socket.socket:
     return socket.create_connection(("127.0.0.1", server.http_port), timeout=10)
 
 
-def _read_response(sock: socket.socket, buffer: bytearray) -> tuple[int, dict[str, str], bytes]:
-    while b"\r\n\r\n" not in buffer:
-        chunk = sock.recv(65536)
-        if not chunk:
-            raise ConnectionError("closed before a full response")
-        buffer += chunk
-    head, _, rest = bytes(buffer).partition(b"\r\n\r\n")
-    lines = head.decode("latin-1").split("\r\n")
-    status = int(lines[0].split()[1])
-    headers = {k.strip().lower(): v.strip() for k, v in (line.split(":", 1) for line in lines[1:])}
-    length = int(headers.get("content-length", "0"))
-    while len(rest) < length:
-        chunk = sock.recv(65536)
-        if not chunk:
-            raise ConnectionError("closed mid-body")
-        rest += chunk
-    buffer[:] = rest[length:]
-    return status, headers, rest[:length]
-
-
 def _post(path: str, body: bytes, extra: str = "") -> bytes:
     return f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n{extra}\r\n".encode() + body
 
@@ -60,7 +40,7 @@ def test_pipelined_requests_are_answered_in_order_on_one_connection(server: Serv
             + _post("/v2/models/nope/infer", INFER_BODY)
         )
         buffer = bytearray()
-        statuses = [_read_response(sock, buffer) for _ in range(4)]
+        statuses = [read_http_response(sock, buffer) for _ in range(4)]
     assert [s for s, _, _ in statuses] == [200, 200, 200, 404]
     assert json.loads(statuses[1][2])["outputs"][0]["data"][:3] == [1, 2, 3]
     assert json.loads(statuses[2][2])["name"] == "simple"
@@ -76,7 +56,7 @@ def test_a_keep_alive_connection_is_answered_after_pauses_and_bursts(server: Ser
         for burst in (1, 3, 1, 2):
             time.sleep(0.05)  # the connection is idle, waiting
             sock.sendall(_post("/v2/models/simple/infer", INFER_BODY) + live * (burst - 1))
-            answers = [_read_response(sock, buffer) for _ in range(burst)]
+            answers = [read_http_response(sock, buffer) for _ in range(burst)]
             assert [status for status, _, _ in answers] == [200] * burst
             assert json.loads(answers[0][2])["outputs"][0]["data"][:3] == [1, 2, 3]
         assert not buffer
@@ -111,7 +91,7 @@ def test_requests_with_the_same_head_each_get_their_own_answer(server: ServerPro
         buffer = bytearray()
         for value in (1, 2, 3, 50, -7):
             sock.sendall(_binary_infer(value, 1, compress=compress))
-            status, _, payload = _read_response(sock, buffer)
+            status, _, payload = read_http_response(sock, buffer)
             assert status == 200
             assert json.loads(payload)["outputs"][0]["data"] == [value + 1] * 16
 
@@ -124,7 +104,7 @@ def test_a_request_layout_is_checked_by_each_model_it_is_sent_to(server: ServerP
         for _ in range(3):
             for model, expected in (("simple", 200), ("autocomplete_fp32", 400)):
                 sock.sendall(_binary_infer(2, 1, model=model))
-                status, _, payload = _read_response(sock, buffer)
+                status, _, payload = read_http_response(sock, buffer)
                 assert status == expected, (model, payload)
                 if status == 400:
                     assert "data-type is 'INT32'" in json.loads(payload)["error"]
@@ -135,7 +115,7 @@ def test_a_repeated_head_asking_for_gzip_gets_gzip_every_time(server: ServerProc
         buffer = bytearray()
         for value in (4, 5, 6):
             sock.sendall(_binary_infer(value, 1, "Accept-Encoding: gzip\r\n"))
-            status, headers, payload = _read_response(sock, buffer)
+            status, headers, payload = read_http_response(sock, buffer)
             assert status == 200 and headers["content-encoding"] == "gzip"
             assert json.loads(gzip.decompress(payload))["outputs"][0]["data"] == [value + 1] * 16
 
@@ -147,7 +127,7 @@ def test_connection_close_and_http_1_0_close_after_the_answer(server: ServerProc
     ):
         with _connect(server) as sock:
             sock.sendall(request)
-            status, headers, _ = _read_response(sock, bytearray())
+            status, headers, _ = read_http_response(sock, bytearray())
             assert status == 200
             assert headers.get("connection") == "close"
             assert sock.recv(10) == b""
@@ -161,7 +141,7 @@ def test_chunked_request_body(server: ServerProcess) -> None:
         sock.sendall(
             b"POST /v2/models/simple/infer HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" + body
         )
-        status, _, payload = _read_response(sock, bytearray())
+        status, _, payload = read_http_response(sock, bytearray())
     assert status == 200
     assert json.loads(payload)["outputs"][1]["data"][0] == -1
 
@@ -187,11 +167,11 @@ def test_curl_with_expect_100_continue_and_a_large_body(server: ServerProcess, t
 def test_malformed_http_gets_400_and_the_server_carries_on(server: ServerProcess) -> None:
     with _connect(server) as sock:
         sock.sendall(b"THIS IS NOT HTTP\r\n\r\n")
-        status, _, _ = _read_response(sock, bytearray())
+        status, _, _ = read_http_response(sock, bytearray())
     assert status == 400
     with _connect(server) as sock:
         sock.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n")
-        assert _read_response(sock, bytearray())[0] == 200
+        assert read_http_response(sock, bytearray())[0] == 200
 
 
 def test_oversized_and_bad_gzip_bodies_are_refused(tmp_path: object, model_repo: object) -> None:
@@ -200,7 +180,7 @@ def test_oversized_and_bad_gzip_bodies_are_refused(tmp_path: object, model_repo:
     try:
         with _connect(proc) as sock:
             sock.sendall(_post("/v2/models/simple/infer", b"x" * 5000))
-            status, _, payload = _read_response(sock, bytearray())
+            status, _, payload = read_http_response(sock, bytearray())
             assert status == 413
             assert json.loads(payload)["error"] == (  # Triton's words after "request body"
                 "request body exceeds the maximum allowed input size of 2048 bytes. "
@@ -208,10 +188,10 @@ def test_oversized_and_bad_gzip_bodies_are_refused(tmp_path: object, model_repo:
             )
             bomb = gzip.compress(b"[" * 100_000)
             sock.sendall(_post("/v2/models/simple/infer", bomb, "Content-Encoding: gzip\r\n"))
-            status, _, payload = _read_response(sock, bytearray())
+            status, _, payload = read_http_response(sock, bytearray())
             assert status == 400 and "decompressed body exceeds" in json.loads(payload)["error"]
             sock.sendall(_post("/v2/models/simple/infer", INFER_BODY, "Content-Encoding: br\r\n"))
-            assert _read_response(sock, bytearray())[0] == 415
+            assert read_http_response(sock, bytearray())[0] == 415
     finally:
         proc.stop()
 
@@ -227,6 +207,6 @@ def test_oversized_and_bad_gzip_bodies_are_refused(tmp_path: object, model_repo:
 def test_unknown_routes_and_wrong_methods(server: ServerProcess, method: str, path: str, status: int) -> None:
     with _connect(server) as sock:
         sock.sendall(f"{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n".encode())
-        got, _, payload = _read_response(sock, bytearray())
+        got, _, payload = read_http_response(sock, bytearray())
     assert got == status
     assert "error" in json.loads(payload)

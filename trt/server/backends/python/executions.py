@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from trt.server.backends.python.error_codes import error_from_model
 from trt.server.backends.python.process import EXECUTION_SLOTS, Message
@@ -33,6 +33,7 @@ logger = logging.getLogger("trt.backends.python")
 # thread (numpy's copy lets go of the GIL): on the event loop, a 64 MB input and output held every
 # other request for 12-16 ms. A result's own word says whether its outputs do ("arena_bytes").
 OFF_LOOP_BYTES = _ipc.LARGE_ARENA_BYTES
+Copied = TypeVar("Copied")
 
 # Called once per execution, from the event loop: (responses, None) or (None, the error), and
 # when the model process started it (perf_counter ns; None if it never did).
@@ -147,11 +148,12 @@ class Executions:
         self._executions[number] = _Execution(done, len(requests), [[] for _ in requests], requests, slot)
         for request in requests:
             request.on_cancel = partial(self._withdraw, number)
-        if self._copying is None and (arena is None or _input_bytes(requests) <= OFF_LOOP_BYTES):
+        large = arena is not None and _input_bytes(requests) > OFF_LOOP_BYTES
+        if self._copying is None and not large:
             self._post(("execute", number, slot, _described(requests, arena)))
         else:  # in order behind the executions whose tensors are still being copied
             self._copying = asyncio.ensure_future(
-                self._send_copied(number, slot, requests, arena, self._copying)
+                self._send_copied(number, slot, requests, arena, large, self._copying)
             )
 
     async def _send_copied(
@@ -160,17 +162,13 @@ class Executions:
         slot: int | None,
         requests: list[BackendRequest],
         arena: _ipc.Arena | None,
+        large: bool,
         before: asyncio.Future[None] | None,
     ) -> None:
         """Send execution ``number`` once those before it are sent, its tensors copied into the
-        arena on a thread if large."""
+        arena on a thread if ``large``."""
         try:
-            if before is not None:
-                await asyncio.wait((before,))  # however it ended: this one goes on
-            if arena is not None and _input_bytes(requests) > OFF_LOOP_BYTES:
-                metas = await asyncio.to_thread(_described, requests, arena)
-            else:
-                metas = _described(requests, arena)
+            metas = await _after(before, large, _described, requests, arena)
         except Exception as exc:
             execution = self._executions.pop(number, None)
             if execution is not None:
@@ -263,12 +261,7 @@ class Executions:
         """Settle ``execution`` with its responses once those before it are settled, their tensors
         copied out of the arena on a thread if ``large``. It holds its arenas until then."""
         try:
-            if before is not None:
-                await asyncio.wait((before,))  # however it ended: this one goes on
-            if large:
-                answers = await asyncio.to_thread(_answers, described, rescheduled, arena)
-            else:
-                answers = _answers(described, rescheduled, arena)
+            answers = await _after(before, large, _answers, described, rescheduled, arena)
         except Exception as exc:
             error = ServerError(f"reading the responses of model '{self._model_name}': {exc}")
             answers = [BackendResponse({}, error=error) for _ in range(execution.count)]
@@ -361,6 +354,18 @@ def _rescheduled(payload: dict[str, Any], count: int) -> frozenset[int]:
     if type(indices) is not list or any(type(i) is not int or not 0 <= i < count for i in indices):
         raise ValueError(f"a result names rescheduled requests that its execution does not have: {indices!r}")
     return frozenset(indices)
+
+
+async def _after(
+    before: asyncio.Future[None] | None, large: bool, copy: Callable[..., Copied], *args: Any
+) -> Copied:
+    """``copy(*args)`` once ``before`` has ended, however it did (the ones after it go on): on a
+    thread when its tensors are ``large``, else here."""
+    if before is not None:
+        await asyncio.wait((before,))
+    if large:
+        return await asyncio.to_thread(copy, *args)
+    return copy(*args)
 
 
 def _described(requests: list[BackendRequest], arena: _ipc.Arena | None) -> list[tuple[Any, ...]]:

@@ -7,8 +7,8 @@ import select
 import socket
 import time
 
-from tests.server.http.test_protocol import INFER_BODY, _connect, _read_response
-from tests.support import ServerProcess
+from tests.server.http.test_protocol import INFER_BODY, _connect
+from tests.support import ServerProcess, read_http_response
 
 DEFAULT_MAX_HEADER_SIZE = 64 * 1024
 
@@ -60,7 +60,7 @@ def test_a_request_with_too_many_headers_is_431(server: ServerProcess) -> None:
     headers = b"".join(b"X-Header-%d: 1\r\n" % index for index in range(101))
     with _connect(server) as sock:
         sock.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n" + headers + b"\r\n")
-        status, response_headers, body = _read_response(sock, bytearray())
+        status, response_headers, body = read_http_response(sock, bytearray())
     assert status == 431 and b"--http-max-header-count" in body
     assert response_headers.get("connection") == "close"
     with _connect(server) as sock:  # 100 headers in all (Host and 99 more) are fine
@@ -69,7 +69,7 @@ def test_a_request_with_too_many_headers_is_431(server: ServerProcess) -> None:
             + headers[: headers.index(b"X-Header-99")]
             + b"\r\n"
         )
-        assert _read_response(sock, bytearray())[0] == 200
+        assert read_http_response(sock, bytearray())[0] == 200
 
 
 def test_a_head_just_under_the_limit_is_answered(server: ServerProcess) -> None:
@@ -77,7 +77,7 @@ def test_a_head_just_under_the_limit_is_answered(server: ServerProcess) -> None:
     value = b"a" * (DEFAULT_MAX_HEADER_SIZE - 200)
     with _connect(server) as sock:
         sock.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\nX-Big: " + value + b"\r\n\r\n")
-        assert _read_response(sock, bytearray())[0] == 200
+        assert read_http_response(sock, bytearray())[0] == 200
 
 
 def test_limits_follow_their_flags(tmp_path: object, model_repo: object) -> None:
@@ -89,11 +89,11 @@ def test_limits_follow_their_flags(tmp_path: object, model_repo: object) -> None
     try:
         with _connect(proc) as sock:
             sock.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 2000 + b"\r\n\r\n")
-            status, _, body = _read_response(sock, bytearray())
+            status, _, body = read_http_response(sock, bytearray())
         assert status == 431 and b"1024 bytes" in body
         with _connect(proc) as sock:
             sock.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n" + b"X: 1\r\n" * 5 + b"\r\n")
-            assert _read_response(sock, bytearray())[0] == 431
+            assert read_http_response(sock, bytearray())[0] == 431
         _assert_serving(proc)
     finally:
         proc.stop()
@@ -106,7 +106,7 @@ def test_http_1_0_keep_alive_is_said_in_the_answer(server: ServerProcess) -> Non
         buffer = bytearray()
         for _ in range(2):  # the same connection answers again
             sock.sendall(request)
-            status, headers, _ = _read_response(sock, buffer)
+            status, headers, _ = read_http_response(sock, buffer)
             assert status == 200
             assert headers.get("connection") == "keep-alive"
 
@@ -115,7 +115,7 @@ def _assert_serving(server: ServerProcess) -> None:
     assert server.alive()
     with _connect(server) as sock:
         sock.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n")
-        assert _read_response(sock, bytearray())[0] == 200
+        assert read_http_response(sock, bytearray())[0] == 200
 
 
 def test_a_head_whose_end_straddles_two_reads_is_not_counted_with_the_body(server: ServerProcess) -> None:
@@ -127,7 +127,7 @@ def test_a_head_whose_end_straddles_two_reads_is_not_counted_with_the_body(serve
         sock.sendall(head)
         time.sleep(0.2)  # two reads on the server's side
         sock.sendall(b"\n" + body)
-        status, _, payload = _read_response(sock, bytearray())
+        status, _, payload = read_http_response(sock, bytearray())
     assert status == 200, payload
 
 
@@ -149,5 +149,5 @@ def test_a_chunked_body_of_too_many_chunks_is_refused_in_tritons_words(server: S
     body = b"".join(b"1\r\n%s\r\n" % chunk for chunk in chunks) + b"0\r\n\r\n"
     with _connect(server) as sock:
         sock.sendall(head + body)
-        assert _read_response(sock, bytearray())[0] == 200
+        assert read_http_response(sock, bytearray())[0] == 200
     _assert_serving(server)
